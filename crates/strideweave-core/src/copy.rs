@@ -1,0 +1,1 @@
+//! Copy kernels between Rust storages.

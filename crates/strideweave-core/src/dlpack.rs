@@ -1,0 +1,1 @@
+//! DLPack managed-tensor construction.

@@ -1,0 +1,1 @@
+//! Transfer engine: worker threads and one-shot completion cells.

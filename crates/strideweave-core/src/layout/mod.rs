@@ -1,0 +1,1 @@
+//! Hierarchical (CuTe-style) layouts.

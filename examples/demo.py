@@ -1,0 +1,2 @@
+import strideweave as sw
+print("strideweave", sw.__version__)

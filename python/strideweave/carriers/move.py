@@ -1,0 +1,2 @@
+"""TODO: filled by its issue."""
+__all__: list[str] = []

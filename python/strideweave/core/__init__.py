@@ -1,0 +1,1 @@
+"""strideweave.core: internal representation namespaces."""

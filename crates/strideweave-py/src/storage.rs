@@ -1,5 +1,387 @@
-use pyo3::prelude::*;
+//! `_native.HostStorage` and `_native.FileStorage`: the Rust storage behind the built-in
+//! CPU and FileBacked carriers.
+//!
+//! These classes convert and check slot values (the carrier contract's write rules) and do
+//! the byte access. Release, versions and ownership are the Python carrier's business; a
+//! released storage simply has no buffer any more. Other binding modules reach the bytes
+//! through [`HostStorage::buffer`] and [`FileStorage::store`], cloning the `Arc` so a worker
+//! thread can keep using memory that a concurrent release has dropped from the carrier.
 
-pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+use std::path::PathBuf;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use pyo3::exceptions::{PyIndexError, PyMemoryError, PyOverflowError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyFloat, PyList};
+use strideweave_core::storage::{ElemKind, FileStore, HostBuffer, Scalar};
+
+pub fn parse_kind(kind: &str) -> PyResult<ElemKind> {
+    ElemKind::from_name(kind)
+        .ok_or_else(|| PyValueError::new_err(format!("kind must be one of 'f32', 'f64', 'i32', 'bool', not {kind:?}")))
+}
+
+/// Convert a Python value to a slot of `kind`, enforcing the carrier write rules:
+/// floats take a real number (rounded to binary32 for f32), i32 takes an integer in range,
+/// bool takes only `bool`. Any other type is a TypeError.
+pub fn scalar_from_py(kind: ElemKind, value: &Bound<'_, PyAny>) -> PyResult<Scalar> {
+    let is_bool = value.is_instance_of::<PyBool>();
+    match kind {
+        ElemKind::Bool => {
+            if is_bool {
+                Ok(Scalar::Bool(value.extract::<bool>()?))
+            } else {
+                Err(PyTypeError::new_err(format!(
+                    "a Bool slot takes a bool, not {}",
+                    value.get_type().name()?
+                )))
+            }
+        }
+        ElemKind::F32 | ElemKind::F64 => {
+            let number = if is_bool || value.is_instance_of::<pyo3::types::PyString>() {
+                None
+            } else {
+                value.extract::<f64>().ok()
+            };
+            match number {
+                Some(v) if kind == ElemKind::F32 => Ok(Scalar::F32(v as f32)),
+                Some(v) => Ok(Scalar::F64(v)),
+                None => Err(PyTypeError::new_err(format!(
+                    "a {} slot takes a real number, not {}",
+                    if kind == ElemKind::F32 { "Float32" } else { "Floating" },
+                    value.get_type().name()?
+                ))),
+            }
+        }
+        ElemKind::I32 => {
+            if is_bool || value.is_instance_of::<PyFloat>() {
+                return Err(PyTypeError::new_err(format!(
+                    "an Int32 slot takes an int, not {}",
+                    value.get_type().name()?
+                )));
+            }
+            let wide: i128 = match value.extract::<i128>() {
+                Ok(v) => v,
+                Err(e) if e.is_instance_of::<PyOverflowError>(value.py()) => {
+                    return Err(PyOverflowError::new_err("value out of Int32 range"))
+                }
+                Err(_) => {
+                    return Err(PyTypeError::new_err(format!(
+                        "an Int32 slot takes an int, not {}",
+                        value.get_type().name()?
+                    )))
+                }
+            };
+            i32::try_from(wide)
+                .map(Scalar::I32)
+                .map_err(|_| PyOverflowError::new_err(format!("{wide} is out of Int32 range")))
+        }
+    }
+}
+
+pub fn scalar_to_py(py: Python<'_>, value: Scalar) -> PyResult<Py<PyAny>> {
+    Ok(match value {
+        Scalar::F32(v) => (v as f64).into_pyobject(py)?.into_any().unbind(),
+        Scalar::F64(v) => v.into_pyobject(py)?.into_any().unbind(),
+        Scalar::I32(v) => v.into_pyobject(py)?.into_any().unbind(),
+        Scalar::Bool(v) => PyBool::new(py, v).to_owned().into_any().unbind(),
+    })
+}
+
+fn released() -> PyErr {
+    PyRuntimeError::new_err("storage is released")
+}
+
+fn slot_range(index: isize, count: usize) -> PyResult<usize> {
+    if index < 0 || index as usize >= count {
+        Err(PyIndexError::new_err(format!("slot {index} is outside [0, {count})")))
+    } else {
+        Ok(index as usize)
+    }
+}
+
+/// Host memory of one element kind: owned (64-byte aligned, freed on release) or wrapped
+/// around a caller's pointer (never initialised or freed).
+#[pyclass(frozen, module = "strideweave._native")]
+pub struct HostStorage {
+    kind: ElemKind,
+    buffer: RwLock<Option<Arc<HostBuffer>>>,
+}
+
+impl HostStorage {
+    /// The live buffer, or `None` once released.
+    pub fn buffer(&self) -> Option<Arc<HostBuffer>> {
+        self.buffer.read().clone()
+    }
+
+    pub fn kind(&self) -> ElemKind {
+        self.kind
+    }
+
+    fn live(&self) -> PyResult<Arc<HostBuffer>> {
+        self.buffer().ok_or_else(released)
+    }
+}
+
+#[pymethods]
+impl HostStorage {
+    #[new]
+    #[pyo3(signature = (kind, count, zeroed = true))]
+    fn new(kind: &str, count: usize, zeroed: bool) -> PyResult<Self> {
+        let kind = parse_kind(kind)?;
+        let bytes = count
+            .checked_mul(kind.size())
+            .ok_or_else(|| PyMemoryError::new_err("host storage size overflows"))?;
+        let buffer = HostBuffer::new(bytes, zeroed)
+            .map_err(|_| PyMemoryError::new_err(format!("cannot allocate {bytes} bytes of host memory")))?;
+        Ok(Self { kind, buffer: RwLock::new(Some(Arc::new(buffer))) })
+    }
+
+    /// Wrap `count` slots at `pointer` without taking ownership.
+    ///
+    /// The caller promises the memory stays valid while the storage is live, as the CPU
+    /// carrier's `pointer=` contract states.
+    #[staticmethod]
+    fn wrap(kind: &str, pointer: usize, count: usize) -> PyResult<Self> {
+        let kind = parse_kind(kind)?;
+        let ptr = NonNull::new(pointer as *mut u8).ok_or_else(|| PyValueError::new_err("pointer must be non-zero"))?;
+        let bytes = count
+            .checked_mul(kind.size())
+            .ok_or_else(|| PyOverflowError::new_err("wrapped storage size overflows"))?;
+        // SAFETY: the Python caller (the CPU carrier) documents that a wrapped pointer must
+        // address `count` slots that outlive the carrier; that is the contract of CPU(size,
+        // pointer) and the same escape hatch the specification names for CPU.pointer().
+        let buffer = unsafe { HostBuffer::wrap(ptr, bytes) };
+        Ok(Self { kind, buffer: RwLock::new(Some(Arc::new(buffer))) })
+    }
+
+    #[getter(kind)]
+    fn kind_name(&self) -> &'static str {
+        self.kind.name()
+    }
+
+    /// Number of slots; 0 once released.
+    #[getter]
+    fn count(&self) -> usize {
+        self.buffer().map_or(0, |b| b.len() / self.kind.size())
+    }
+
+    /// Address of slot 0; 0 once released.
+    fn pointer(&self) -> usize {
+        self.buffer().map_or(0, |b| b.as_ptr() as usize)
+    }
+
+    fn is_owned(&self) -> bool {
+        self.buffer().is_some_and(|b| b.is_owned())
+    }
+
+    fn is_released(&self) -> bool {
+        self.buffer.read().is_none()
+    }
+
+    /// Drop this storage's reference to the memory (freeing owned memory once no transfer
+    /// still holds it). Idempotent.
+    fn release(&self) {
+        self.buffer.write().take();
+    }
+
+    fn get(&self, py: Python<'_>, index: isize) -> PyResult<Py<PyAny>> {
+        let buf = self.live()?;
+        let size = self.kind.size();
+        let i = slot_range(index, buf.len() / size)?;
+        let mut bytes = [0u8; 8];
+        buf.read(i * size, &mut bytes[..size]).expect("slot checked in range");
+        scalar_to_py(py, self.kind.decode(&bytes[..size]))
+    }
+
+    fn set(&self, index: isize, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let buf = self.live()?;
+        let size = self.kind.size();
+        let i = slot_range(index, buf.len() / size)?;
+        let scalar = scalar_from_py(self.kind, value)?;
+        let mut bytes = [0u8; 8];
+        self.kind.encode(scalar, &mut bytes[..size]);
+        buf.write(i * size, &bytes[..size]).expect("slot checked in range");
+        Ok(())
+    }
+
+    /// Every value is converted and checked before the first slot changes, so a bad entry
+    /// leaves the storage untouched.
+    fn set_values(&self, values: &Bound<'_, PyAny>) -> PyResult<()> {
+        let buf = self.live()?;
+        let size = self.kind.size();
+        let mut encoded = Vec::new();
+        for value in values.try_iter()? {
+            let scalar = scalar_from_py(self.kind, &value?)?;
+            let start = encoded.len();
+            encoded.resize(start + size, 0);
+            self.kind.encode(scalar, &mut encoded[start..]);
+        }
+        if encoded.len() > buf.len() {
+            return Err(PyIndexError::new_err("more values than slots"));
+        }
+        buf.write(0, &encoded).expect("length checked");
+        Ok(())
+    }
+
+    fn to_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let buf = self.live()?;
+        let size = self.kind.size();
+        let mut bytes = vec![0u8; buf.len()];
+        buf.read(0, &mut bytes).expect("whole buffer");
+        let items = bytes
+            .chunks_exact(size)
+            .map(|c| scalar_to_py(py, self.kind.decode(c)))
+            .collect::<PyResult<Vec<_>>>()?;
+        PyList::new(py, items)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("HostStorage(kind={:?}, count={})", self.kind.name(), self.count())
+    }
+}
+
+/// A raw native-endian file of slots, created exclusively by the carrier and removed on
+/// release.
+#[pyclass(frozen, module = "strideweave._native")]
+pub struct FileStorage {
+    kind: ElemKind,
+    path: PathBuf,
+    store: RwLock<Option<Arc<FileStore>>>,
+}
+
+impl FileStorage {
+    pub fn store(&self) -> Option<Arc<FileStore>> {
+        self.store.read().clone()
+    }
+
+    pub fn kind(&self) -> ElemKind {
+        self.kind
+    }
+
+    fn live(&self) -> PyResult<Arc<FileStore>> {
+        self.store().ok_or_else(released)
+    }
+
+    fn slots(&self, store: &FileStore) -> PyResult<usize> {
+        Ok(store.len_bytes()? as usize / self.kind.size())
+    }
+}
+
+#[pymethods]
+impl FileStorage {
+    /// Create `path` (it must not exist: FileExistsError otherwise), empty.
+    #[new]
+    fn new(path: PathBuf, kind: &str) -> PyResult<Self> {
+        let kind = parse_kind(kind)?;
+        let store = FileStore::create_new(&path)?;
+        Ok(Self { kind, path, store: RwLock::new(Some(Arc::new(store))) })
+    }
+
+    #[getter(kind)]
+    fn kind_name(&self) -> &'static str {
+        self.kind.name()
+    }
+
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.path.clone()
+    }
+
+    #[getter]
+    fn count(&self) -> PyResult<usize> {
+        match self.store() {
+            Some(store) => self.slots(&store),
+            None => Ok(0),
+        }
+    }
+
+    fn fileno(&self) -> PyResult<i32> {
+        use std::os::fd::AsRawFd;
+        Ok(self.live()?.file().as_raw_fd())
+    }
+
+    fn is_released(&self) -> bool {
+        self.store.read().is_none()
+    }
+
+    /// Resize to `count` slots; new slots read zero.
+    fn resize(&self, py: Python<'_>, count: usize) -> PyResult<()> {
+        let store = self.live()?;
+        let bytes = (count as u64)
+            .checked_mul(self.kind.size() as u64)
+            .ok_or_else(|| PyOverflowError::new_err("file size overflows"))?;
+        py.detach(|| store.set_len(bytes))?;
+        Ok(())
+    }
+
+    /// Delete the file and drop the handle. Idempotent.
+    fn release(&self) -> PyResult<()> {
+        if let Some(store) = self.store.write().take() {
+            store.unlink()?;
+        }
+        Ok(())
+    }
+
+    fn get(&self, py: Python<'_>, index: isize) -> PyResult<Py<PyAny>> {
+        let store = self.live()?;
+        let size = self.kind.size();
+        let i = slot_range(index, self.slots(&store)?)?;
+        let mut bytes = [0u8; 8];
+        store.read_at((i * size) as u64, &mut bytes[..size])?;
+        scalar_to_py(py, self.kind.decode(&bytes[..size]))
+    }
+
+    fn set(&self, index: isize, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let store = self.live()?;
+        let size = self.kind.size();
+        let i = slot_range(index, self.slots(&store)?)?;
+        let scalar = scalar_from_py(self.kind, value)?;
+        let mut bytes = [0u8; 8];
+        self.kind.encode(scalar, &mut bytes[..size]);
+        store.write_at((i * size) as u64, &bytes[..size])?;
+        Ok(())
+    }
+
+    /// Resize to exactly the values given and write them; every value is checked first.
+    fn assign_values(&self, py: Python<'_>, values: &Bound<'_, PyAny>) -> PyResult<()> {
+        let store = self.live()?;
+        let size = self.kind.size();
+        let mut encoded = Vec::new();
+        for value in values.try_iter()? {
+            let scalar = scalar_from_py(self.kind, &value?)?;
+            let start = encoded.len();
+            encoded.resize(start + size, 0);
+            self.kind.encode(scalar, &mut encoded[start..]);
+        }
+        py.detach(|| -> std::io::Result<()> {
+            store.set_len(encoded.len() as u64)?;
+            store.write_at(0, &encoded)
+        })?;
+        Ok(())
+    }
+
+    fn to_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let store = self.live()?;
+        let size = self.kind.size();
+        let len = store.len_bytes()? as usize;
+        let mut bytes = vec![0u8; len];
+        py.detach(|| store.read_at(0, &mut bytes))?;
+        let items = bytes
+            .chunks_exact(size)
+            .map(|c| scalar_to_py(py, self.kind.decode(c)))
+            .collect::<PyResult<Vec<_>>>()?;
+        PyList::new(py, items)
+    }
+
+    fn __repr__(&self) -> PyResult<String> {
+        Ok(format!("FileStorage(path={:?}, kind={:?}, count={})", self.path, self.kind.name(), self.count()?))
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<HostStorage>()?;
+    m.add_class::<FileStorage>()?;
     Ok(())
 }

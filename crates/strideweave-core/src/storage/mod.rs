@@ -1,1 +1,12 @@
-//! Storage backends: host buffers, files, block devices.
+//! Storage backends: typed element kinds, aligned host buffers and raw files.
+//!
+//! These types know bytes and element encodings only. Versions, ownership and release
+//! semantics belong to the carrier object model in Python.
+
+mod elem;
+mod file;
+mod host;
+
+pub use elem::{ElemKind, Scalar};
+pub use file::FileStore;
+pub use host::HostBuffer;

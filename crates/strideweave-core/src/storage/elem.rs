@@ -1,0 +1,90 @@
+//! Element encodings a carrier slot can hold natively.
+
+/// The native encoding of one storage slot.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ElemKind {
+    F32,
+    F64,
+    I32,
+    Bool,
+}
+
+/// A decoded slot value.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub enum Scalar {
+    F32(f32),
+    F64(f64),
+    I32(i32),
+    Bool(bool),
+}
+
+impl ElemKind {
+    /// Bytes one slot occupies.
+    pub const fn size(self) -> usize {
+        match self {
+            ElemKind::F32 | ElemKind::I32 => 4,
+            ElemKind::F64 => 8,
+            ElemKind::Bool => 1,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ElemKind::F32 => "f32",
+            ElemKind::F64 => "f64",
+            ElemKind::I32 => "i32",
+            ElemKind::Bool => "bool",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Some(match name {
+            "f32" => ElemKind::F32,
+            "f64" => ElemKind::F64,
+            "i32" => ElemKind::I32,
+            "bool" => ElemKind::Bool,
+            _ => return None,
+        })
+    }
+
+    /// Decode one slot from its native-endian bytes (`bytes.len() == self.size()`).
+    pub fn decode(self, bytes: &[u8]) -> Scalar {
+        match self {
+            ElemKind::F32 => Scalar::F32(f32::from_ne_bytes(bytes[..4].try_into().unwrap())),
+            ElemKind::F64 => Scalar::F64(f64::from_ne_bytes(bytes[..8].try_into().unwrap())),
+            ElemKind::I32 => Scalar::I32(i32::from_ne_bytes(bytes[..4].try_into().unwrap())),
+            ElemKind::Bool => Scalar::Bool(bytes[0] != 0),
+        }
+    }
+
+    /// Encode one slot; the caller has already checked that `value` suits this kind.
+    pub fn encode(self, value: Scalar, out: &mut [u8]) {
+        match (self, value) {
+            (ElemKind::F32, Scalar::F32(v)) => out[..4].copy_from_slice(&v.to_ne_bytes()),
+            (ElemKind::F64, Scalar::F64(v)) => out[..8].copy_from_slice(&v.to_ne_bytes()),
+            (ElemKind::I32, Scalar::I32(v)) => out[..4].copy_from_slice(&v.to_ne_bytes()),
+            (ElemKind::Bool, Scalar::Bool(v)) => out[0] = v as u8,
+            (kind, value) => panic!("encode: {value:?} does not suit {kind:?}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_every_kind() {
+        for (kind, v) in [
+            (ElemKind::F32, Scalar::F32(1.5)),
+            (ElemKind::F64, Scalar::F64(-2.25)),
+            (ElemKind::I32, Scalar::I32(-7)),
+            (ElemKind::Bool, Scalar::Bool(true)),
+        ] {
+            let mut buf = [0u8; 8];
+            kind.encode(v, &mut buf);
+            assert_eq!(kind.decode(&buf[..kind.size()]), v);
+            assert_eq!(ElemKind::from_name(kind.name()), Some(kind));
+        }
+    }
+}

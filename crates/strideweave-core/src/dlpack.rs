@@ -1,1 +1,594 @@
-//! DLPack managed-tensor construction.
+//! DLPack managed-tensor construction on the DLPack 1.0 ABI.
+//!
+//! This module builds the two structures a DLPack producer hands out — the legacy
+//! `DLManagedTensor` and the versioned `DLManagedTensorVersioned` — from a plain description
+//! of a strided buffer ([`TensorDesc`]) plus an opaque *owner* value. It knows nothing about
+//! Python: the binding crate passes an owner whose `Drop` releases the producing Tensor.
+//!
+//! Memory model. Every export is one heap block ([`Holder`]) that starts with the managed
+//! structure itself and also owns the shape array, the stride array and the owner. The
+//! managed structure's `manager_ctx` points at that block, and its deleter reconstitutes the
+//! `Box` and drops it, which frees both arrays and drops the owner exactly once. The DLPack
+//! contract is that whoever holds the managed tensor calls the deleter exactly once; the Rust
+//! side expresses that with [`Exported`], an owning handle whose `Drop` calls the deleter
+//! and whose [`Exported::into_raw`] hands the obligation to someone else (a capsule).
+
+use std::ffi::c_void;
+use std::fmt;
+use std::marker::PhantomData;
+use std::ptr::{self, NonNull};
+
+pub use dlpark::ffi::{
+    DLDataType, DLDataTypeCode, DLDevice, DLDeviceType, DLManagedTensor, DLManagedTensorVersioned,
+    DLPackVersion, DLTensor,
+};
+use dlpark::DlpackFlags;
+
+/// The protocol version every versioned export advertises. The producer caps itself at 1.0
+/// whatever ceiling the consumer offers (interop-movement: "version field is exactly major 1,
+/// minor 0").
+pub const EXPORT_VERSION: DLPackVersion = DLPackVersion { major: 1, minor: 0 };
+
+/// DLPack's read-only bit of the versioned `flags` word (`DLPACK_FLAG_BITMASK_READ_ONLY`).
+pub const FLAG_READ_ONLY: u64 = dlpark::ffi::DLPACK_FLAG_BITMASK_READ_ONLY as u64;
+
+/// The only element types strideweave exports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExportDType {
+    /// IEEE binary32: DLPack float code, 32 bits, one lane.
+    Float32,
+    /// Two's-complement 32-bit integer: DLPack int code, 32 bits, one lane.
+    Int32,
+}
+
+impl ExportDType {
+    /// The logical dtype name strideweave uses for this element type.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "Float32" => Some(Self::Float32),
+            "Int32" => Some(Self::Int32),
+            _ => None,
+        }
+    }
+
+    /// The DLPack data type descriptor.
+    pub fn dl_dtype(self) -> DLDataType {
+        let code = match self {
+            Self::Float32 => DLDataTypeCode::FLOAT,
+            Self::Int32 => DLDataTypeCode::INT,
+        };
+        DLDataType {
+            code,
+            bits: 32,
+            lanes: 1,
+        }
+    }
+
+    /// Bytes per element; `byte_offset` is the element offset times this.
+    pub fn item_size(self) -> u64 {
+        4
+    }
+}
+
+/// Why a buffer description cannot become a managed tensor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DescError {
+    /// `shape` and `strides` have different lengths.
+    RankMismatch { shape: usize, strides: usize },
+    /// More dimensions than `DLTensor::ndim` (an `i32`) can count.
+    TooManyDims(usize),
+    /// An extent is negative.
+    NegativeExtent { dim: usize, extent: i64 },
+    /// The data pointer is null although the tensor has elements.
+    NullData,
+    /// `offset * item_size` does not fit in `u64`.
+    OffsetOverflow,
+}
+
+impl fmt::Display for DescError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::RankMismatch { shape, strides } => write!(
+                f,
+                "layout has {shape} leaf extents but {strides} leaf strides"
+            ),
+            Self::TooManyDims(n) => write!(f, "{n} dimensions exceed DLPack's ndim range"),
+            Self::NegativeExtent { dim, extent } => {
+                write!(f, "leaf extent {extent} of dimension {dim} is negative")
+            }
+            Self::NullData => f.write_str(
+                "the carrier reports a null data pointer for a tensor with elements \
+                 (a DLPack data pointer must be non-null; was the carrier released?)",
+            ),
+            Self::OffsetOverflow => f.write_str("the byte offset overflows 64 bits"),
+        }
+    }
+}
+
+impl std::error::Error for DescError {}
+
+/// A validated description of the strided buffer to export.
+///
+/// `shape` and `strides` are in elements, one entry per exported dimension, kept exactly as
+/// given (stride zero included); `byte_offset` is already scaled by the item size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorDesc {
+    data: *mut c_void,
+    device: DLDevice,
+    dtype: DLDataType,
+    shape: Vec<i64>,
+    strides: Vec<i64>,
+    byte_offset: u64,
+}
+
+impl TensorDesc {
+    /// Checks a description: equal ranks, an `ndim` that fits `i32`, non-negative extents, a
+    /// non-null pointer unless the tensor is empty, and a byte offset that fits `u64`.
+    ///
+    /// `data` is only recorded, never dereferenced, so any address is accepted here.
+    pub fn new(
+        data: usize,
+        device: DLDevice,
+        dtype: ExportDType,
+        shape: Vec<i64>,
+        strides: Vec<i64>,
+        offset_elems: u64,
+    ) -> Result<Self, DescError> {
+        if shape.len() != strides.len() {
+            return Err(DescError::RankMismatch {
+                shape: shape.len(),
+                strides: strides.len(),
+            });
+        }
+        if i32::try_from(shape.len()).is_err() {
+            return Err(DescError::TooManyDims(shape.len()));
+        }
+        if let Some((dim, &extent)) = shape.iter().enumerate().find(|(_, &e)| e < 0) {
+            return Err(DescError::NegativeExtent { dim, extent });
+        }
+        // A rank-0 tensor has one element; any zero extent makes it empty.
+        let has_elements = shape.iter().all(|&e| e > 0);
+        if data == 0 && has_elements {
+            return Err(DescError::NullData);
+        }
+        let byte_offset = offset_elems
+            .checked_mul(dtype.item_size())
+            .ok_or(DescError::OffsetOverflow)?;
+        Ok(Self {
+            data: data as *mut c_void,
+            device,
+            dtype: dtype.dl_dtype(),
+            shape,
+            strides,
+            byte_offset,
+        })
+    }
+
+    /// Number of exported dimensions.
+    pub fn ndim(&self) -> usize {
+        self.shape.len()
+    }
+}
+
+/// The heap block behind one export. `managed` is the first field of a `repr(C)` struct, so a
+/// pointer to the block is also a pointer to the managed structure; the deleter nevertheless
+/// finds the block through `manager_ctx`, the field DLPack reserves for exactly that.
+#[repr(C)]
+struct Holder<M, O> {
+    managed: M,
+    // The DLTensor's shape/strides pointers point into these boxed slices; moving the
+    // `Holder` (or the Box pointing at it) never moves the slices' heap storage.
+    _shape: Box<[i64]>,
+    _strides: Box<[i64]>,
+    _owner: O,
+}
+
+/// The two managed-tensor ABIs, so construction and deletion are written once.
+pub trait ManagedAbi: Sized + 'static {
+    /// Calls this structure's deleter, if any.
+    ///
+    /// # Safety
+    /// `ptr` must point to a live managed tensor whose deleter has not run yet; it is dangling
+    /// afterwards.
+    unsafe fn delete(ptr: NonNull<Self>);
+    /// The embedded plain `DLTensor`.
+    fn dl_tensor(&self) -> &DLTensor;
+}
+
+impl ManagedAbi for DLManagedTensor {
+    unsafe fn delete(ptr: NonNull<Self>) {
+        // SAFETY: the caller guarantees `ptr` is live and not yet deleted; reading the
+        // deleter field is a plain load from that live structure.
+        let deleter = unsafe { (*ptr.as_ptr()).deleter };
+        if let Some(deleter) = deleter {
+            // SAFETY: DLPack's contract: the deleter of a live managed tensor may be called
+            // exactly once with a pointer to it; the caller hands us that single call.
+            unsafe { deleter(ptr.as_ptr()) }
+        }
+    }
+    fn dl_tensor(&self) -> &DLTensor {
+        &self.dl_tensor
+    }
+}
+
+impl ManagedAbi for DLManagedTensorVersioned {
+    unsafe fn delete(ptr: NonNull<Self>) {
+        // SAFETY: as for `DLManagedTensor::delete`: the caller guarantees liveness.
+        let deleter = unsafe { (*ptr.as_ptr()).deleter };
+        if let Some(deleter) = deleter {
+            // SAFETY: single deleter call on a live managed tensor, as the caller guarantees.
+            unsafe { deleter(ptr.as_ptr()) }
+        }
+    }
+    fn dl_tensor(&self) -> &DLTensor {
+        &self.dl_tensor
+    }
+}
+
+/// An owning handle to one exported managed tensor: dropping it runs the deleter once.
+///
+/// The owner type `O` is erased at this point; it lives in the heap block and is dropped by the
+/// deleter, on whatever thread calls it. That is why every export requires `O: Send`.
+pub struct Exported<M: ManagedAbi> {
+    ptr: NonNull<M>,
+    _marker: PhantomData<M>,
+}
+
+// SAFETY: the managed tensor is a heap block with no thread affinity: its shape/strides are
+// plain boxed slices and its owner is `Send` (enforced by the constructors), and DLPack
+// allows the deleter to run on any thread.
+unsafe impl<M: ManagedAbi> Send for Exported<M> {}
+
+impl<M: ManagedAbi> Exported<M> {
+    /// The managed structure (read-only view, for inspection and tests).
+    pub fn managed(&self) -> &M {
+        // SAFETY: `ptr` is live until `self` is dropped or consumed by `into_raw`, and nothing
+        // else mutates the block while this handle owns it.
+        unsafe { self.ptr.as_ref() }
+    }
+
+    /// The embedded `DLTensor`.
+    pub fn dl_tensor(&self) -> &DLTensor {
+        self.managed().dl_tensor()
+    }
+
+    /// Gives up ownership: the caller now must call the managed deleter exactly once (for a
+    /// capsule, its destructor or its consumer does).
+    pub fn into_raw(self) -> *mut M {
+        let ptr = self.ptr.as_ptr();
+        std::mem::forget(self);
+        ptr
+    }
+
+    /// Takes back ownership of a pointer produced by [`Exported::into_raw`].
+    ///
+    /// # Safety
+    /// `ptr` must come from `into_raw` of the same `M`, and its deleter must not have run and
+    /// must not be run by anyone else afterwards.
+    pub unsafe fn from_raw(ptr: *mut M) -> Option<Self> {
+        NonNull::new(ptr).map(|ptr| Self {
+            ptr,
+            _marker: PhantomData,
+        })
+    }
+}
+
+impl<M: ManagedAbi> Drop for Exported<M> {
+    fn drop(&mut self) {
+        // SAFETY: this handle is the unique owner of a live managed tensor whose deleter has
+        // not run (`into_raw` forgets the handle instead of dropping it).
+        unsafe { M::delete(self.ptr) }
+    }
+}
+
+/// Moves the shape and stride vectors into boxed slices and builds the `DLTensor` that points
+/// into them. Rank 0 uses null pointers, which DLPack allows for `ndim == 0`.
+fn plain_tensor(desc: TensorDesc) -> (DLTensor, Box<[i64]>, Box<[i64]>) {
+    let mut shape = desc.shape.into_boxed_slice();
+    let mut strides = desc.strides.into_boxed_slice();
+    let ndim = shape.len();
+    let (shape_ptr, strides_ptr) = if ndim == 0 {
+        (ptr::null_mut(), ptr::null_mut())
+    } else {
+        (shape.as_mut_ptr(), strides.as_mut_ptr())
+    };
+    let tensor = DLTensor {
+        data: desc.data,
+        device: desc.device,
+        // `TensorDesc::new` checked that the rank fits i32.
+        ndim: ndim as i32,
+        dtype: desc.dtype,
+        shape: shape_ptr,
+        strides: strides_ptr,
+        byte_offset: desc.byte_offset,
+    };
+    (tensor, shape, strides)
+}
+
+/// Frees the block behind a legacy managed tensor and drops its owner.
+unsafe extern "C" fn delete_legacy<O: Send + 'static>(managed: *mut DLManagedTensor) {
+    if managed.is_null() {
+        return;
+    }
+    // SAFETY: `managed` is a live tensor built by `export_legacy::<O>` (only that function
+    // installs this deleter), so `manager_ctx` is the `Box<Holder<_, O>>` pointer it leaked.
+    // DLPack guarantees a single deleter call, so the box is reconstituted exactly once.
+    // Dropping it frees shape, strides and drops the owner; nothing here can unwind (an
+    // owner's Drop must not panic, and a panic would abort at this extern "C" boundary).
+    unsafe {
+        let holder = (*managed).manager_ctx as *mut Holder<DLManagedTensor, O>;
+        drop(Box::from_raw(holder));
+    }
+}
+
+/// Frees the block behind a versioned managed tensor and drops its owner.
+unsafe extern "C" fn delete_versioned<O: Send + 'static>(managed: *mut DLManagedTensorVersioned) {
+    if managed.is_null() {
+        return;
+    }
+    // SAFETY: as in `delete_legacy`: only `export_versioned::<O>` installs this deleter, and
+    // DLPack calls it at most once, so the box is reconstituted exactly once.
+    unsafe {
+        let holder = (*managed).manager_ctx as *mut Holder<DLManagedTensorVersioned, O>;
+        drop(Box::from_raw(holder));
+    }
+}
+
+/// Builds a legacy (`dltensor`) managed tensor owning its shape/stride arrays and `owner`.
+pub fn export_legacy<O: Send + 'static>(desc: TensorDesc, owner: O) -> Exported<DLManagedTensor> {
+    let (dl_tensor, shape, strides) = plain_tensor(desc);
+    let holder = Box::new(Holder {
+        managed: DLManagedTensor {
+            dl_tensor,
+            manager_ctx: ptr::null_mut(),
+            deleter: Some(delete_legacy::<O>),
+        },
+        _shape: shape,
+        _strides: strides,
+        _owner: owner,
+    });
+    let raw = Box::into_raw(holder);
+    // SAFETY: `raw` is the unique pointer to the block just leaked; writing its own address
+    // into `manager_ctx` is a store into memory we exclusively own.
+    unsafe { (*raw).managed.manager_ctx = raw.cast() };
+    // `managed` is the first field of the repr(C) Holder, so the addresses coincide.
+    Exported {
+        // SAFETY: `Box::into_raw` never returns null.
+        ptr: unsafe { NonNull::new_unchecked(raw.cast::<DLManagedTensor>()) },
+        _marker: PhantomData,
+    }
+}
+
+/// Builds a versioned (`dltensor_versioned`) managed tensor at version 1.0 with `flags`
+/// (callers pass [`FLAG_READ_ONLY`] or 0), owning its arrays and `owner`.
+pub fn export_versioned<O: Send + 'static>(
+    desc: TensorDesc,
+    flags: u64,
+    owner: O,
+) -> Exported<DLManagedTensorVersioned> {
+    let (dl_tensor, shape, strides) = plain_tensor(desc);
+    let holder = Box::new(Holder {
+        managed: DLManagedTensorVersioned {
+            version: EXPORT_VERSION,
+            manager_ctx: ptr::null_mut(),
+            deleter: Some(delete_versioned::<O>),
+            flags: DlpackFlags::from_bits_retain(flags),
+            dl_tensor,
+        },
+        _shape: shape,
+        _strides: strides,
+        _owner: owner,
+    });
+    let raw = Box::into_raw(holder);
+    // SAFETY: `raw` is the unique pointer to the block just leaked; see `export_legacy`.
+    unsafe { (*raw).managed.manager_ctx = raw.cast() };
+    Exported {
+        // SAFETY: `Box::into_raw` never returns null.
+        ptr: unsafe { NonNull::new_unchecked(raw.cast::<DLManagedTensorVersioned>()) },
+        _marker: PhantomData,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    /// Counts how many times it is dropped.
+    struct Probe(Arc<AtomicUsize>);
+    impl Drop for Probe {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn cpu() -> DLDevice {
+        DLDevice {
+            device_type: DLDeviceType::CPU,
+            device_id: 0,
+        }
+    }
+
+    fn desc(shape: Vec<i64>, strides: Vec<i64>, offset: u64) -> TensorDesc {
+        TensorDesc::new(0x1000, cpu(), ExportDType::Float32, shape, strides, offset).unwrap()
+    }
+
+    /// Reads the exported shape/strides back through the raw pointers, as a consumer would.
+    fn dims(t: &DLTensor) -> (Vec<i64>, Vec<i64>) {
+        let n = t.ndim as usize;
+        if n == 0 {
+            return (vec![], vec![]);
+        }
+        // SAFETY: the export owns `ndim` valid elements behind both pointers while alive.
+        unsafe {
+            (
+                std::slice::from_raw_parts(t.shape, n).to_vec(),
+                std::slice::from_raw_parts(t.strides, n).to_vec(),
+            )
+        }
+    }
+
+    #[test]
+    fn legacy_fields_and_single_owner_drop() {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let exp = export_legacy(desc(vec![2, 3, 4], vec![1, 0, 6], 5), Probe(drops.clone()));
+        let t = exp.dl_tensor();
+        assert_eq!(t.data as usize, 0x1000);
+        assert_eq!(t.ndim, 3);
+        assert_eq!(dims(t), (vec![2, 3, 4], vec![1, 0, 6]));
+        assert_eq!(t.byte_offset, 20);
+        assert_eq!(
+            t.dtype,
+            DLDataType {
+                code: DLDataTypeCode::FLOAT,
+                bits: 32,
+                lanes: 1
+            }
+        );
+        assert_eq!(t.device, cpu());
+        assert!(!exp.managed().manager_ctx.is_null());
+        assert_eq!(drops.load(Ordering::SeqCst), 0);
+        drop(exp);
+        assert_eq!(drops.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn versioned_is_exactly_1_0_with_flags() {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let exp = export_versioned(
+            desc(vec![4], vec![1], 0),
+            FLAG_READ_ONLY,
+            Probe(drops.clone()),
+        );
+        let m = exp.managed();
+        assert_eq!((m.version.major, m.version.minor), (1, 0));
+        assert_eq!(m.flags.bits(), FLAG_READ_ONLY);
+        assert_eq!(dims(&m.dl_tensor), (vec![4], vec![1]));
+        drop(exp);
+        let exp = export_versioned(desc(vec![4], vec![1], 0), 0, Probe(drops.clone()));
+        assert_eq!(exp.managed().flags.bits(), 0);
+        drop(exp);
+        assert_eq!(drops.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn int32_codes() {
+        let d = TensorDesc::new(8, cpu(), ExportDType::Int32, vec![1], vec![1], 3).unwrap();
+        let exp = export_legacy(d, ());
+        assert_eq!(
+            exp.dl_tensor().dtype,
+            DLDataType {
+                code: DLDataTypeCode::INT,
+                bits: 32,
+                lanes: 1
+            }
+        );
+        assert_eq!(exp.dl_tensor().byte_offset, 12);
+        assert_eq!(ExportDType::from_name("Int32"), Some(ExportDType::Int32));
+        assert_eq!(
+            ExportDType::from_name("Float32"),
+            Some(ExportDType::Float32)
+        );
+        assert_eq!(ExportDType::from_name("Bool"), None);
+    }
+
+    #[test]
+    fn raw_round_trip_runs_deleter_through_the_c_pointer() {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let raw = export_versioned(desc(vec![2], vec![1], 0), 0, Probe(drops.clone())).into_raw();
+        assert_eq!(
+            drops.load(Ordering::SeqCst),
+            0,
+            "into_raw must not run the deleter"
+        );
+        // Call the deleter the way a C consumer does: through the struct's function pointer.
+        // SAFETY: `raw` is live and this is its only deleter call.
+        unsafe { ((*raw).deleter.unwrap())(raw) };
+        assert_eq!(drops.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn from_raw_takes_back_ownership() {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let raw = export_legacy(desc(vec![2], vec![1], 0), Probe(drops.clone())).into_raw();
+        // SAFETY: `raw` came from into_raw and nobody else deletes it.
+        let back = unsafe { Exported::from_raw(raw) }.unwrap();
+        assert_eq!(back.dl_tensor().ndim, 1);
+        drop(back);
+        assert_eq!(drops.load(Ordering::SeqCst), 1);
+        // SAFETY: null is always accepted and yields None.
+        assert!(unsafe { Exported::<DLManagedTensor>::from_raw(ptr::null_mut()) }.is_none());
+    }
+
+    #[test]
+    fn deleter_may_run_on_another_thread() {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let exp = export_legacy(desc(vec![3], vec![1], 0), Probe(drops.clone()));
+        std::thread::spawn(move || drop(exp)).join().unwrap();
+        assert_eq!(drops.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn rank_zero_uses_null_arrays() {
+        let exp = export_legacy(desc(vec![], vec![], 0), ());
+        let t = exp.dl_tensor();
+        assert_eq!(t.ndim, 0);
+        assert!(t.shape.is_null() && t.strides.is_null());
+    }
+
+    #[test]
+    fn arrays_are_distinct_per_export() {
+        // Two exports of the same description must not share shape storage, or one deleter
+        // would free the other's arrays.
+        let a = export_legacy(desc(vec![2, 2], vec![1, 2], 0), ());
+        let b = export_legacy(desc(vec![2, 2], vec![1, 2], 0), ());
+        assert_ne!(a.dl_tensor().shape, b.dl_tensor().shape);
+        assert_ne!(a.dl_tensor().strides, b.dl_tensor().strides);
+    }
+
+    #[test]
+    fn description_checks() {
+        let e = TensorDesc::new(8, cpu(), ExportDType::Float32, vec![2], vec![1, 1], 0);
+        assert_eq!(
+            e.unwrap_err(),
+            DescError::RankMismatch {
+                shape: 1,
+                strides: 2
+            }
+        );
+        let e = TensorDesc::new(8, cpu(), ExportDType::Float32, vec![2, -1], vec![1, 1], 0);
+        assert_eq!(
+            e.unwrap_err(),
+            DescError::NegativeExtent { dim: 1, extent: -1 }
+        );
+        let e = TensorDesc::new(0, cpu(), ExportDType::Float32, vec![2], vec![1], 0);
+        assert_eq!(e.unwrap_err(), DescError::NullData);
+        // Rank 0 has one element, so a null pointer is refused there too.
+        let e = TensorDesc::new(0, cpu(), ExportDType::Float32, vec![], vec![], 0);
+        assert_eq!(e.unwrap_err(), DescError::NullData);
+        // An empty tensor may have a null pointer.
+        assert!(TensorDesc::new(0, cpu(), ExportDType::Float32, vec![0, 3], vec![1, 0], 0).is_ok());
+        let e = TensorDesc::new(
+            8,
+            cpu(),
+            ExportDType::Float32,
+            vec![1],
+            vec![1],
+            u64::MAX / 2,
+        );
+        assert_eq!(e.unwrap_err(), DescError::OffsetOverflow);
+        assert!(DescError::NullData.to_string().contains("null"));
+    }
+
+    #[test]
+    fn foreign_device_is_kept_verbatim() {
+        let dev = DLDevice {
+            device_type: DLDeviceType(12),
+            device_id: 7,
+        };
+        let d = TensorDesc::new(8, dev, ExportDType::Float32, vec![1], vec![1], 0).unwrap();
+        let exp = export_versioned(d, 0, ());
+        assert_eq!(exp.dl_tensor().device, dev);
+    }
+}

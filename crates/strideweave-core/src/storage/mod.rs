@@ -10,3 +10,4 @@ mod host;
 pub use elem::{ElemKind, Scalar};
 pub use file::FileStore;
 pub use host::HostBuffer;
+pub mod block;

@@ -1,1 +1,537 @@
 //! Compute kernels over hierarchical layouts.
+//!
+//! A hierarchical layout reaches memory only through its leaf modes, so every kernel here
+//! takes the flattened leaf extents (depth-first, first leaf fastest) and, per operand, an
+//! element offset and the matching leaf strides. All operands of one call share the same
+//! extents: they are the same logical coordinate space read or written through different
+//! layouts. The output is written through its own strides too, which lets one kernel produce
+//! a canonical result, a gapped gradient layout, or (with stride-0 leaves) a reduction.
+//!
+//! Before walking, leaves of extent 1 are dropped and neighbouring leaves that every operand
+//! walks contiguously are merged, so a compact 10^6-element operand becomes one inner run the
+//! compiler can vectorise. Every operand's greatest reachable index is checked against its
+//! slice before the first element is touched, so the walks themselves index without checks
+//! that could fail.
+//!
+//! Summation decision: `sum_f32` accumulates in `f64` (eight independent lanes on contiguous
+//! runs, so it vectorises) and rounds to `f32` once at the end. Every `f32` is exact in
+//! `f64`, so the only rounding before the final one is the `f64` addition error, about
+//! 2^-29 of the `f32` ulp per element: for any realistic element count the result is the
+//! correctly rounded `f32` sum or one ulp from it, far better than naive `f32` accumulation.
+
+use std::fmt;
+
+/// Why a kernel refused to run. Nothing has been written when one is returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KernelError {
+    /// An operand's strides do not have one entry per leaf extent.
+    RankMismatch {
+        operand: &'static str,
+        expected: usize,
+        got: usize,
+    },
+    /// An operand's greatest reachable index lies outside its buffer.
+    OutOfBounds {
+        operand: &'static str,
+        needed: usize,
+        len: usize,
+    },
+    /// The size or greatest index does not fit in `usize`.
+    Overflow { operand: &'static str },
+}
+
+impl fmt::Display for KernelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KernelError::RankMismatch { operand, expected, got } => {
+                write!(f, "{operand}: {got} strides for {expected} leaf extents")
+            }
+            KernelError::OutOfBounds { operand, needed, len } => {
+                write!(
+                    f,
+                    "{operand}: layout reaches {needed} slots but the storage holds {len}"
+                )
+            }
+            KernelError::Overflow { operand } => write!(f, "{operand}: layout span overflows"),
+        }
+    }
+}
+
+impl std::error::Error for KernelError {}
+
+/// A read-only operand: a buffer, an element offset into it, and one stride per leaf.
+#[derive(Clone, Copy, Debug)]
+pub struct Operand<'a> {
+    pub data: &'a [f32],
+    pub offset: usize,
+    pub strides: &'a [usize],
+}
+
+impl<'a> Operand<'a> {
+    pub fn new(data: &'a [f32], offset: usize, strides: &'a [usize]) -> Self {
+        Self { data, offset, strides }
+    }
+}
+
+/// The elementwise binary operations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinaryOp {
+    Add,
+    Mul,
+}
+
+/// Number of logical coordinates, checked for overflow.
+pub fn element_count(extents: &[usize]) -> Option<usize> {
+    extents.iter().try_fold(1usize, |acc, &e| acc.checked_mul(e))
+}
+
+/// Strides of the canonical injective layout over `extents`: each leaf's stride is the
+/// product of the extents before it.
+pub fn canonical_strides(extents: &[usize]) -> Vec<usize> {
+    let mut acc = 1usize;
+    extents
+        .iter()
+        .map(|&e| {
+            let s = acc;
+            acc = acc.saturating_mul(e);
+            s
+        })
+        .collect()
+}
+
+/// One past the greatest index `offset + Σ (extent-1)·stride` reaches.
+fn reach(operand: &'static str, extents: &[usize], offset: usize, strides: &[usize]) -> Result<usize, KernelError> {
+    if strides.len() != extents.len() {
+        return Err(KernelError::RankMismatch {
+            operand,
+            expected: extents.len(),
+            got: strides.len(),
+        });
+    }
+    let mut last = offset;
+    for (&e, &s) in extents.iter().zip(strides) {
+        // A zero extent means no coordinates at all; treat it as reaching nothing extra.
+        let step = e
+            .saturating_sub(1)
+            .checked_mul(s)
+            .ok_or(KernelError::Overflow { operand })?;
+        last = last.checked_add(step).ok_or(KernelError::Overflow { operand })?;
+    }
+    last.checked_add(1).ok_or(KernelError::Overflow { operand })
+}
+
+fn check(
+    operand: &'static str,
+    extents: &[usize],
+    offset: usize,
+    strides: &[usize],
+    len: usize,
+) -> Result<(), KernelError> {
+    if element_count(extents).ok_or(KernelError::Overflow { operand })? == 0 {
+        return Ok(());
+    }
+    let needed = reach(operand, extents, offset, strides)?;
+    if needed > len {
+        return Err(KernelError::OutOfBounds { operand, needed, len });
+    }
+    Ok(())
+}
+
+/// The walk plan shared by all operands of a call: simplified extents and per-operand strides.
+struct Plan<const N: usize> {
+    extents: Vec<usize>,
+    strides: [Vec<usize>; N],
+}
+
+impl<const N: usize> Plan<N> {
+    /// Drop extent-1 leaves and merge neighbours every operand walks contiguously. Merging
+    /// leaf `i+1` into leaf `i` is valid exactly when each operand's `stride[i+1]` equals
+    /// `stride[i]·extent[i]` (stride-0 operands satisfy this trivially, 0 = 0·e).
+    fn new(extents: &[usize], strides: [&[usize]; N]) -> Self {
+        let mut ext: Vec<usize> = Vec::with_capacity(extents.len());
+        let mut st: [Vec<usize>; N] = std::array::from_fn(|_| Vec::with_capacity(extents.len()));
+        for (leaf, &e) in extents.iter().enumerate() {
+            if e == 1 {
+                continue;
+            }
+            if let Some(&prev) = ext.last() {
+                let mergeable = (0..N).all(|k| {
+                    let p = *st[k].last().expect("same length as ext");
+                    p.checked_mul(prev) == Some(strides[k][leaf])
+                });
+                if mergeable {
+                    *ext.last_mut().expect("non-empty") = prev * e;
+                    continue;
+                }
+            }
+            ext.push(e);
+            for k in 0..N {
+                st[k].push(strides[k][leaf]);
+            }
+        }
+        Plan {
+            extents: ext,
+            strides: st,
+        }
+    }
+
+    /// Call `run(bases, len, inner_strides)` once per inner run (leaf 0 of the plan, the
+    /// fastest), with every operand's base index, in canonical coordinate order.
+    fn walk(&self, offsets: [usize; N], mut run: impl FnMut([usize; N], usize, [usize; N])) {
+        if self.extents.contains(&0) {
+            return;
+        }
+        if self.extents.is_empty() {
+            run(offsets, 1, [0; N]);
+            return;
+        }
+        let inner_len = self.extents[0];
+        let inner: [usize; N] = std::array::from_fn(|k| self.strides[k][0]);
+        let outer = &self.extents[1..];
+        let mut counter = vec![0usize; outer.len()];
+        let mut bases = offsets;
+        loop {
+            run(bases, inner_len, inner);
+            // Odometer over the outer leaves, first outer leaf fastest.
+            let mut d = 0;
+            loop {
+                if d == outer.len() {
+                    return;
+                }
+                counter[d] += 1;
+                for k in 0..N {
+                    bases[k] += self.strides[k][d + 1];
+                }
+                if counter[d] < outer[d] {
+                    break;
+                }
+                for k in 0..N {
+                    bases[k] -= self.strides[k][d + 1] * outer[d];
+                }
+                counter[d] = 0;
+                d += 1;
+            }
+        }
+    }
+}
+
+/// `out[out_strides·c] = a[c] op b[c]` for every coordinate `c`. Slots of `out` that no
+/// coordinate addresses are left as they were (callers pass zeroed storage).
+pub fn binary_f32(
+    op: BinaryOp,
+    extents: &[usize],
+    a: Operand<'_>,
+    b: Operand<'_>,
+    out: &mut [f32],
+    out_strides: &[usize],
+) -> Result<(), KernelError> {
+    check("a", extents, a.offset, a.strides, a.data.len())?;
+    check("b", extents, b.offset, b.strides, b.data.len())?;
+    check("out", extents, 0, out_strides, out.len())?;
+    let plan = Plan::new(extents, [a.strides, b.strides, out_strides]);
+    let (ad, bd) = (a.data, b.data);
+    plan.walk([a.offset, b.offset, 0], |[ia, ib, io], n, [sa, sb, so]| {
+        if sa == 1 && sb == 1 && so == 1 {
+            let (x, y, z) = (&ad[ia..ia + n], &bd[ib..ib + n], &mut out[io..io + n]);
+            match op {
+                BinaryOp::Add => z.iter_mut().zip(x.iter().zip(y)).for_each(|(z, (x, y))| *z = x + y),
+                BinaryOp::Mul => z.iter_mut().zip(x.iter().zip(y)).for_each(|(z, (x, y))| *z = x * y),
+            }
+        } else {
+            for j in 0..n {
+                let (x, y) = (ad[ia + j * sa], bd[ib + j * sb]);
+                out[io + j * so] = match op {
+                    BinaryOp::Add => x + y,
+                    BinaryOp::Mul => x * y,
+                };
+            }
+        }
+    });
+    Ok(())
+}
+
+/// `out[out_strides·c] = f(a[c])` for every coordinate `c`.
+fn unary_f32(
+    extents: &[usize],
+    a: Operand<'_>,
+    out: &mut [f32],
+    out_strides: &[usize],
+    f: impl Fn(f32) -> f32,
+) -> Result<(), KernelError> {
+    check("a", extents, a.offset, a.strides, a.data.len())?;
+    check("out", extents, 0, out_strides, out.len())?;
+    let plan = Plan::new(extents, [a.strides, out_strides]);
+    let ad = a.data;
+    plan.walk([a.offset, 0], |[ia, io], n, [sa, so]| {
+        if sa == 1 && so == 1 {
+            out[io..io + n]
+                .iter_mut()
+                .zip(&ad[ia..ia + n])
+                .for_each(|(z, &x)| *z = f(x));
+        } else {
+            for j in 0..n {
+                out[io + j * so] = f(ad[ia + j * sa]);
+            }
+        }
+    });
+    Ok(())
+}
+
+/// Copy every coordinate of `a` into `out` through `out_strides`. With all-zero strides on
+/// `a` this fills `out` with one value.
+pub fn copy_f32(extents: &[usize], a: Operand<'_>, out: &mut [f32], out_strides: &[usize]) -> Result<(), KernelError> {
+    unary_f32(extents, a, out, out_strides, |x| x)
+}
+
+/// `out[...] = a[c]·scalar`, computed in `f64` and rounded once to `f32`, so the result is
+/// the correctly rounded product of the stored value and the (double) scalar.
+pub fn scale_f32(
+    extents: &[usize],
+    a: Operand<'_>,
+    scalar: f64,
+    out: &mut [f32],
+    out_strides: &[usize],
+) -> Result<(), KernelError> {
+    unary_f32(extents, a, out, out_strides, |x| (x as f64 * scalar) as f32)
+}
+
+/// `out[out_strides·c] += a[c]` for every coordinate, in canonical coordinate order. Output
+/// strides may repeat slots (stride 0): that is the point, the repeats are summed. Used for
+/// broadcast backward (sum over widened leaves) and for per-storage-slot aggregation.
+///
+/// Accumulation happens in `f32` directly in `out`; reductions here are over the widened
+/// extents of one broadcast, not whole tensors.
+pub fn scatter_add_f32(
+    extents: &[usize],
+    a: Operand<'_>,
+    out: &mut [f32],
+    out_strides: &[usize],
+) -> Result<(), KernelError> {
+    check("a", extents, a.offset, a.strides, a.data.len())?;
+    check("out", extents, 0, out_strides, out.len())?;
+    let plan = Plan::new(extents, [a.strides, out_strides]);
+    let ad = a.data;
+    plan.walk([a.offset, 0], |[ia, io], n, [sa, so]| {
+        for j in 0..n {
+            out[io + j * so] += ad[ia + j * sa];
+        }
+    });
+    Ok(())
+}
+
+/// Total over every logical coordinate of `a` (see the module docs for the rounding rule).
+/// A coordinate that several leaves map to the same slot is counted once per coordinate.
+pub fn sum_f32(extents: &[usize], a: Operand<'_>) -> Result<f32, KernelError> {
+    check("a", extents, a.offset, a.strides, a.data.len())?;
+    let plan = Plan::new(extents, [a.strides]);
+    let ad = a.data;
+    let mut total = 0.0f64;
+    plan.walk([a.offset], |[ia], n, [sa]| {
+        if sa == 1 {
+            let run = &ad[ia..ia + n];
+            let mut lanes = [0.0f64; 8];
+            let chunks = run.chunks_exact(8);
+            let tail = chunks.remainder();
+            for c in chunks {
+                for (l, &x) in lanes.iter_mut().zip(c) {
+                    *l += x as f64;
+                }
+            }
+            let mut part: f64 = lanes.iter().sum();
+            for &x in tail {
+                part += x as f64;
+            }
+            total += part;
+        } else if sa == 0 {
+            total += ad[ia] as f64 * n as f64;
+        } else {
+            for j in 0..n {
+                total += ad[ia + j * sa] as f64;
+            }
+        }
+    });
+    Ok(total as f32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Brute force: the index of every coordinate, canonical order (first leaf fastest).
+    fn indices(extents: &[usize], offset: usize, strides: &[usize]) -> Vec<usize> {
+        let mut idx = vec![offset];
+        for (&e, &s) in extents.iter().zip(strides) {
+            idx = (0..e).flat_map(|j| idx.iter().map(move |&i| i + j * s)).collect();
+        }
+        idx
+    }
+
+    fn cosize(extents: &[usize], strides: &[usize]) -> usize {
+        1 + extents.iter().zip(strides).map(|(&e, &s)| (e - 1) * s).sum::<usize>()
+    }
+
+    #[test]
+    fn add_of_hierarchical_strided_inputs_is_canonical() {
+        // [2,[3,4]]:[1,[10,100]] (cosize 322) plus a compact input, into the canonical layout.
+        let ext = [2, 3, 4];
+        let sa = [1, 10, 100];
+        let a: Vec<f32> = (0..322).map(|i| i as f32).collect();
+        let sb = canonical_strides(&ext);
+        let b: Vec<f32> = (0..24).map(|i| 1000.0 * i as f32).collect();
+        let mut out = vec![0.0; 24];
+        binary_f32(
+            BinaryOp::Add,
+            &ext,
+            Operand::new(&a, 0, &sa),
+            Operand::new(&b, 0, &sb),
+            &mut out,
+            &sb,
+        )
+        .unwrap();
+        let ia = indices(&ext, 0, &sa);
+        for k in 0..24 {
+            assert_eq!(out[k], a[ia[k]] + b[k]);
+        }
+    }
+
+    #[test]
+    fn worked_example_product_and_sum() {
+        // x = [1,2,3] broadcast to [2,3]:[0,1]; w = [2,3]:[1,2] rows [10,20,30], [1,2,3].
+        let x = [1.0f32, 2.0, 3.0];
+        let w = [10.0f32, 1.0, 20.0, 2.0, 30.0, 3.0];
+        let ext = [2, 3];
+        let mut p = vec![0.0; 6];
+        binary_f32(
+            BinaryOp::Mul,
+            &ext,
+            Operand::new(&x, 0, &[0, 1]),
+            Operand::new(&w, 0, &[1, 2]),
+            &mut p,
+            &[1, 2],
+        )
+        .unwrap();
+        assert_eq!(sum_f32(&ext, Operand::new(&p, 0, &[1, 2])).unwrap(), 154.0);
+    }
+
+    #[test]
+    fn scatter_add_sums_over_stride_zero_output_leaves() {
+        // Broadcast backward of [1,3] -> [2,3]: each source column receives the column sum.
+        let g = [10.0f32, 1.0, 20.0, 2.0, 30.0, 3.0];
+        let mut out = vec![0.0; 3];
+        scatter_add_f32(&[2, 3], Operand::new(&g, 0, &[1, 2]), &mut out, &[0, 1]).unwrap();
+        assert_eq!(out, vec![11.0, 22.0, 33.0]);
+    }
+
+    #[test]
+    fn copy_with_zero_strides_fills() {
+        let g = [0.0f32, 7.5];
+        let mut out = vec![0.0; 10];
+        // Gapped destination [2,3]:[1,4]; cosize 10, unaddressed slots stay 0.
+        copy_f32(&[2, 3], Operand::new(&g, 1, &[0, 0]), &mut out, &[1, 4]).unwrap();
+        assert_eq!(out, vec![7.5, 7.5, 0.0, 0.0, 7.5, 7.5, 0.0, 0.0, 7.5, 7.5]);
+    }
+
+    #[test]
+    fn scale_rounds_once() {
+        let a = [1.0f32 / 3.0];
+        let mut out = [0.0f32];
+        scale_f32(&[1], Operand::new(&a, 0, &[1]), 3.0, &mut out, &[1]).unwrap();
+        assert_eq!(out[0], ((1.0f32 / 3.0) as f64 * 3.0) as f32);
+    }
+
+    #[test]
+    fn sum_counts_each_coordinate_and_accumulates_in_f64() {
+        // 4:0 reads one slot four times.
+        assert_eq!(sum_f32(&[4], Operand::new(&[2.5], 0, &[0])).unwrap(), 10.0);
+        // 2^24 + 1 + 1 + ...: f32 accumulation would lose every 1.0.
+        let mut v = vec![1.0f32; 17];
+        v[0] = 16_777_216.0;
+        assert_eq!(sum_f32(&[17], Operand::new(&v, 0, &[1])).unwrap(), 16_777_232.0);
+        // Rank 0: one element.
+        assert_eq!(sum_f32(&[], Operand::new(&[4.0, 9.0], 1, &[])).unwrap(), 9.0);
+    }
+
+    #[test]
+    fn out_of_bounds_operands_are_refused_before_writing() {
+        let a = [1.0f32; 5];
+        let mut out = vec![-1.0; 6];
+        let err = binary_f32(
+            BinaryOp::Add,
+            &[2, 3],
+            Operand::new(&a, 0, &[1, 2]),
+            Operand::new(&a, 0, &[1, 2]),
+            &mut out,
+            &[1, 2],
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            KernelError::OutOfBounds {
+                operand: "a",
+                needed: 6,
+                len: 5
+            }
+        );
+        assert!(out.iter().all(|&x| x == -1.0));
+        let err = copy_f32(&[2], Operand::new(&a, 0, &[1, 1]), &mut out, &[1]).unwrap_err();
+        assert!(matches!(err, KernelError::RankMismatch { operand: "a", .. }));
+        let err = sum_f32(&[2], Operand::new(&a, usize::MAX, &[1])).unwrap_err();
+        assert_eq!(err, KernelError::Overflow { operand: "a" });
+    }
+
+    #[test]
+    fn merging_keeps_non_mergeable_leaves_apart() {
+        // [2,2]:[2,1] (transposed) plus compact: leaves must not merge.
+        let a = [1.0f32, 2.0, 3.0, 4.0];
+        let mut out = vec![0.0; 4];
+        copy_f32(&[2, 2], Operand::new(&a, 0, &[2, 1]), &mut out, &[1, 2]).unwrap();
+        assert_eq!(out, vec![1.0, 3.0, 2.0, 4.0]);
+    }
+
+    fn layout_strategy() -> impl Strategy<Value = (Vec<usize>, Vec<usize>, Vec<usize>, usize, usize)> {
+        prop::collection::vec(1usize..4, 0..5).prop_flat_map(|ext| {
+            let n = ext.len();
+            (
+                Just(ext),
+                prop::collection::vec(0usize..7, n),
+                prop::collection::vec(0usize..7, n),
+                0usize..3,
+                0usize..3,
+            )
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn kernels_match_brute_force((ext, sa, sb, oa, ob) in layout_strategy()) {
+            let la = oa + cosize(&ext, &sa);
+            let lb = ob + cosize(&ext, &sb);
+            let a: Vec<f32> = (0..la).map(|i| (i as f32) * 0.5 - 3.0).collect();
+            let b: Vec<f32> = (0..lb).map(|i| (i as f32) * 1.25 + 1.0).collect();
+            let ia = indices(&ext, oa, &sa);
+            let ib = indices(&ext, ob, &sb);
+            let canon = canonical_strides(&ext);
+            let n = ia.len();
+
+            for op in [BinaryOp::Add, BinaryOp::Mul] {
+                let mut out = vec![0.0; n];
+                binary_f32(op, &ext, Operand::new(&a, oa, &sa), Operand::new(&b, ob, &sb), &mut out, &canon).unwrap();
+                for k in 0..n {
+                    let want = match op { BinaryOp::Add => a[ia[k]] + b[ib[k]], BinaryOp::Mul => a[ia[k]] * b[ib[k]] };
+                    prop_assert_eq!(out[k], want);
+                }
+            }
+
+            let want: f64 = ia.iter().map(|&i| a[i] as f64).sum();
+            prop_assert_eq!(sum_f32(&ext, Operand::new(&a, oa, &sa)).unwrap(), want as f32);
+
+            // Scatter-add through b's strides as the output: slot sums.
+            let mut slots = vec![0.0f32; cosize(&ext, &sb)];
+            scatter_add_f32(&ext, Operand::new(&a, oa, &sa), &mut slots, &sb).unwrap();
+            let mut want = vec![0.0f32; slots.len()];
+            for k in 0..n { want[ib[k] - ob] += a[ia[k]]; }
+            prop_assert_eq!(slots, want);
+        }
+    }
+}

@@ -1,5 +1,215 @@
-use pyo3::prelude::*;
+//! `_native` compute kernels for the CPU carrier: elementwise add/mul, scale, copy,
+//! scatter-add and sum over hierarchical layouts (see `strideweave_core::kernels`).
+//!
+//! Every function takes the operation's flattened leaf extents and, per operand, a
+//! `HostStorage`, an element offset and leaf strides; outputs are written at offset 0
+//! through their own strides. The buffers are cloned out of the storages (`Arc`s) before
+//! the GIL is released, so a concurrent `release()` of a carrier cannot free memory a kernel
+//! is still reading. Python (`strideweave._autograd`) decides layouts; these functions only
+//! check that each operand fits its storage, then compute.
 
-pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+use std::sync::Arc;
+
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use strideweave_core::kernels::{self, BinaryOp, KernelError, Operand};
+use strideweave_core::storage::{ElemKind, HostBuffer};
+
+use crate::storage::HostStorage;
+
+fn kernel_err(e: KernelError) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+/// The live f32 buffer of `storage`, checked for kind and alignment.
+fn f32_buffer(name: &str, storage: &Bound<'_, HostStorage>) -> PyResult<Arc<HostBuffer>> {
+    let s = storage.get();
+    if s.kind() != ElemKind::F32 {
+        return Err(PyTypeError::new_err(format!(
+            "{name}: kernel needs f32 storage, not {}",
+            s.kind().name()
+        )));
+    }
+    let buf = s
+        .buffer()
+        .ok_or_else(|| PyRuntimeError::new_err(format!("{name}: storage is released")))?;
+    if buf.as_ptr() as usize % std::mem::align_of::<f32>() != 0 {
+        return Err(PyValueError::new_err(format!("{name}: storage is not aligned for f32")));
+    }
+    Ok(buf)
+}
+
+/// A shared view of a whole f32 buffer.
+///
+/// # Safety
+/// `buf` must be an f32 buffer checked by [`f32_buffer`] (aligned, `len` bytes valid) and no
+/// `&mut` view of it may exist for the lifetime of the returned slice.
+unsafe fn read_view(buf: &HostBuffer) -> &[f32] {
+    std::slice::from_raw_parts(buf.as_ptr() as *const f32, buf.len() / 4)
+}
+
+/// An exclusive view of a whole f32 buffer.
+///
+/// # Safety
+/// As for [`read_view`], and no other view of `buf` may exist while the slice lives.
+#[allow(clippy::mut_from_ref)]
+unsafe fn write_view(buf: &HostBuffer) -> &mut [f32] {
+    std::slice::from_raw_parts_mut(buf.as_ptr() as *mut f32, buf.len() / 4)
+}
+
+/// The output must be a different buffer from every input: the kernels hold `&` views of the
+/// inputs and a `&mut` view of the output at the same time.
+fn disjoint(out: &HostBuffer, inputs: &[&HostBuffer]) -> PyResult<()> {
+    let (o0, o1) = (out.as_ptr() as usize, out.as_ptr() as usize + out.len());
+    for b in inputs {
+        let (b0, b1) = (b.as_ptr() as usize, b.as_ptr() as usize + b.len());
+        if out.len() > 0 && b.len() > 0 && o0 < b1 && b0 < o1 {
+            return Err(PyValueError::new_err("out: output storage overlaps an input"));
+        }
+    }
+    Ok(())
+}
+
+/// `out[c] = a[c] op b[c]`, `op` in {"add", "mul"}.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (op, extents, a, a_offset, a_strides, b, b_offset, b_strides, out, out_strides))]
+fn binary_f32(
+    py: Python<'_>,
+    op: &str,
+    extents: Vec<usize>,
+    a: &Bound<'_, HostStorage>,
+    a_offset: usize,
+    a_strides: Vec<usize>,
+    b: &Bound<'_, HostStorage>,
+    b_offset: usize,
+    b_strides: Vec<usize>,
+    out: &Bound<'_, HostStorage>,
+    out_strides: Vec<usize>,
+) -> PyResult<()> {
+    let op = match op {
+        "add" => BinaryOp::Add,
+        "mul" => BinaryOp::Mul,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "op must be 'add' or 'mul', not {other:?}"
+            )))
+        }
+    };
+    let (ab, bb, ob) = (f32_buffer("a", a)?, f32_buffer("b", b)?, f32_buffer("out", out)?);
+    disjoint(&ob, &[&ab, &bb])?;
+    py.detach(|| {
+        // SAFETY: all three buffers passed `f32_buffer`; `out` overlaps neither input
+        // (checked above), so the `&mut` view is exclusive among the views made here. The
+        // Arcs keep the memory alive for the whole call even if a carrier is released
+        // meanwhile. Concurrent writes through other entry points are excluded by the
+        // carrier object model, as for every other host-buffer user.
+        let (x, y, z) = unsafe { (read_view(&ab), read_view(&bb), write_view(&ob)) };
+        kernels::binary_f32(
+            op,
+            &extents,
+            Operand::new(x, a_offset, &a_strides),
+            Operand::new(y, b_offset, &b_strides),
+            z,
+            &out_strides,
+        )
+    })
+    .map_err(kernel_err)
+}
+
+/// `out[c] = a[c]` (all-zero `a_strides` fill `out` with one value).
+#[pyfunction]
+#[pyo3(signature = (extents, a, a_offset, a_strides, out, out_strides))]
+fn copy_f32(
+    py: Python<'_>,
+    extents: Vec<usize>,
+    a: &Bound<'_, HostStorage>,
+    a_offset: usize,
+    a_strides: Vec<usize>,
+    out: &Bound<'_, HostStorage>,
+    out_strides: Vec<usize>,
+) -> PyResult<()> {
+    let (ab, ob) = (f32_buffer("a", a)?, f32_buffer("out", out)?);
+    disjoint(&ob, &[&ab])?;
+    py.detach(|| {
+        // SAFETY: as in `binary_f32`: checked f32 buffers, output disjoint from the input.
+        let (x, z) = unsafe { (read_view(&ab), write_view(&ob)) };
+        kernels::copy_f32(&extents, Operand::new(x, a_offset, &a_strides), z, &out_strides)
+    })
+    .map_err(kernel_err)
+}
+
+/// `out[c] = a[c]·scalar`, rounded once to f32.
+#[pyfunction]
+#[pyo3(signature = (extents, a, a_offset, a_strides, scalar, out, out_strides))]
+#[allow(clippy::too_many_arguments)]
+fn scale_f32(
+    py: Python<'_>,
+    extents: Vec<usize>,
+    a: &Bound<'_, HostStorage>,
+    a_offset: usize,
+    a_strides: Vec<usize>,
+    scalar: f64,
+    out: &Bound<'_, HostStorage>,
+    out_strides: Vec<usize>,
+) -> PyResult<()> {
+    let (ab, ob) = (f32_buffer("a", a)?, f32_buffer("out", out)?);
+    disjoint(&ob, &[&ab])?;
+    py.detach(|| {
+        // SAFETY: as in `binary_f32`: checked f32 buffers, output disjoint from the input.
+        let (x, z) = unsafe { (read_view(&ab), write_view(&ob)) };
+        kernels::scale_f32(&extents, Operand::new(x, a_offset, &a_strides), scalar, z, &out_strides)
+    })
+    .map_err(kernel_err)
+}
+
+/// `out[out_strides·c] += a[c]`; repeated output slots accumulate.
+#[pyfunction]
+#[pyo3(signature = (extents, a, a_offset, a_strides, out, out_strides))]
+fn scatter_add_f32(
+    py: Python<'_>,
+    extents: Vec<usize>,
+    a: &Bound<'_, HostStorage>,
+    a_offset: usize,
+    a_strides: Vec<usize>,
+    out: &Bound<'_, HostStorage>,
+    out_strides: Vec<usize>,
+) -> PyResult<()> {
+    let (ab, ob) = (f32_buffer("a", a)?, f32_buffer("out", out)?);
+    disjoint(&ob, &[&ab])?;
+    py.detach(|| {
+        // SAFETY: as in `binary_f32`: checked f32 buffers, output disjoint from the input.
+        let (x, z) = unsafe { (read_view(&ab), write_view(&ob)) };
+        kernels::scatter_add_f32(&extents, Operand::new(x, a_offset, &a_strides), z, &out_strides)
+    })
+    .map_err(kernel_err)
+}
+
+/// Total over every coordinate, accumulated in f64 and rounded to f32 (returned as a float).
+#[pyfunction]
+#[pyo3(signature = (extents, a, a_offset, a_strides))]
+fn sum_f32(
+    py: Python<'_>,
+    extents: Vec<usize>,
+    a: &Bound<'_, HostStorage>,
+    a_offset: usize,
+    a_strides: Vec<usize>,
+) -> PyResult<f64> {
+    let ab = f32_buffer("a", a)?;
+    py.detach(|| {
+        // SAFETY: `ab` passed `f32_buffer`; only shared views are made.
+        let x = unsafe { read_view(&ab) };
+        kernels::sum_f32(&extents, Operand::new(x, a_offset, &a_strides))
+    })
+    .map(|v| v as f64)
+    .map_err(kernel_err)
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(binary_f32, m)?)?;
+    m.add_function(wrap_pyfunction!(copy_f32, m)?)?;
+    m.add_function(wrap_pyfunction!(scale_f32, m)?)?;
+    m.add_function(wrap_pyfunction!(scatter_add_f32, m)?)?;
+    m.add_function(wrap_pyfunction!(sum_f32, m)?)?;
     Ok(())
 }

@@ -2,6 +2,7 @@
 //! Each submodule registers its own classes and functions; this file only wires them up.
 use pyo3::prelude::*;
 
+mod block;
 mod dlpack;
 mod engine;
 mod kernels;
@@ -16,5 +17,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     dlpack::register(m)?;
     engine::register(m)?;
     kernels::register(m)?;
+    block::register(m)?;
     Ok(())
 }

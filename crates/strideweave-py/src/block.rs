@@ -1,0 +1,269 @@
+//! `_native.BlockDeviceHandle`: the Rust block device (`strideweave_core::storage::block`)
+//! as seen from the Python carriers.
+//!
+//! This is a private building block for `strideweave.carriers.block_device`: it takes plain
+//! `str` paths and ints, and leaves argument-type checks, carrier bookkeeping and the "close
+//! refuses while a carrier object is alive" rule to Python. What it owns is the exception
+//! mapping the spec names:
+//!
+//! | core error | Python |
+//! | --- | --- |
+//! | NUL in path, not a block device, bad geometry, range outside a live extent, unknown extent | `ValueError` |
+//! | the open fails | `OSError` with errno, strerror and the path (so `FileNotFoundError` etc.) |
+//! | OS error during I/O (device now faulted) | `OSError` with errno |
+//! | zero-byte transfer (device now faulted), closed, already faulted | `RuntimeError` |
+//! | no room | `MemoryError` |
+//! | not Linux | `NotImplementedError` |
+//!
+//! Bulk transfers and zero-filling release the GIL; the device's own mutex serializes them.
+
+use pyo3::exceptions::{
+    PyMemoryError, PyNotImplementedError, PyOSError, PyRuntimeError, PyValueError,
+};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use strideweave_core::storage::block::{BlockDevice, BlockError, Extent};
+
+fn to_pyerr(e: BlockError, path: &str) -> PyErr {
+    let msg = e.to_string();
+    match e {
+        BlockError::Unsupported => PyNotImplementedError::new_err(msg),
+        BlockError::InvalidPath(_)
+        | BlockError::NotBlockDevice(_)
+        | BlockError::BadGeometry(_)
+        | BlockError::OutOfRange { .. }
+        | BlockError::UnknownExtent { .. } => PyValueError::new_err(msg),
+        // OSError(errno, strerror, filename) picks the errno's subclass (FileNotFoundError,
+        // PermissionError, ...) the way the built-in open() does.
+        BlockError::Open(io) => match io.raw_os_error() {
+            Some(errno) => PyOSError::new_err((errno, msg, path.to_owned())),
+            None => PyOSError::new_err(msg),
+        },
+        BlockError::Io(io) => match io.raw_os_error() {
+            Some(errno) => PyOSError::new_err((errno, msg)),
+            None => PyOSError::new_err(msg),
+        },
+        BlockError::ZeroTransfer { .. } | BlockError::Closed | BlockError::Faulted(_) => {
+            PyRuntimeError::new_err(msg)
+        }
+        BlockError::NoSpace { .. } => PyMemoryError::new_err(msg),
+    }
+}
+
+/// An open block-special node with an extent allocator and aligned positioned I/O.
+///
+/// Private to strideweave: use `strideweave.BlockDevice`.
+#[pyclass(module = "strideweave._native", frozen)]
+pub struct BlockDeviceHandle {
+    dev: BlockDevice,
+    path: String,
+}
+
+impl BlockDeviceHandle {
+    fn err(&self, e: BlockError) -> PyErr {
+        to_pyerr(e, &self.path)
+    }
+}
+
+#[pymethods]
+impl BlockDeviceHandle {
+    /// Opens `path` read-write (O_DIRECT where the kernel allows it). Writes nothing.
+    #[new]
+    fn new(py: Python<'_>, path: String) -> PyResult<Self> {
+        let dev = py
+            .detach(|| BlockDevice::open(&path))
+            .map_err(|e| to_pyerr(e, &path))?;
+        Ok(BlockDeviceHandle { dev, path })
+    }
+
+    /// The path as given to the constructor.
+    #[getter]
+    fn path(&self) -> &str {
+        &self.path
+    }
+
+    #[getter]
+    fn capacity_bytes(&self) -> u64 {
+        self.dev.geometry().capacity_bytes
+    }
+
+    #[getter]
+    fn logical_block_size(&self) -> u32 {
+        self.dev.geometry().logical_block_size
+    }
+
+    #[getter]
+    fn physical_block_size(&self) -> u32 {
+        self.dev.geometry().physical_block_size
+    }
+
+    /// The larger of the two block sizes; every extent starts and ends on it.
+    #[getter]
+    fn allocation_alignment(&self) -> u64 {
+        self.dev.geometry().allocation_alignment()
+    }
+
+    /// Whether the descriptor uses O_DIRECT (False when the kernel refused it).
+    #[getter]
+    fn direct_io(&self) -> bool {
+        self.dev.is_direct()
+    }
+
+    fn is_closed(&self) -> bool {
+        self.dev.is_closed()
+    }
+
+    fn is_faulted(&self) -> bool {
+        self.dev.is_faulted()
+    }
+
+    /// The message of the error that faulted the device, or None.
+    fn fault_reason(&self) -> Option<String> {
+        self.dev.fault_reason()
+    }
+
+    /// Closes the descriptor; idempotent. Live extents stay tracked so `free` keeps working.
+    fn close(&self) {
+        self.dev.close()
+    }
+
+    /// The OS descriptor, for diagnostics. RuntimeError once closed.
+    fn fileno(&self) -> PyResult<i32> {
+        self.dev
+            .raw_fd()
+            .ok_or_else(|| self.err(BlockError::Closed))
+    }
+
+    /// Reserves `nbytes` rounded up to the alignment in the lowest free range, zero-filled
+    /// when `zero`. Returns `(offset, length)`; zero bytes give `(0, 0)`, which occupies
+    /// nothing.
+    fn allocate(&self, py: Python<'_>, nbytes: u64, zero: bool) -> PyResult<(u64, u64)> {
+        let e = py
+            .detach(|| self.dev.allocate(nbytes, zero))
+            .map_err(|e| self.err(e))?;
+        Ok((e.offset, e.len))
+    }
+
+    /// Frees the live extent at `offset`. With `length`, it must match the extent's length;
+    /// a `length` of 0 (an empty extent) is a no-op. Works on closed and faulted devices.
+    #[pyo3(signature = (offset, length=None))]
+    fn free(&self, offset: u64, length: Option<u64>) -> PyResult<()> {
+        match length {
+            Some(len) => self.dev.free(Extent { offset, len }),
+            None => self.dev.free_at(offset).map(|_| ()),
+        }
+        .map_err(|e| self.err(e))
+    }
+
+    /// Live extents as `(offset, length)` pairs in offset order.
+    fn live_extents(&self) -> Vec<(u64, u64)> {
+        self.dev
+            .live_extents()
+            .into_iter()
+            .map(|e| (e.offset, e.len))
+            .collect()
+    }
+
+    /// Reads the native-endian float32 at device byte offset `byte_off`.
+    fn read_f32(&self, byte_off: u64) -> PyResult<f32> {
+        self.dev.read_f32(byte_off).map_err(|e| self.err(e))
+    }
+
+    /// Writes `value` rounded to binary32 at device byte offset `byte_off`.
+    fn write_f32(&self, byte_off: u64, value: f64) -> PyResult<()> {
+        self.dev
+            .write_f32(byte_off, value as f32)
+            .map_err(|e| self.err(e))
+    }
+
+    /// Reads `nbytes` at `byte_off` into a new `bytes`.
+    fn read_bytes<'py>(
+        &self,
+        py: Python<'py>,
+        byte_off: u64,
+        nbytes: usize,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let mut buf = vec![0u8; nbytes];
+        py.detach(|| self.dev.read(byte_off, &mut buf))
+            .map_err(|e| self.err(e))?;
+        Ok(PyBytes::new(py, &buf))
+    }
+
+    /// Writes the bytes of `data` at `byte_off`.
+    fn write_bytes(&self, py: Python<'_>, byte_off: u64, data: &[u8]) -> PyResult<()> {
+        py.detach(|| self.dev.write(byte_off, data))
+            .map_err(|e| self.err(e))
+    }
+
+    /// Reads `nbytes` at `byte_off` into host memory at address `ptr`, GIL released.
+    ///
+    /// The caller guarantees `[ptr, ptr + nbytes)` is writable memory that stays alive and
+    /// untouched by anyone else for the duration of the call.
+    fn read_into(&self, py: Python<'_>, ptr: usize, byte_off: u64, nbytes: usize) -> PyResult<()> {
+        let addr = check_ptr(ptr, nbytes)?;
+        py.detach(|| {
+            let buf: &mut [u8] = if nbytes == 0 {
+                &mut []
+            } else {
+                // SAFETY: `addr` is non-null (checked) and, by this method's documented
+                // contract, the start of `nbytes` writable bytes that nothing else accesses
+                // until the call returns.
+                unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, nbytes) }
+            };
+            self.dev.read(byte_off, buf)
+        })
+        .map_err(|e| self.err(e))
+    }
+
+    /// Writes `nbytes` from host memory at address `ptr` to `byte_off`, GIL released.
+    ///
+    /// The caller guarantees `[ptr, ptr + nbytes)` is readable memory that stays alive and
+    /// unmodified for the duration of the call.
+    fn write_from(&self, py: Python<'_>, ptr: usize, byte_off: u64, nbytes: usize) -> PyResult<()> {
+        let addr = check_ptr(ptr, nbytes)?;
+        py.detach(|| {
+            let buf: &[u8] = if nbytes == 0 {
+                &[]
+            } else {
+                // SAFETY: `addr` is non-null (checked) and, by this method's documented
+                // contract, the start of `nbytes` readable bytes that stay unmodified until
+                // the call returns.
+                unsafe { std::slice::from_raw_parts(addr as *const u8, nbytes) }
+            };
+            self.dev.write(byte_off, buf)
+        })
+        .map_err(|e| self.err(e))
+    }
+
+    fn __repr__(&self) -> String {
+        let g = self.dev.geometry();
+        let state = if self.dev.is_faulted() {
+            "faulted"
+        } else if self.dev.is_closed() {
+            "closed"
+        } else {
+            "open"
+        };
+        format!(
+            "BlockDeviceHandle({:?}, capacity_bytes={}, logical_block_size={}, \
+             physical_block_size={}, {state})",
+            self.path, g.capacity_bytes, g.logical_block_size, g.physical_block_size
+        )
+    }
+}
+
+/// A null pointer with a non-empty transfer, or a range that wraps the address space, can
+/// only be a caller bug; refuse it before any I/O.
+fn check_ptr(ptr: usize, nbytes: usize) -> PyResult<usize> {
+    if nbytes > 0 && (ptr == 0 || ptr.checked_add(nbytes).is_none()) {
+        return Err(PyValueError::new_err(format!(
+            "ptr {ptr:#x} is not a valid address for {nbytes} bytes"
+        )));
+    }
+    Ok(ptr)
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<BlockDeviceHandle>()?;
+    Ok(())
+}

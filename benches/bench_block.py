@@ -1,0 +1,120 @@
+"""CPU memory <-> block device through `_native.BlockDeviceHandle`, next to `dd` with direct I/O.
+
+Issue 7's goal: CPU<->BlockDeviceCarrier transfers reach at least 0.8x of
+`dd bs=4M oflag=direct` (write) and `dd bs=4M iflag=direct` (read) on the same loop device.
+
+The script attaches its own loop device (a sparse file in /var/tmp, `losetup --direct-io=on`),
+pre-fills it once so neither side pays for the backing file's block allocation, then times
+each direction a few times and keeps the best run. It always detaches the device. Needs root;
+otherwise it says why and exits 0. Plain script: `python benches/bench_block.py [MiB]`.
+
+Two host buffers are measured: a page-aligned one (the aligned bulk path goes straight from
+the caller's memory to the device) and one that is only 64-byte aligned, as a CPU carrier's
+buffer may be (every chunk goes through the aligned bounce buffer: one extra memcpy).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from strideweave import _native
+
+MiB = 1 << 20
+REPEATS = 3
+
+
+def aligned(nbytes: int, align: int, shift: int = 0) -> np.ndarray:
+    raw = np.empty(nbytes + align + shift, dtype=np.uint8)
+    start = (-raw.ctypes.data) % align + shift
+    return raw[start:start + nbytes]
+
+
+def best(fn) -> float:
+    times = []
+    for _ in range(REPEATS):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def dd(*args: str) -> None:
+    subprocess.run(["dd", *args, "status=none"], check=True)
+
+
+def main() -> int:
+    size_mib = int(sys.argv[1]) if len(sys.argv) > 1 else 256
+    nbytes = size_mib * MiB
+    if os.geteuid() != 0 or shutil.which("losetup") is None or shutil.which("dd") is None:
+        print("bench_block: skipped (needs root, losetup and dd to attach a loop device)")
+        return 0
+
+    tmpdir = tempfile.mkdtemp(prefix="strideweave-bench-block-", dir="/var/tmp")
+    node = None
+    try:
+        backing = os.path.join(tmpdir, "backing.img")
+        with open(backing, "wb") as f:
+            f.truncate(nbytes + 16 * MiB)
+        r = subprocess.run(
+            ["losetup", "--find", "--show", "--direct-io=on", backing],
+            capture_output=True, text=True, check=False,
+        )
+        if r.returncode != 0:
+            print(f"bench_block: skipped (losetup failed: {r.stderr.strip()})")
+            return 0
+        node = r.stdout.strip()
+        count = str(nbytes // (4 * MiB))
+        # Materialize the backing file's blocks once, so both sides write to allocated space.
+        dd("if=/dev/zero", f"of={node}", "bs=4M", f"count={count}", "oflag=direct")
+
+        dev = _native.BlockDeviceHandle(node)
+        off, _ = dev.allocate(nbytes, False)
+        assert off == 0, "the bench's extent must be the range dd writes"
+        print(f"device {node}: {dev.capacity_bytes // MiB} MiB, logical "
+              f"{dev.logical_block_size}, physical {dev.physical_block_size}, "
+              f"O_DIRECT={dev.direct_io}; transfer {size_mib} MiB, best of {REPEATS}")
+
+        t_dd_w = best(lambda: dd("if=/dev/zero", f"of={node}", "bs=4M", f"count={count}",
+                                 "oflag=direct"))
+        t_dd_r = best(lambda: dd(f"if={node}", "of=/dev/null", "bs=4M", f"count={count}",
+                                 "iflag=direct"))
+
+        results = []
+        for label, buf in (("page-aligned", aligned(nbytes, 4096)),
+                           ("64B-aligned", aligned(nbytes, 4096, 64))):
+            buf[:] = np.random.default_rng(0).integers(0, 256, nbytes, dtype=np.uint8)
+            ptr = buf.ctypes.data
+            t_w = best(lambda: dev.write_from(ptr, off, nbytes))
+            back = aligned(nbytes, 4096, buf.ctypes.data % 4096)
+            t_r = best(lambda: dev.read_into(back.ctypes.data, off, nbytes))
+            if not np.array_equal(back, buf):
+                print("bench_block: round trip mismatch!")
+                return 1
+            results.append((label, t_w, t_r))
+        dev.free(off)
+        dev.close()
+
+        def gbs(t: float) -> float:
+            return nbytes / t / 1e9
+
+        print(f"{'':28s}{'GB/s':>8s}{'vs dd':>8s}")
+        print(f"{'dd write (oflag=direct)':28s}{gbs(t_dd_w):8.2f}")
+        print(f"{'dd read (iflag=direct)':28s}{gbs(t_dd_r):8.2f}")
+        for label, t_w, t_r in results:
+            print(f"{'CPU->block ' + label:28s}{gbs(t_w):8.2f}{t_dd_w / t_w:8.2f}x")
+            print(f"{'block->CPU ' + label:28s}{gbs(t_r):8.2f}{t_dd_r / t_r:8.2f}x")
+        return 0
+    finally:
+        if node is not None:
+            subprocess.run(["losetup", "-d", node], check=False)
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -105,7 +105,14 @@ pub fn file_copy(src: &File, src_off: u64, dst: &File, dst_off: u64, bytes: u64)
     #[cfg(not(target_os = "linux"))]
     let done = 0u64;
     if done < bytes {
-        bounce_copy(src, src_off + done, dst, dst_off + done, bytes - done, IO_CHUNK)?;
+        bounce_copy(
+            src,
+            src_off + done,
+            dst,
+            dst_off + done,
+            bytes - done,
+            IO_CHUNK,
+        )?;
     }
     Ok(())
 }
@@ -121,12 +128,17 @@ fn kernel_copy(src: &File, src_off: u64, dst: &File, dst_off: u64, bytes: u64) -
             libc::loff_t::try_from(src_off + done),
             libc::loff_t::try_from(dst_off + done),
         ) else {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "file offset exceeds off_t"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "file offset exceeds off_t",
+            ));
         };
         let want = (bytes - done).min(1 << 30) as usize;
         // SAFETY: both descriptors are borrowed from live `File`s for the call; the offset
         // pointers point at locals that outlive it; flags must be 0.
-        let n = unsafe { libc::copy_file_range(src.as_raw_fd(), &mut s, dst.as_raw_fd(), &mut d, want, 0) };
+        let n = unsafe {
+            libc::copy_file_range(src.as_raw_fd(), &mut s, dst.as_raw_fd(), &mut d, want, 0)
+        };
         if n > 0 {
             done += n as u64;
         } else if n == 0 {
@@ -139,7 +151,9 @@ fn kernel_copy(src: &File, src_off: u64, dst: &File, dst_off: u64, bytes: u64) -
             match e.raw_os_error() {
                 Some(libc::EINTR) => {}
                 // Not an I/O failure, only "not this way": the caller's buffer path decides.
-                Some(libc::EXDEV | libc::ENOSYS | libc::EINVAL | libc::EOPNOTSUPP | libc::EPERM) => return Ok(done),
+                Some(
+                    libc::EXDEV | libc::ENOSYS | libc::EINVAL | libc::EOPNOTSUPP | libc::EPERM,
+                ) => return Ok(done),
                 _ => return Err(e),
             }
         }
@@ -147,7 +161,14 @@ fn kernel_copy(src: &File, src_off: u64, dst: &File, dst_off: u64, bytes: u64) -
     Ok(done)
 }
 
-fn bounce_copy(src: &File, src_off: u64, dst: &File, dst_off: u64, bytes: u64, chunk: usize) -> io::Result<()> {
+fn bounce_copy(
+    src: &File,
+    src_off: u64,
+    dst: &File,
+    dst_off: u64,
+    bytes: u64,
+    chunk: usize,
+) -> io::Result<()> {
     let mut buf = vec![0u8; (bytes.min(chunk as u64)) as usize];
     // Walk backwards when the destination lies after the source, so an overlapping range of
     // the same file is read before it is overwritten.
@@ -155,7 +176,11 @@ fn bounce_copy(src: &File, src_off: u64, dst: &File, dst_off: u64, bytes: u64, c
     let mut remaining = bytes;
     while remaining > 0 {
         let n = remaining.min(buf.len() as u64);
-        let pos = if backwards { remaining - n } else { bytes - remaining };
+        let pos = if backwards {
+            remaining - n
+        } else {
+            bytes - remaining
+        };
         let piece = &mut buf[..n as usize];
         file_read_into_host(src, src_off + pos, piece)?;
         file_write_from_host(dst, dst_off + pos, piece)?;
@@ -181,7 +206,10 @@ impl fmt::Display for LayoutCopyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::RankMismatch { extents, strides } => {
-                write!(f, "leaf_strides has {strides} entries but leaf_extents has {extents}")
+                write!(
+                    f,
+                    "leaf_strides has {strides} entries but leaf_extents has {extents}"
+                )
             }
             Self::NegativeExtent { leaf, extent } => {
                 write!(f, "leaf_extents[{leaf}] is negative ({extent})")
@@ -196,7 +224,10 @@ impl std::error::Error for LayoutCopyError {}
 
 /// The smallest and largest slot index, relative to the offset, that a layout with these
 /// flattened leaf `extents` and `strides` addresses; `None` when it addresses nothing.
-pub fn addressed_range(extents: &[i64], strides: &[i64]) -> Result<Option<(i64, i64)>, LayoutCopyError> {
+pub fn addressed_range(
+    extents: &[i64],
+    strides: &[i64],
+) -> Result<Option<(i64, i64)>, LayoutCopyError> {
     check_modes(extents, strides)?;
     if extents.contains(&0) {
         return Ok(None);
@@ -286,24 +317,25 @@ pub unsafe fn copy_strided(
         return Err(LayoutCopyError::ZeroElementSize);
     }
     // Prove every byte offset fits isize before any pointer arithmetic uses it.
-    let byte_span = |offset: i64, strides: &[i64]| -> Result<Option<(isize, isize)>, LayoutCopyError> {
-        let Some((lo, hi)) = addressed_range(extents, strides)? else {
-            return Ok(None);
+    let byte_span =
+        |offset: i64, strides: &[i64]| -> Result<Option<(isize, isize)>, LayoutCopyError> {
+            let Some((lo, hi)) = addressed_range(extents, strides)? else {
+                return Ok(None);
+            };
+            let es = elem_size as i64;
+            let lo = offset.checked_add(lo).and_then(|v| v.checked_mul(es));
+            let hi = offset
+                .checked_add(hi)
+                .and_then(|v| v.checked_add(1))
+                .and_then(|v| v.checked_mul(es));
+            match (
+                lo.and_then(|v| isize::try_from(v).ok()),
+                hi.and_then(|v| isize::try_from(v).ok()),
+            ) {
+                (Some(l), Some(h)) => Ok(Some((l, h))),
+                _ => Err(LayoutCopyError::Overflow),
+            }
         };
-        let es = elem_size as i64;
-        let lo = offset.checked_add(lo).and_then(|v| v.checked_mul(es));
-        let hi = offset
-            .checked_add(hi)
-            .and_then(|v| v.checked_add(1))
-            .and_then(|v| v.checked_mul(es));
-        match (
-            lo.and_then(|v| isize::try_from(v).ok()),
-            hi.and_then(|v| isize::try_from(v).ok()),
-        ) {
-            (Some(l), Some(h)) => Ok(Some((l, h))),
-            _ => Err(LayoutCopyError::Overflow),
-        }
-    };
     let Some(_) = byte_span(src_offset, src_strides)? else {
         return Ok(());
     };
@@ -498,7 +530,18 @@ mod tests {
         }
         // SAFETY: the buffers cover every addressed slot (sized from addressed_range) and are
         // distinct allocations.
-        unsafe { copy_layout_elements(src.as_ptr(), so, dst.as_mut_ptr(), dof, extents, strides, es).unwrap() };
+        unsafe {
+            copy_layout_elements(
+                src.as_ptr(),
+                so,
+                dst.as_mut_ptr(),
+                dof,
+                extents,
+                strides,
+                es,
+            )
+            .unwrap()
+        };
         assert_eq!(dst, want, "extents {extents:?} strides {strides:?} es {es}");
     }
 
@@ -538,7 +581,9 @@ mod tests {
         let src = [1u8; 4];
         let mut dst = [0u8; 4];
         // SAFETY: a zero extent addresses nothing, so the pointers are never read or written.
-        unsafe { copy_layout_elements(src.as_ptr(), 0, dst.as_mut_ptr(), 0, &[0], &[1], 4).unwrap() };
+        unsafe {
+            copy_layout_elements(src.as_ptr(), 0, dst.as_mut_ptr(), 0, &[0], &[1], 4).unwrap()
+        };
         assert_eq!(dst, [0; 4]);
     }
 
@@ -551,11 +596,17 @@ mod tests {
         unsafe {
             assert_eq!(
                 copy_layout_elements(p.0, 0, p.1, 0, &[2], &[1, 2], 4),
-                Err(LayoutCopyError::RankMismatch { extents: 1, strides: 2 })
+                Err(LayoutCopyError::RankMismatch {
+                    extents: 1,
+                    strides: 2
+                })
             );
             assert_eq!(
                 copy_layout_elements(p.0, 0, p.1, 0, &[2, -1], &[1, 2], 4),
-                Err(LayoutCopyError::NegativeExtent { leaf: 1, extent: -1 })
+                Err(LayoutCopyError::NegativeExtent {
+                    leaf: 1,
+                    extent: -1
+                })
             );
             assert_eq!(
                 copy_layout_elements(p.0, 0, p.1, 0, &[2], &[1], 0),
@@ -590,13 +641,13 @@ mod tests {
             )
             .unwrap()
         };
-        let want: Vec<u32> =
-            brute_pairs(&extents, &ss, &ds, 0, 0)
-                .into_iter()
-                .fold(vec![u32::MAX; 24], |mut w, (s, d)| {
-                    w[d as usize] = src[s as usize];
-                    w
-                });
+        let want: Vec<u32> = brute_pairs(&extents, &ss, &ds, 0, 0).into_iter().fold(
+            vec![u32::MAX; 24],
+            |mut w, (s, d)| {
+                w[d as usize] = src[s as usize];
+                w
+            },
+        );
         assert_eq!(dst, want);
         assert!(dst.iter().all(|&v| v != u32::MAX));
     }

@@ -38,7 +38,9 @@ impl<T> Default for Completion<T> {
 
 impl<T> std::fmt::Debug for Completion<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Completion").field("done", &self.is_done()).finish()
+        f.debug_struct("Completion")
+            .field("done", &self.is_done())
+            .finish()
     }
 }
 

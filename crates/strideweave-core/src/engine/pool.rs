@@ -134,7 +134,8 @@ where
         }
     };
     // The receiver lives in the same static as the sender, so the channel never disconnects.
-    p.tx.send(Box::new(job)).expect("engine channel is never disconnected");
+    p.tx.send(Box::new(job))
+        .expect("engine channel is never disconnected");
     if let Some(index) = spawn_index {
         spawn_worker(p, index, false);
     }
@@ -156,7 +157,11 @@ mod tests {
     fn runs_every_job_exactly_once_from_many_threads() {
         const THREADS: usize = 8;
         const PER_THREAD: usize = 500;
-        let hits: Arc<Vec<AtomicUsize>> = Arc::new((0..THREADS * PER_THREAD).map(|_| AtomicUsize::new(0)).collect());
+        let hits: Arc<Vec<AtomicUsize>> = Arc::new(
+            (0..THREADS * PER_THREAD)
+                .map(|_| AtomicUsize::new(0))
+                .collect(),
+        );
         let (done_tx, done_rx) = mpsc::channel();
         let start = Arc::new(Barrier::new(THREADS));
         let submitters: Vec<_> = (0..THREADS)

@@ -22,7 +22,6 @@ from collections import deque
 from typing import Any, Callable, Iterable, Sequence
 
 from strideweave import _native
-from strideweave.carriers.dtype import DType, storage_zero
 from strideweave.layout import Layout, Shape, Stride
 
 __all__: list[str] = []  # internal module: the public names live in strideweave.operation
@@ -181,6 +180,7 @@ def _host_f32(carrier: Any) -> Any:
 def _rust_output(like: Any) -> bool:
     """Whether fresh storage of `like`'s class holds CPU Float32 slots the kernels can write."""
     from strideweave.carriers.cpu import CPU
+    from strideweave.carriers.dtype import DType
 
     return isinstance(like, CPU) and like.dtype() is DType.Float32
 
@@ -209,6 +209,8 @@ def _values(t: Any, what: str = "tensor") -> list:
 
 
 def _zero(like: Any) -> Any:
+    from strideweave.carriers.dtype import storage_zero
+
     z = storage_zero(like.dtype())
     return 0.0 if z is None else z
 

@@ -18,7 +18,6 @@ from typing import Any
 
 from strideweave import _autograd, profiler as _profiler
 from strideweave._autograd import Operation, is_grad_enabled, no_grad, set_grad_enabled
-from strideweave.carriers.dtype import DType
 from strideweave.layout import Layout, Shape
 from strideweave.profiler import Profiler, ProfilerEvent, profile
 
@@ -68,6 +67,7 @@ def _dispatch(name: str, carrier_type: type, op: Operation, *inputs: Any) -> Any
 def _executor(t: Any, operation: str) -> str:
     """"rust" for CPU Float32, "python" for Generic and CPU Int32; otherwise refuse."""
     from strideweave.carriers.cpu import CPU
+    from strideweave.carriers.dtype import DType
     from strideweave.carriers.generic import Generic
 
     carrier = t._carrier

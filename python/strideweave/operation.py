@@ -118,6 +118,10 @@ class ScalarMulOperation(Operation):
 
     def _forward(self, a: Any, scalar: Any) -> Any:
         _executor(a, "mul")
+        from strideweave.carriers.dtype import DType
+
+        if a._dtype is DType.Int32 and not isinstance(scalar, numbers.Integral):
+            raise TypeError(f"mul: an Int32 tensor can only be scaled by an integer, not {type(scalar).__name__}")
         self.ctx["scalar"] = scalar
         return _autograd.scaled(a, scalar, a._carrier, _result_layout(a))
 

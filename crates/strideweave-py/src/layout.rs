@@ -32,7 +32,10 @@ fn to_pyerr(e: LayoutError) -> PyErr {
 }
 
 fn type_name(obj: &Bound<'_, PyAny>) -> String {
-    obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".into())
 }
 
 // ---------------------------------------------------------------------------------------
@@ -88,7 +91,8 @@ impl<'py> KeySeq for PyKeySeq<'py> {
             PyKeySeq::Tuple(t) => t.get_item(i),
             PyKeySeq::List(l) => l.get_item(i),
         };
-        item.map(PyKey).map_err(|e| LayoutError::Value(e.to_string()))
+        item.map(PyKey)
+            .map_err(|e| LayoutError::Value(e.to_string()))
     }
 }
 
@@ -113,10 +117,14 @@ fn find_bad_key_type(key: &Bound<'_, PyAny>, depth: usize) -> Option<LayoutError
         return None;
     }
     if let Ok(t) = key.cast::<PyTuple>() {
-        return t.iter().find_map(|item| find_bad_key_type(&item, depth + 1));
+        return t
+            .iter()
+            .find_map(|item| find_bad_key_type(&item, depth + 1));
     }
     if let Ok(l) = key.cast::<PyList>() {
-        return l.iter().find_map(|item| find_bad_key_type(&item, depth + 1));
+        return l
+            .iter()
+            .find_map(|item| find_bad_key_type(&item, depth + 1));
     }
     Some(bad_key_type(key))
 }
@@ -133,7 +141,10 @@ fn coord_to_py<'py>(py: Python<'py>, c: &Coord) -> PyResult<Bound<'py, PyAny>> {
     match c {
         Coord::Int(v) => Ok(v.into_pyobject(py)?.into_any()),
         Coord::Seq(s) => {
-            let items = s.iter().map(|c| coord_to_py(py, c)).collect::<PyResult<Vec<_>>>()?;
+            let items = s
+                .iter()
+                .map(|c| coord_to_py(py, c))
+                .collect::<PyResult<Vec<_>>>()?;
             Ok(PyTuple::new(py, items)?.into_any())
         }
     }
@@ -162,7 +173,9 @@ fn parse_element(
     depth: usize,
 ) -> PyResult<Mode> {
     if depth > MAX_NESTING {
-        return Err(PyValueError::new_err(format!("{cls} nesting deeper than {MAX_NESTING} levels")));
+        return Err(PyValueError::new_err(format!(
+            "{cls} nesting deeper than {MAX_NESTING} levels"
+        )));
     }
     if obj.is_instance_of::<PyInt>() {
         return obj.extract::<i64>().map(Mode::Leaf).map_err(|_| {
@@ -170,9 +183,13 @@ fn parse_element(
         });
     }
     let children: Vec<Mode> = if let Ok(t) = obj.cast::<PyTuple>() {
-        t.iter().map(|e| parse_element(&e, cls, same, depth + 1)).collect::<PyResult<_>>()?
+        t.iter()
+            .map(|e| parse_element(&e, cls, same, depth + 1))
+            .collect::<PyResult<_>>()?
     } else if let Ok(l) = obj.cast::<PyList>() {
-        l.iter().map(|e| parse_element(&e, cls, same, depth + 1)).collect::<PyResult<_>>()?
+        l.iter()
+            .map(|e| parse_element(&e, cls, same, depth + 1))
+            .collect::<PyResult<_>>()?
     } else if let Some(tree) = same(obj) {
         // A same-class element with one leaf adds that int; otherwise its modes form one
         // nested mode (a rank-0 element is therefore an empty nested mode: ValueError).
@@ -186,7 +203,8 @@ fn parse_element(
             type_name(obj)
         )));
     };
-    Mode::nested(children).map_err(|_| PyValueError::new_err(format!("{cls} has an empty nested mode")))
+    Mode::nested(children)
+        .map_err(|_| PyValueError::new_err(format!("{cls} has an empty nested mode")))
 }
 
 /// `Shape(*items)` / `Stride(*items)`: no items is rank 0; one item is the whole tree (an
@@ -203,14 +221,21 @@ fn parse_items(
             return Ok(tree);
         }
         if let Ok(t) = only.cast::<PyTuple>() {
-            t.iter().map(|e| parse_element(&e, cls, same, 1)).collect::<PyResult<_>>()?
+            t.iter()
+                .map(|e| parse_element(&e, cls, same, 1))
+                .collect::<PyResult<_>>()?
         } else if let Ok(l) = only.cast::<PyList>() {
-            l.iter().map(|e| parse_element(&e, cls, same, 1)).collect::<PyResult<_>>()?
+            l.iter()
+                .map(|e| parse_element(&e, cls, same, 1))
+                .collect::<PyResult<_>>()?
         } else {
             vec![parse_element(&only, cls, same, 1)?]
         }
     } else {
-        items.iter().map(|e| parse_element(&e, cls, same, 1)).collect::<PyResult<_>>()?
+        items
+            .iter()
+            .map(|e| parse_element(&e, cls, same, 1))
+            .collect::<PyResult<_>>()?
     };
     Ok(IntTree::new(top))
 }
@@ -223,17 +248,23 @@ enum Selection {
 
 fn parse_selection(key: &Bound<'_, PyAny>, rank: usize, cls: &str) -> PyResult<Selection> {
     if key.is_instance_of::<PyBool>() {
-        return Err(PyTypeError::new_err(format!("{cls} indices must be int or slice, not bool")));
+        return Err(PyTypeError::new_err(format!(
+            "{cls} indices must be int or slice, not bool"
+        )));
     }
     if let Ok(i) = key.cast::<PyInt>() {
         let i = i.extract::<i64>().map_err(|_| {
             PyIndexError::new_err(format!("{cls} index {key} out of range for rank {rank}"))
         })?;
-        return normalize_mode_index(i, rank).map(Selection::One).map_err(to_pyerr);
+        return normalize_mode_index(i, rank)
+            .map(Selection::One)
+            .map_err(to_pyerr);
     }
     if let Ok(s) = key.cast::<PySlice>() {
         let ind = s.indices(rank as isize)?;
-        let picked = (0..ind.slicelength as isize).map(|j| (ind.start + j * ind.step) as usize).collect();
+        let picked = (0..ind.slicelength as isize)
+            .map(|j| (ind.start + j * ind.step) as usize)
+            .collect();
         return Ok(Selection::Many(picked));
     }
     Err(PyTypeError::new_err(format!(
@@ -382,9 +413,9 @@ tree_class!(PyShape, Shape, "Shape", {
                 type_name(i)
             )));
         }
-        let k = i
-            .extract::<i64>()
-            .map_err(|_| PyValueError::new_err(format!("Shape.decode ordinal {i} is outside [0, size)")))?;
+        let k = i.extract::<i64>().map_err(|_| {
+            PyValueError::new_err(format!("Shape.decode ordinal {i} is outside [0, size)"))
+        })?;
         let coord = self.inner.decode(k).map_err(to_pyerr)?;
         coord_to_py(py, &coord)
     }
@@ -413,7 +444,11 @@ static NODE_MEMBERS: PyOnceLock<[Py<PyAny>; 3]> = PyOnceLock::new();
 fn node_members(py: Python<'_>) -> PyResult<&'static [Py<PyAny>; 3]> {
     NODE_MEMBERS.get_or_try_init(py, || {
         let node = py.import("strideweave.layout")?.getattr("Node")?;
-        Ok([node.getattr("Leaf")?.unbind(), node.getattr("Push")?.unbind(), node.getattr("Pop")?.unbind()])
+        Ok([
+            node.getattr("Leaf")?.unbind(),
+            node.getattr("Push")?.unbind(),
+            node.getattr("Pop")?.unbind(),
+        ])
     })
 }
 
@@ -436,9 +471,15 @@ impl PyLayout {
         with_key_precedence(key, self.inner.index_of_key(&PyKey(key.clone())))
     }
 
-    fn operand<'a, 'py>(obj: &'a Bound<'py, PyAny>, what: &str) -> PyResult<&'a Bound<'py, PyLayout>> {
+    fn operand<'a, 'py>(
+        obj: &'a Bound<'py, PyAny>,
+        what: &str,
+    ) -> PyResult<&'a Bound<'py, PyLayout>> {
         obj.cast::<PyLayout>().map_err(|_| {
-            PyTypeError::new_err(format!("{what} operand must be a Layout, got {}", type_name(obj)))
+            PyTypeError::new_err(format!(
+                "{what} operand must be a Layout, got {}",
+                type_name(obj)
+            ))
         })
     }
 
@@ -452,10 +493,16 @@ impl PyLayout {
     #[new]
     fn py_new(shape: &Bound<'_, PyAny>, stride: &Bound<'_, PyAny>) -> PyResult<Self> {
         let shape = shape.cast::<PyShape>().map_err(|_| {
-            PyValueError::new_err(format!("Layout shape must be a Shape, got {}", type_name(shape)))
+            PyValueError::new_err(format!(
+                "Layout shape must be a Shape, got {}",
+                type_name(shape)
+            ))
         })?;
         let stride = stride.cast::<PyStride>().map_err(|_| {
-            PyValueError::new_err(format!("Layout stride must be a Stride, got {}", type_name(stride)))
+            PyValueError::new_err(format!(
+                "Layout stride must be a Stride, got {}",
+                type_name(stride)
+            ))
         })?;
         Layout::new(shape.get().core().clone(), stride.get().core().clone())
             .map(PyLayout::from_core)
@@ -477,7 +524,9 @@ impl PyLayout {
     }
 
     fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let modes: Vec<PyLayout> = (0..self.inner.rank()).map(|i| PyLayout::from_core(self.inner.mode(i))).collect();
+        let modes: Vec<PyLayout> = (0..self.inner.rank())
+            .map(|i| PyLayout::from_core(self.inner.mode(i)))
+            .collect();
         Ok(PyList::new(py, modes)?.try_iter()?.into_any())
     }
 
@@ -564,7 +613,10 @@ impl PyLayout {
                 type_name(target)
             ))
         })?;
-        self.inner.broadcast_to(target.get().core()).map(PyLayout::from_core).map_err(to_pyerr)
+        self.inner
+            .broadcast_to(target.get().core())
+            .map(PyLayout::from_core)
+            .map_err(to_pyerr)
     }
 
     #[staticmethod]
@@ -575,23 +627,33 @@ impl PyLayout {
                 type_name(shape)
             ))
         })?;
-        Layout::canonical(shape.get().core()).map(PyLayout::from_core).map_err(to_pyerr)
+        Layout::canonical(shape.get().core())
+            .map(PyLayout::from_core)
+            .map_err(to_pyerr)
     }
 
     fn concat(&self, other: &Bound<'_, PyAny>) -> PyResult<PyLayout> {
         let b = PyLayout::operand(other, "concat")?;
-        Layout::concat(&self.inner, &b.get().inner).map(PyLayout::from_core).map_err(to_pyerr)
+        Layout::concat(&self.inner, &b.get().inner)
+            .map(PyLayout::from_core)
+            .map_err(to_pyerr)
     }
 
     fn append(&self, other: &Bound<'_, PyAny>) -> PyResult<PyLayout> {
         let b = PyLayout::operand(other, "append")?;
-        Layout::append(&self.inner, &b.get().inner).map(PyLayout::from_core).map_err(to_pyerr)
+        Layout::append(&self.inner, &b.get().inner)
+            .map(PyLayout::from_core)
+            .map_err(to_pyerr)
     }
 
     #[pyo3(signature = (*order))]
     fn permute(&self, order: &Bound<'_, PyTuple>) -> PyResult<PyLayout> {
         // Variadic, or a single list/tuple holding the order.
-        let single = if order.len() == 1 { Some(order.get_item(0)?) } else { None };
+        let single = if order.len() == 1 {
+            Some(order.get_item(0)?)
+        } else {
+            None
+        };
         let entries: Vec<Bound<'_, PyAny>> = match &single {
             Some(s) if s.is_instance_of::<PyTuple>() || s.is_instance_of::<PyList>() => {
                 s.try_iter()?.collect::<PyResult<_>>()?
@@ -619,19 +681,28 @@ impl PyLayout {
                 }
             }
         }
-        self.inner.permute(&idx).map(PyLayout::from_core).map_err(to_pyerr)
+        self.inner
+            .permute(&idx)
+            .map(PyLayout::from_core)
+            .map_err(to_pyerr)
     }
 
     fn __add__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let py = other.py();
-        let Ok(b) = other.cast::<PyLayout>() else { return Ok(py.NotImplemented()) };
+        let Ok(b) = other.cast::<PyLayout>() else {
+            return Ok(py.NotImplemented());
+        };
         let out = Layout::concat(&self.inner, &b.get().inner).map_err(to_pyerr)?;
-        Ok(Bound::new(py, PyLayout::from_core(out))?.into_any().unbind())
+        Ok(Bound::new(py, PyLayout::from_core(out))?
+            .into_any()
+            .unbind())
     }
 
     fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> Py<PyAny> {
         let py = other.py();
-        let Ok(o) = other.cast::<PyLayout>() else { return py.NotImplemented() };
+        let Ok(o) = other.cast::<PyLayout>() else {
+            return py.NotImplemented();
+        };
         let result = match op {
             CompareOp::Eq => self.inner == o.get().inner,
             CompareOp::Ne => self.inner != o.get().inner,
@@ -652,7 +723,9 @@ impl PyLayout {
         self.inner.to_string()
     }
 
-    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyType>, (PyShape, PyStride))> {
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyType>, (PyShape, PyStride))> {
         let me = slf.get();
         Ok((slf.get_type(), (me.shape(), me.stride())))
     }

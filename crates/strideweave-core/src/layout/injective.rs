@@ -141,12 +141,18 @@ mod tests {
 
     #[test]
     fn huge_layouts_answer_without_enumerating() {
-        assert!(!is_injective(&flat(&[1_000_000_000, 1_000_000_000], &[0, 1])));
+        assert!(!is_injective(&flat(
+            &[1_000_000_000, 1_000_000_000],
+            &[0, 1]
+        )));
         assert!(is_injective(&flat(
             &[1_000_000_000, 1_000_000_000],
             &[1, 1_000_000_000]
         )));
-        assert!(!is_injective(&flat(&[1_000_000_000, 1_000_000_000], &[1, 2])));
+        assert!(!is_injective(&flat(
+            &[1_000_000_000, 1_000_000_000],
+            &[1, 2]
+        )));
     }
 
     #[test]

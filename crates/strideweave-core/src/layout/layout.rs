@@ -218,7 +218,12 @@ impl Layout {
         self.index_of_key(&coord)
     }
 
-    fn walk<S: KeySeq>(&self, modes: &[Mode], seq: &S, pos: &mut usize) -> Result<i64, LayoutError> {
+    fn walk<S: KeySeq>(
+        &self,
+        modes: &[Mode],
+        seq: &S,
+        pos: &mut usize,
+    ) -> Result<i64, LayoutError> {
         if seq.len() != modes.len() {
             return Err(LayoutError::Value(format!(
                 "key has {} components where the layout has {} modes",
@@ -233,7 +238,9 @@ impl Layout {
             match (mode, item.view()?) {
                 (Mode::Leaf(e), KeyView::Int(c)) => {
                     if !(0..*e).contains(&c) {
-                        return Err(LayoutError::Value(format!("coordinate {c} is outside [0, {e})")));
+                        return Err(LayoutError::Value(format!(
+                            "coordinate {c} is outside [0, {e})"
+                        )));
                     }
                     acc += c * strides[*pos];
                     *pos += 1;
@@ -416,12 +423,19 @@ mod tests {
     #[test]
     fn spec_indexing_examples() {
         let lay = spec_l();
-        assert_eq!(lay.index_of_coord(&cs(vec![c(1), cs(vec![c(2), c(3)])])), Ok(321));
+        assert_eq!(
+            lay.index_of_coord(&cs(vec![c(1), cs(vec![c(2), c(3)])])),
+            Ok(321)
+        );
         assert_eq!(lay.index_of_coord(&cs(vec![c(1), c(11)])), Ok(321));
         assert_eq!(lay.index_of_coord(&c(23)), Ok(321));
         assert_eq!(lay.index_of_int(23), 321);
         assert_eq!((lay.size(), lay.cosize()), (24, 322));
-        let m = Layout::new(Shape::flat(&[3, 4]).unwrap(), Stride::flat(&[2, 10]).unwrap()).unwrap();
+        let m = Layout::new(
+            Shape::flat(&[3, 4]).unwrap(),
+            Stride::flat(&[2, 10]).unwrap(),
+        )
+        .unwrap();
         assert_eq!(m.index_of_int(5), 14);
         assert_eq!(m.index_of_coord(&cs(vec![c(2), c(3)])), Ok(34));
         for bad in [
@@ -494,7 +508,10 @@ mod tests {
         assert_eq!(s.to_string(), "Shape<(2, (3, 4))>");
         assert_eq!(s.depth(), 2);
         assert_eq!(Shape::flat(&[4]).unwrap().to_string(), "Shape<(4,)>");
-        assert_eq!(shape(vec![nested(vec![l(5)])]).to_string(), "Shape<((5,),)>");
+        assert_eq!(
+            shape(vec![nested(vec![l(5)])]).to_string(),
+            "Shape<((5,),)>"
+        );
         assert_eq!(stride(vec![]).to_string(), "Stride<()>");
     }
 
@@ -517,7 +534,10 @@ mod tests {
     #[test]
     fn canonical_table() {
         let cases: Vec<(Shape, Stride)> = vec![
-            (Shape::flat(&[4, 2]).unwrap(), Stride::flat(&[1, 4]).unwrap()),
+            (
+                Shape::flat(&[4, 2]).unwrap(),
+                Stride::flat(&[1, 4]).unwrap(),
+            ),
             (
                 shape(vec![l(2), nested(vec![l(3), l(4)])]),
                 stride(vec![l(1), nested(vec![l(2), l(6)])]),
@@ -551,7 +571,11 @@ mod tests {
             .broadcast_to(&shape(vec![l(2), nested(vec![l(4), l(3)])]))
             .unwrap();
         assert_eq!(out.stride(), &stride(vec![l(1), nested(vec![l(0), l(2)])]));
-        let flat = Layout::new(Shape::flat(&[2, 3]).unwrap(), Stride::flat(&[1, 2]).unwrap()).unwrap();
+        let flat = Layout::new(
+            Shape::flat(&[2, 3]).unwrap(),
+            Stride::flat(&[1, 2]).unwrap(),
+        )
+        .unwrap();
         assert!(matches!(
             flat.broadcast_to(&Shape::flat(&[2, 4]).unwrap()),
             Err(LayoutError::Value(_))
@@ -575,14 +599,23 @@ mod tests {
             stride(vec![l(1), l(1), nested(vec![l(2), l(6)])]),
         )
         .unwrap();
-        assert_eq!(lay.mode(2).to_string(), "Layout(Shape<(3, 4)>, Stride<(2, 6)>)");
+        assert_eq!(
+            lay.mode(2).to_string(),
+            "Layout(Shape<(3, 4)>, Stride<(2, 6)>)"
+        );
         assert_eq!(
             lay.select(&[1, 2]).to_string(),
             "Layout(Shape<(2, (3, 4))>, Stride<(1, (2, 6))>)"
         );
         assert_eq!(normalize_mode_index(-3, 3), Ok(0));
-        assert!(matches!(normalize_mode_index(3, 3), Err(LayoutError::Index(_))));
-        assert!(matches!(normalize_mode_index(-4, 3), Err(LayoutError::Index(_))));
+        assert!(matches!(
+            normalize_mode_index(3, 3),
+            Err(LayoutError::Index(_))
+        ));
+        assert!(matches!(
+            normalize_mode_index(-4, 3),
+            Err(LayoutError::Index(_))
+        ));
 
         let mk = |sh: &[i64], st: &[i64]| {
             Layout::new(Shape::flat(sh).unwrap(), Stride::flat(st).unwrap()).unwrap()
@@ -590,7 +623,10 @@ mod tests {
         let cat = Layout::concat(&mk(&[1, 2], &[1, 2]), &mk(&[3], &[6])).unwrap();
         assert_eq!(cat, mk(&[1, 2, 3], &[1, 2, 6]));
         let app = Layout::append(&mk(&[1], &[1]), &mk(&[2, 3], &[2, 6])).unwrap();
-        assert_eq!(app.to_string(), "Layout(Shape<(1, (2, 3))>, Stride<(1, (2, 6))>)");
+        assert_eq!(
+            app.to_string(),
+            "Layout(Shape<(1, (2, 3))>, Stride<(1, (2, 6))>)"
+        );
         let r0 = Layout::new(shape(vec![]), stride(vec![])).unwrap();
         assert_eq!(Layout::append(&app, &r0).unwrap(), app);
 

@@ -153,11 +153,16 @@ impl Shape {
     pub fn decode(&self, k: i64) -> Result<Coord, LayoutError> {
         let in_range = k >= 0 && checked_product(self.leaves()).is_none_or(|size| k < size);
         if !in_range {
-            return Err(LayoutError::Value(format!("ordinal {k} is outside [0, size)")));
+            return Err(LayoutError::Value(format!(
+                "ordinal {k} is outside [0, size)"
+            )));
         }
         let mut rest = k;
         Ok(Coord::Seq(
-            self.modes().iter().map(|m| decode_mode(m, &mut rest)).collect(),
+            self.modes()
+                .iter()
+                .map(|m| decode_mode(m, &mut rest))
+                .collect(),
         ))
     }
 

@@ -47,7 +47,9 @@ fn naive_index(shape: &[Mode], stride: &[Mode], coord: &[Coord]) -> i64 {
         .zip(coord)
         .map(|((sh, st), c)| match (sh, st, c) {
             (Mode::Leaf(_), Mode::Leaf(s), Coord::Int(v)) => v * s,
-            (Mode::Nested(a), Mode::Nested(b), Coord::Seq(cs)) => naive_index(a.children(), b.children(), cs),
+            (Mode::Nested(a), Mode::Nested(b), Coord::Seq(cs)) => {
+                naive_index(a.children(), b.children(), cs)
+            }
             _ => panic!("coordinate is not congruent"),
         })
         .sum()
@@ -59,7 +61,10 @@ fn all_coords(modes: &[Mode]) -> Vec<Vec<Coord>> {
     for m in modes {
         let options: Vec<Coord> = match m {
             Mode::Leaf(e) => (0..*e).map(Coord::Int).collect(),
-            Mode::Nested(n) => all_coords(n.children()).into_iter().map(Coord::Seq).collect(),
+            Mode::Nested(n) => all_coords(n.children())
+                .into_iter()
+                .map(Coord::Seq)
+                .collect(),
         };
         out = out
             .into_iter()
@@ -77,7 +82,9 @@ fn all_coords(modes: &[Mode]) -> Vec<Vec<Coord>> {
 
 /// Replace the first nested subtree of `coord` (top-level) by its ordinal within it.
 fn collapse_first_nested(layout: &Layout, coord: &Coord) -> Option<Coord> {
-    let Coord::Seq(items) = coord else { return None };
+    let Coord::Seq(items) = coord else {
+        return None;
+    };
     let i = layout
         .shape()
         .modes()

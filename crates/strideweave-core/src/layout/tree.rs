@@ -145,7 +145,11 @@ impl IntTree {
         let mut leaves = Vec::with_capacity(modes.iter().map(Mode::leaf_count).sum());
         modes.iter().for_each(|m| m.push_leaves(&mut leaves));
         let depth = 1 + modes.iter().map(Mode::depth).max().unwrap_or(0);
-        IntTree { modes, leaves, depth }
+        IntTree {
+            modes,
+            leaves,
+            depth,
+        }
     }
 
     /// A flat tree: one leaf mode per value.

@@ -87,12 +87,22 @@ def capsule_name(capsule: object) -> bytes:
     return _api.PyCapsule_GetName(capsule)
 
 
-def managed(capsule: object):
-    """The managed tensor inside an unconsumed capsule, as a ctypes structure (by reference)."""
+def _view(capsule: object):
     name = capsule_name(capsule)
     address = _api.PyCapsule_GetPointer(capsule, name)
     struct = DLManagedTensorVersioned if name.endswith(b"versioned") else DLManagedTensor
     return ctypes.cast(address, ctypes.POINTER(struct)).contents
+
+
+def managed(capsule: object):
+    """The managed tensor inside an unconsumed capsule, as a ctypes structure (by reference).
+
+    The view keeps the capsule alive: the structure lives in memory the capsule's destructor
+    frees, so `managed(t.__dlpack__())` must not outlive its capsule.
+    """
+    view = _view(capsule)
+    view._capsule = capsule
+    return view
 
 
 def dims(tensor: DLTensor) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -106,7 +116,7 @@ def consume(capsule: object):
     Returns the managed structure; the caller must now call its deleter exactly once.
     """
     name = capsule_name(capsule)
-    m = managed(capsule)
+    m = _view(capsule)  # deliberately not keeping the capsule alive: the caller owns m now
     used = USED_VERSIONED if name == VERSIONED else USED_LEGACY
     if _api.PyCapsule_SetName(capsule, ctypes.addressof(_NAME_BUFFERS[used])) != 0:
         raise RuntimeError("PyCapsule_SetName failed")

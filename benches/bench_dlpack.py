@@ -1,0 +1,61 @@
+"""DLPack export speed, side by side (no assertions; prints per-call times and ratios).
+
+    .venv/bin/python benches/bench_dlpack.py [iterations]
+
+Rows:
+  np.from_dlpack(tensor)      strideweave export + NumPy import (the full round trip)
+  np.from_dlpack(ndarray)     NumPy's own round trip, the reference
+  tensor.__dlpack__()         export alone (legacy capsule, dropped unconsumed)
+  tensor.__dlpack__(mv=1.0)   export alone (versioned capsule, dropped unconsumed)
+  tensor.__dlpack_device__()  device query alone
+The goal is np.from_dlpack(tensor) <= 2x np.from_dlpack(ndarray).
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+
+import strideweave as sw
+
+
+def per_call_ns(fn, iterations: int, repeats: int = 5) -> float:
+    """Best-of-`repeats` mean time per call, in nanoseconds."""
+    for _ in range(min(iterations, 1000)):
+        fn()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter_ns()
+        for _ in range(iterations):
+            fn()
+        best = min(best, (time.perf_counter_ns() - start) / iterations)
+    return best
+
+
+def main(iterations: int) -> None:
+    carrier = sw.CPU(24)
+    tensor = sw.Tensor(carrier, 0, sw.Layout(sw.Shape([2, [3, 4]]), sw.Stride([1, [2, 6]])))
+    ndarray = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    versioned = (1, 0)
+    rows = [
+        ("np.from_dlpack(tensor)", lambda: np.from_dlpack(tensor)),
+        ("np.from_dlpack(ndarray)", lambda: np.from_dlpack(ndarray)),
+        ("tensor.__dlpack__()", lambda: tensor.__dlpack__()),
+        ("tensor.__dlpack__(mv=1.0)", lambda: tensor.__dlpack__(max_version=versioned)),
+        ("ndarray.__dlpack__(mv=1.0)", lambda: ndarray.__dlpack__(max_version=versioned)),
+        ("tensor.__dlpack_device__()", lambda: tensor.__dlpack_device__()),
+        ("ndarray.__dlpack_device__()", lambda: ndarray.__dlpack_device__()),
+    ]
+    times = {name: per_call_ns(fn, iterations) for name, fn in rows}
+    reference = times["np.from_dlpack(ndarray)"]
+    print(f"DLPack export, {iterations} calls x best of 5 (numpy {np.__version__})")
+    print(f"{'call':30} {'ns/call':>10} {'vs np.from_dlpack(ndarray)':>28}")
+    for name, _ in rows:
+        print(f"{name:30} {times[name]:10.0f} {times[name] / reference:27.2f}x")
+    ratio = times["np.from_dlpack(tensor)"] / reference
+    print(f"round-trip ratio np.from_dlpack(tensor) / np.from_dlpack(ndarray) = {ratio:.2f} (goal <= 2)")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 20_000)

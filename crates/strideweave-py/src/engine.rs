@@ -218,7 +218,9 @@ impl AwaitResult {
         let handle: Py<PyAny> = slf.clone().into_any().unbind();
         slf.get().cell.on_done(move |_| {
             // try_attach: a commit racing interpreter shutdown simply drops the callback.
-            Python::try_attach(|py| {
+            // `move`: the references are released while attached, not parked in PyO3's
+            // deferred pool (which would keep the handle alive until some later attach).
+            Python::try_attach(move |py| {
                 if let Err(e) = callback.call1(py, (handle,)) {
                     e.write_unraisable(py, Some(callback.bind(py)));
                 }
@@ -289,7 +291,7 @@ fn submit_python(handle: &Bound<'_, PyAny>, job: &Bound<'_, PyAny>) -> PyResult<
     }
     let job = job.clone().unbind();
     engine::submit(move || {
-        Python::try_attach(|py| {
+        Python::try_attach(move |py| {
             if let Err(e) = job.call0(py) {
                 let exc = e.value(py).clone();
                 let tb = exc
@@ -372,7 +374,7 @@ where
     let then = then.clone().unbind();
     engine::submit(move || {
         let result = run_guarded(work);
-        Python::try_attach(|py| {
+        Python::try_attach(move |py| {
             let arg = match result {
                 Ok(()) => py.None(),
                 Err(e) => e.into_pyerr(py).into_value(py).into_any(),

@@ -1,0 +1,624 @@
+"""The transfer engine's Python surface: the AwaitResult completion contract and the
+submit/sync copy primitives the move layer builds on (interop-movement.md, "Await results
+share one completion contract" and "Pending movement preserves lifetime through completion").
+
+Framework-only entry points are used directly here; the public move API is tested elsewhere.
+Event waits carry generous bounds only so that a broken engine fails instead of hanging.
+"""
+
+import collections
+import errno
+import gc
+import inspect
+import os
+import sys
+import threading
+import weakref
+
+import numpy as np
+import pytest
+
+from strideweave import _native
+
+AwaitResult = _native.AwaitResult
+new_completion = _native.new_completion
+BOUND = 30.0  # seconds; a safety net against hangs, never a speed requirement
+
+
+class AwaitMove(AwaitResult):
+    """Stands in for the framework's Python subclass."""
+
+    __slots__ = ()
+
+
+def pending(cls=AwaitMove):
+    return new_completion(cls)
+
+
+def run_threads(n, target):
+    results = [None] * n
+    errors = []
+
+    def body(i):
+        try:
+            results[i] = target(i)
+        except BaseException as e:  # noqa: BLE001 - collected and re-checked by the caller
+            results[i] = e
+            errors.append(e)
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
+    return threads, results, errors
+
+
+class UnraisableRecorder:
+    def __init__(self):
+        self.records = []
+        self.lock = threading.Lock()
+
+    def __call__(self, rec):
+        with self.lock:
+            self.records.append(rec.exc_value)
+
+
+@pytest.fixture
+def unraisable(monkeypatch):
+    rec = UnraisableRecorder()
+    monkeypatch.setattr(sys, "unraisablehook", rec)
+    return rec
+
+
+# ---------------------------------------------------------------- completion contract
+
+
+def test_concurrent_waiters_receive_the_identical_object():
+    h = pending()
+    value = object()
+    started = threading.Barrier(5)
+
+    def waiter(_):
+        started.wait(BOUND)
+        return h.wait()
+
+    threads, results, errors = run_threads(4, waiter)
+    for t in threads:
+        t.start()
+    started.wait(BOUND)  # all four are at (or about to enter) wait() before the commit
+    assert h.done is False
+    assert h._succeed(value) is True
+    for t in threads:
+        t.join(BOUND)
+    assert not errors
+    assert all(r is value for r in results)
+    assert h.wait() is value and h.wait() is value
+
+
+def test_every_wait_raises_the_identical_exception_object():
+    h = pending()
+    failure = OSError(errno.ENOSPC, "disk full")
+    assert h._fail(failure) is True
+
+    def waiter(_):
+        seen = []
+        for _ in range(3):
+            with pytest.raises(OSError) as info:
+                h.wait()
+            seen.append(info.value)
+        return seen
+
+    threads, results, errors = run_threads(3, waiter)
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(BOUND)
+    assert not errors
+    assert all(e is failure for seen in results for e in seen)
+
+
+def test_repeated_waits_do_not_grow_the_recorded_traceback():
+    def fail_here():
+        raise RuntimeError("transfer failed")
+
+    try:
+        fail_here()
+    except RuntimeError as e:
+        failure = e
+    h = pending()
+    h._fail(failure)
+    depths = []
+    for _ in range(3):
+        try:
+            h.wait()
+        except RuntimeError as e:
+            depth, tb = 0, e.__traceback__
+            while tb is not None:
+                depth, tb = depth + 1, tb.tb_next
+            depths.append(depth)
+    assert depths[0] == depths[1] == depths[2]
+
+
+def test_done_flips_exactly_at_commit_and_before_callbacks_run():
+    for commit in (lambda h: h._succeed(1), lambda h: h._fail(ValueError("x"))):
+        h = pending()
+        seen_in_callback = []
+        h._add_done_callback(lambda hh: seen_in_callback.append(hh.done))
+        assert h.done is False
+        assert h._join(timeout=0) is False
+        commit(h)
+        assert h.done is True
+        assert seen_in_callback == [True]
+
+
+def test_second_commit_is_ignored():
+    h = pending()
+    first, second = object(), object()
+    assert h._succeed(first) is True
+    assert h._succeed(second) is False
+    assert h._fail(RuntimeError("late")) is False
+    assert h.wait() is first
+
+    f = pending()
+    err = KeyError("k")
+    assert f._fail(err) is True
+    assert f._succeed(first) is False
+    with pytest.raises(KeyError) as info:
+        f.wait()
+    assert info.value is err
+
+
+def test_concurrent_commits_have_exactly_one_winner():
+    for _ in range(50):
+        h = pending()
+        go = threading.Barrier(6)
+        values = [object() for _ in range(6)]
+
+        def racer(i):
+            go.wait(BOUND)
+            return h._succeed(values[i]) if i % 2 else h._fail(RuntimeError(i))
+
+        threads, results, errors = run_threads(6, racer)
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(BOUND)
+        assert not errors
+        assert results.count(True) == 1
+        winner = results.index(True)
+        if winner % 2:
+            assert h.wait() is values[winner]
+        else:
+            with pytest.raises(RuntimeError) as info:
+                h.wait()
+            assert info.value.args == (winner,)
+
+
+def test_callbacks_run_exactly_once_with_the_handle():
+    h = pending()
+    calls = []
+    h._add_done_callback(lambda hh: calls.append(("a", hh)))
+    h._add_done_callback(lambda hh: calls.append(("b", hh)))
+    assert calls == []
+    h._succeed(5)
+    h._succeed(6)
+    h._fail(ValueError())
+    h._add_done_callback(lambda hh: calls.append(("late", hh)))
+    assert [c[0] for c in calls] == ["a", "b", "late"]
+    assert all(c[1] is h for c in calls)
+    assert type(calls[0][1]) is AwaitMove
+
+
+def test_callbacks_run_on_the_committing_thread(unraisable):
+    h = pending()
+    ran_on = []
+    finished = threading.Event()
+
+    def callback(hh):
+        ran_on.append(threading.get_ident())
+        finished.set()
+
+    h._add_done_callback(callback)
+    _native.submit_python(h, lambda: h._succeed("worker"))
+    assert finished.wait(BOUND)
+    assert h.wait() == "worker"
+    assert ran_on != [threading.get_ident()] and len(ran_on) == 1
+    assert unraisable.records == []
+
+
+def test_a_failing_callback_is_reported_and_others_still_run(unraisable):
+    h = pending()
+    boom = ZeroDivisionError("observer")
+    calls = []
+
+    def bad(_):
+        raise boom
+
+    h._add_done_callback(bad)
+    h._add_done_callback(lambda hh: calls.append(hh))
+    assert h._succeed(1) is True
+    assert calls == [h]
+    assert unraisable.records == [boom]
+    assert h.wait() == 1
+
+
+def test_internal_argument_checks():
+    h = pending()
+    with pytest.raises(TypeError, match="exc"):
+        h._fail("not an exception")
+    with pytest.raises(TypeError, match="exc"):
+        h._fail(ValueError)  # the class, not an instance
+    with pytest.raises(TypeError, match="fn"):
+        h._add_done_callback(42)
+    with pytest.raises(ValueError, match="timeout"):
+        h._join(timeout=-1)
+    assert h.done is False  # none of the refused calls committed anything
+
+
+def test_join_waits_without_raising():
+    h = pending()
+    _native.submit_python(h, lambda: h._fail(RuntimeError("quiet")))
+    assert h._join() is True
+    assert h._join(timeout=0) is True
+    with pytest.raises(RuntimeError, match="quiet"):
+        h.wait()
+
+
+def test_no_coroutine_protocol():
+    h = pending(AwaitResult)
+    m = pending()
+    for obj in (h, m, AwaitResult, AwaitMove):
+        assert not hasattr(obj, "__await__")
+        assert not hasattr(obj, "await")
+    assert not inspect.isawaitable(h)
+    assert not inspect.isawaitable(m)
+
+
+def test_users_cannot_construct_handles():
+    for cls in (AwaitResult, AwaitMove):
+        with pytest.raises(TypeError, match="cannot create"):
+            cls()
+        with pytest.raises(TypeError, match="cannot create"):
+            cls(object())
+        with pytest.raises(TypeError, match="cannot create"):
+            cls.__new__(cls)
+        with pytest.raises(TypeError, match="cannot create"):
+            cls.__new__(cls, None)
+
+
+def test_new_completion_builds_pending_handles_of_the_requested_subclass():
+    for cls in (AwaitResult, AwaitMove):
+        h = new_completion(cls)
+        assert type(h) is cls
+        assert h.done is False
+    for bad in (int, object, 5, None, "AwaitResult"):
+        with pytest.raises(TypeError, match="cls"):
+            new_completion(bad)
+
+
+def test_handles_are_generic_weakly_referenceable_and_read_only():
+    assert AwaitResult[int].__origin__ is AwaitResult
+    assert AwaitMove[str].__origin__ is AwaitMove
+    h = pending(AwaitResult)
+    assert weakref.ref(h)() is h
+    with pytest.raises(AttributeError):
+        h.done = True
+    assert h.done is False
+    assert AwaitResult.__module__ == "strideweave"
+
+
+# ---------------------------------------------------------------- lifetime and volume
+
+
+def test_a_dropped_handle_still_completes_and_is_then_freed(unraisable):
+    gate = threading.Event()
+    finished = threading.Event()
+    observed = []
+    value = object()
+
+    h = pending()
+    h._add_done_callback(lambda hh: (observed.append(hh.wait()), finished.set()))
+    box = [h]
+
+    def job():
+        assert gate.wait(BOUND)
+        box.pop()._succeed(value)
+
+    _native.submit_python(h, job)
+    ref = weakref.ref(h)
+    del h
+    gc.collect()
+    assert ref() is not None  # kept alive by the pending work, not by the caller
+    assert not finished.is_set()
+    gate.set()
+    assert finished.wait(BOUND)
+    assert observed == [value]
+    # Once the commit has run, nothing in the engine keeps the handle alive.
+    deadline = threading.Event()
+    for _ in range(1000):
+        gc.collect()
+        if ref() is None:
+            break
+        deadline.wait(0.01)
+    assert ref() is None
+    assert unraisable.records == []
+
+
+def test_thousand_jobs_from_eight_threads_complete_exactly_once(unraisable):
+    per_thread = 125
+    runs = collections.Counter()
+    callbacks = collections.Counter()
+    lock = threading.Lock()
+    handles = {}
+    all_done = threading.Semaphore(0)
+
+    def submitter(t):
+        for k in range(per_thread):
+            key = (t, k)
+            h = pending()
+            handles[key] = h
+
+            def on_done(hh, key=key):
+                with lock:
+                    callbacks[key] += 1
+                all_done.release()
+
+            h._add_done_callback(on_done)
+
+            def job(key=key, h=h):
+                with lock:
+                    runs[key] += 1
+                h._succeed(key)
+
+            _native.submit_python(h, job)
+
+    threads, _, errors = run_threads(8, submitter)
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(BOUND)
+    assert not errors
+    for _ in range(8 * per_thread):
+        assert all_done.acquire(timeout=BOUND)
+    assert len(handles) == 1000
+    assert set(runs) == set(handles) and set(runs.values()) == {1}
+    assert set(callbacks) == set(handles) and set(callbacks.values()) == {1}
+    assert all(h.wait() == key for key, h in handles.items())
+    assert unraisable.records == []
+
+
+def test_an_escaping_job_exception_is_reported_and_fails_its_pending_handle(unraisable):
+    h = pending()
+    boom = RuntimeError("job escaped")
+
+    def job():
+        raise boom
+
+    _native.submit_python(h, job)
+    assert h._join(BOUND)
+    with pytest.raises(RuntimeError) as info:
+        h.wait()
+    assert info.value is boom
+    assert unraisable.records == [boom]
+
+
+def test_submit_python_argument_checks():
+    with pytest.raises(TypeError, match="handle"):
+        _native.submit_python(object(), lambda: None)
+    with pytest.raises(TypeError, match="job"):
+        _native.submit_python(None, 3)
+    finished = threading.Event()
+    _native.submit_python(None, finished.set)
+    assert finished.wait(BOUND)
+
+
+# ---------------------------------------------------------------- copy primitives
+
+
+class Then:
+    """Collects the `then(error_or_None)` call of one submitted copy."""
+
+    def __init__(self):
+        self.event = threading.Event()
+        self.args = []
+        self.threads = []
+
+    def __call__(self, err):
+        self.args.append(err)
+        self.threads.append(threading.get_ident())
+        self.event.set()
+
+    def result(self):
+        assert self.event.wait(BOUND)
+        assert len(self.args) == 1
+        return self.args[0]
+
+
+def ptr(a):
+    return a.ctypes.data
+
+
+@pytest.fixture
+def fd(tmp_path):
+    f = os.open(tmp_path / "store.bin", os.O_RDWR | os.O_CREAT, 0o600)
+    yield f
+    os.close(f)
+
+
+def test_host_to_host_copy_sync_and_async():
+    rng = np.random.default_rng(0)
+    src = rng.integers(0, 255, size=1 << 20, dtype=np.uint8)
+    dst = np.zeros_like(src)
+    _native.copy_host_to_host(ptr(src), ptr(dst), src.nbytes)
+    assert np.array_equal(src, dst)
+
+    dst2 = np.zeros_like(src)
+    then = Then()
+    _native.submit_copy_host_to_host(ptr(src), ptr(dst2), src.nbytes, then)
+    assert then.result() is None
+    assert then.threads != [threading.get_ident()]
+    assert np.array_equal(src, dst2)
+
+
+def test_host_to_host_rejects_bad_arguments_without_copying():
+    src = np.arange(16, dtype=np.uint8)
+    dst = np.zeros(16, dtype=np.uint8)
+    with pytest.raises(ValueError, match="nbytes"):
+        _native.copy_host_to_host(ptr(src), ptr(dst), -1)
+    with pytest.raises(ValueError, match="src_ptr"):
+        _native.copy_host_to_host(0, ptr(dst), 4)
+    with pytest.raises(ValueError, match="overlap"):
+        _native.copy_host_to_host(ptr(src), ptr(src) + 4, 8)
+    with pytest.raises(TypeError, match="then"):
+        _native.submit_copy_host_to_host(ptr(src), ptr(dst), 16, None)
+    assert not dst.any()
+
+
+def test_host_file_round_trip_at_an_offset(fd):
+    data = np.arange(3 << 20, dtype=np.float32)  # 12 MiB: more than one 8 MiB chunk
+    _native.host_to_file(fd, 4096, ptr(data), data.nbytes)
+    assert os.fstat(fd).st_size == 4096 + data.nbytes
+    assert os.pread(fd, 16, 4096) == data[:4].tobytes()
+
+    back = np.zeros_like(data)
+    _native.file_to_host(fd, 4096, ptr(back), back.nbytes)
+    assert np.array_equal(back, data)
+
+
+def test_async_host_file_round_trip(fd):
+    data = np.random.default_rng(1).standard_normal(1 << 18)
+    w = Then()
+    _native.submit_host_to_file(fd, 8, ptr(data), data.nbytes, w)
+    assert w.result() is None
+    back = np.empty_like(data)
+    r = Then()
+    _native.submit_file_to_host(fd, 8, ptr(back), back.nbytes, r)
+    assert r.result() is None
+    assert np.array_equal(back, data)
+
+
+def test_io_failures_reach_then_as_oserror(fd, tmp_path):
+    data = np.ones(64, dtype=np.uint8)
+    _native.host_to_file(fd, 0, ptr(data), data.nbytes)
+
+    # Reading past the end of the file.
+    back = np.zeros(128, dtype=np.uint8)
+    r = Then()
+    _native.submit_file_to_host(fd, 0, ptr(back), back.nbytes, r)
+    err = r.result()
+    assert isinstance(err, OSError)
+    with pytest.raises(OSError):
+        _native.file_to_host(fd, 0, ptr(back), back.nbytes)
+
+    # Writing through a read-only descriptor: a real OS error with its errno.
+    ro = os.open(tmp_path / "store.bin", os.O_RDONLY)
+    try:
+        w = Then()
+        _native.submit_host_to_file(ro, 0, ptr(data), data.nbytes, w)
+        err = w.result()
+        assert isinstance(err, OSError) and err.errno == errno.EBADF
+        with pytest.raises(OSError) as info:
+            _native.host_to_file(ro, 0, ptr(data), data.nbytes)
+        assert info.value.errno == errno.EBADF
+    finally:
+        os.close(ro)
+
+
+def test_file_arguments_are_checked_before_submission(fd):
+    data = np.ones(8, dtype=np.uint8)
+    then = Then()
+    with pytest.raises(ValueError, match="fd"):
+        _native.submit_host_to_file(-1, 0, ptr(data), 8, then)
+    with pytest.raises(ValueError, match="file_byte_off"):
+        _native.submit_host_to_file(fd, -8, ptr(data), 8, then)
+    with pytest.raises(ValueError, match="dst_ptr"):
+        _native.file_to_host(fd, 0, 0, 8)
+    closed = os.dup(fd)
+    os.close(closed)
+    with pytest.raises(OSError) as info:
+        _native.submit_host_to_file(closed, 0, ptr(data), 8, then)
+    assert info.value.errno == errno.EBADF
+    assert not then.event.is_set()
+    assert os.fstat(fd).st_size == 0
+
+
+def test_file_to_file_copy(tmp_path, fd):
+    data = np.arange(100_000, dtype=np.int32)
+    _native.host_to_file(fd, 0, ptr(data), data.nbytes)
+    other = os.open(tmp_path / "other.bin", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        _native.file_to_file(fd, 400, other, 4, 40_000)
+        assert os.pread(other, 40_000, 4) == data[100:10_100].tobytes()
+        then = Then()
+        _native.submit_file_to_file(other, 4, fd, 0, 40_000, then)
+        assert then.result() is None
+        assert os.pread(fd, 40_000, 0) == data[100:10_100].tobytes()
+    finally:
+        os.close(other)
+
+
+def addressed(extents, strides):
+    """Every layout index Σ c_i*s_i, first leaf fastest (the definition)."""
+    idx = np.zeros(1, dtype=np.int64)
+    for e, s in zip(extents, strides):
+        idx = (idx[None, :] + (np.arange(e, dtype=np.int64) * s)[:, None]).reshape(-1)
+    return idx
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.uint8, np.int32])
+def test_layout_copy_of_a_gapped_hierarchical_layout(dtype):
+    # Layout ((2, 3), (4, 2)) : ((1, 5), (20, 100)): pairs with gaps, blocks with gaps.
+    extents, strides = [2, 3, 4, 2], [1, 5, 20, 100]
+    src_offset = 7
+    span = 1 + 1 + 10 + 60 + 100
+    src = (np.arange(src_offset + span + 5) % 251).astype(dtype)
+    dst = np.full(span + 3, 99, dtype=dtype)
+    _native.copy_layout(ptr(src), src_offset, ptr(dst), 0, extents, strides, src.itemsize,
+                        src_slots=src.size, dst_slots=dst.size)
+    idx = addressed(extents, strides)
+    expect = np.full_like(dst, 99)
+    expect[idx] = src[src_offset + idx]
+    assert np.array_equal(dst, expect)
+    # The result equals NumPy's own strided view of the same layout.
+    it = src.itemsize
+    view = np.lib.stride_tricks.as_strided(
+        src[src_offset:], shape=(2, 3, 4, 2)[::-1], strides=tuple(s * it for s in strides[::-1]))
+    out_view = np.lib.stride_tricks.as_strided(
+        dst, shape=(2, 3, 4, 2)[::-1], strides=tuple(s * it for s in strides[::-1]))
+    assert np.array_equal(out_view, view)
+
+
+def test_async_layout_copy_with_broadcast_and_offset():
+    extents, strides = [3, 2, 4], [0, 1, 2]  # a stride-0 leaf, addressing 8 distinct slots
+    src = np.arange(20, dtype=np.float32)
+    dst = np.full(12, -1, dtype=np.float32)
+    then = Then()
+    _native.submit_layout_copy(ptr(src), 2, ptr(dst), 1, extents, strides, 4, then,
+                               src_slots=src.size, dst_slots=dst.size)
+    assert then.result() is None
+    idx = addressed(extents, strides)
+    expect = np.full_like(dst, -1)
+    expect[1 + idx] = src[2 + idx]
+    assert np.array_equal(dst, expect)
+
+
+def test_layout_copy_rejects_bad_layouts_without_copying():
+    src = np.arange(32, dtype=np.float32)
+    dst = np.zeros(32, dtype=np.float32)
+    p, q = ptr(src), ptr(dst)
+    with pytest.raises(ValueError, match="leaf_strides"):
+        _native.copy_layout(p, 0, q, 0, [2, 2], [1], 4)
+    with pytest.raises(ValueError, match="leaf_extents"):
+        _native.copy_layout(p, 0, q, 0, [2, -2], [1, 2], 4)
+    with pytest.raises(ValueError, match="elem_size"):
+        _native.copy_layout(p, 0, q, 0, [2], [1], 0)
+    with pytest.raises(ValueError, match="src_slots"):
+        _native.copy_layout(p, 10, q, 0, [4, 4], [1, 8], 4, src_slots=32, dst_slots=32)
+    with pytest.raises(ValueError, match="dst_slots"):
+        _native.copy_layout(p, 0, q, 8, [4, 4], [1, 8], 4, src_slots=32, dst_slots=32)
+    with pytest.raises(ValueError, match="same buffer"):
+        _native.copy_layout(p, 0, p, 0, [4], [1], 4)
+    then = Then()
+    with pytest.raises(ValueError, match="src_slots"):
+        _native.submit_layout_copy(p, 10, q, 0, [4, 4], [1, 8], 4, then, src_slots=32)
+    assert not then.event.is_set()
+    assert not dst.any()
+    # An empty layout addresses nothing and needs no valid buffers.
+    _native.copy_layout(0, 0, 0, 0, [3, 0], [1, 3], 4)

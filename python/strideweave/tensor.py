@@ -1,2 +1,262 @@
-"""TODO: filled by its issue."""
-__all__: list[str] = []
+"""The Tensor: a logical dtype over one or more subtensors (tensor-and-carriers.md §1).
+
+A one-subtensor Tensor reads coordinate `c` at `carrier[offset + layout(c)]`. Views share
+carrier objects; nothing here copies storage. Autograd state is stored on the Tensor but its
+rules live in `strideweave._autograd`; DLPack export lives in Rust (`_native.dlpack_export`).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from strideweave import _native
+from strideweave.carriers.base import Carrier
+from strideweave.carriers.dtype import DType
+from strideweave.core.representation import Subtensor
+from strideweave.layout import Layout, Shape, Stride
+
+__all__ = ["Tensor"]
+
+
+def _multi_subtensor(operation: str) -> NotImplementedError:
+    return NotImplementedError(f"{operation} is not implemented for a multi-subtensor Tensor")
+
+
+class Tensor:
+    """A view of carrier slots through a hierarchical layout."""
+
+    __slots__ = ("_subtensors", "_dtype", "_adjacent", "_carrier", "_offset", "_layout",
+                 "_grad", "_autograd_ctx", "_retain_grad", "__weakref__")
+
+    def __init__(self, carrier: Carrier, offset: int, layout: Layout) -> None:
+        if not isinstance(carrier, Carrier):
+            raise TypeError(f"carrier must be a Carrier, not {type(carrier).__name__}")
+        if not isinstance(layout, Layout):
+            raise TypeError(f"layout must be a Layout, not {type(layout).__name__}")
+        if isinstance(offset, bool) or not isinstance(offset, int):
+            raise TypeError(f"offset must be an int, not {type(offset).__name__}")
+        if offset < 0:
+            raise ValueError(f"offset must be non-negative, got {offset}")
+        if carrier.is_released():
+            raise RuntimeError(f"cannot build a Tensor over a released {type(carrier).__name__} carrier")
+        span = offset + layout.cosize
+        size = carrier.size()
+        if span > size:
+            raise ValueError(f"offset {offset} + layout cosize {layout.cosize} = {span} exceeds carrier size {size}")
+        dtype = carrier.dtype()
+        self._init_fields((Subtensor(dtype, carrier, offset, layout),), dtype, ())
+
+    def _init_fields(self, subtensors: tuple, dtype: DType, adjacent: tuple) -> None:
+        first = subtensors[0]
+        self._subtensors = subtensors
+        self._dtype = dtype
+        self._adjacent = adjacent
+        self._carrier = first.carrier
+        self._offset = first.offset
+        self._layout = first.layout
+        self._grad = None
+        self._autograd_ctx = None
+        self._retain_grad = False
+
+    @classmethod
+    def _from_subtensors(cls, dtype: DType, subtensors: tuple, adjacent: tuple) -> "Tensor":
+        """Framework constructor for validated representations (core.representation)."""
+        tensor = cls.__new__(cls)
+        tensor._init_fields(subtensors, dtype, adjacent)
+        return tensor
+
+    # ----- queries ----------------------------------------------------------------------
+    @property
+    def carrier(self) -> Carrier:
+        return self._carrier
+
+    @property
+    def offset(self) -> int:
+        return self._offset
+
+    @property
+    def layout(self) -> Layout:
+        return self._layout
+
+    @property
+    def subtensors(self) -> tuple:
+        return self._subtensors
+
+    @property
+    def adjacent_layouts(self) -> tuple:
+        return self._adjacent
+
+    @property
+    def version(self) -> int:
+        return self._carrier.version
+
+    def dtype(self) -> DType:
+        return self._dtype
+
+    def size(self) -> int:
+        return self._layout.size
+
+    def carrier_type(self) -> type:
+        return type(self._carrier)
+
+    def is_mutable(self) -> bool:
+        return len(self._subtensors) == 1 and self._carrier.is_mutable()
+
+    def version_snapshot(self) -> tuple:
+        seen: dict[int, Carrier] = {}
+        for sub in self._subtensors:
+            seen.setdefault(id(sub.carrier), sub.carrier)
+        return tuple((key, carrier.version) for key, carrier in seen.items())
+
+    def _is_multi(self) -> bool:
+        return len(self._subtensors) != 1
+
+    def __repr__(self) -> str:
+        if self._is_multi():
+            return f"<Tensor {self._dtype.name} multi-subtensor x{len(self._subtensors)} size={self.size()}>"
+        return (f"<Tensor {self._dtype.name} on {type(self._carrier).__name__} offset={self._offset} "
+                f"layout={self._layout!r}>")
+
+    def __iter__(self):
+        raise TypeError("Tensor is not iterable; index it or export it through DLPack")
+
+    def tolist(self) -> list:
+        """The logical values in integer-key order (first mode fastest)."""
+        if self._is_multi():
+            raise _multi_subtensor("tolist")
+        self._check_live()
+        carrier, offset, layout = self._carrier, self._offset, self._layout
+        return [carrier[offset + layout.index(k)] for k in range(layout.size)]
+
+    # ----- element access and views -----------------------------------------------------
+    def _check_live(self) -> None:
+        if self._carrier.is_released():
+            raise RuntimeError(f"{type(self._carrier).__name__} carrier is released")
+
+    def __getitem__(self, key: Any) -> Any:
+        if self._is_multi():
+            raise _multi_subtensor("element access")
+        if _has_slice(key):
+            return self._slice_view(key)
+        self._check_live()
+        return self._carrier[self._offset + self._layout.index(_coordinate(key))]
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if self._is_multi():
+            raise _multi_subtensor("element assignment")
+        if _has_slice(key):
+            raise TypeError("slice assignment is not supported; assign elements one key at a time")
+        self._check_live()
+        self._carrier[self._offset + self._layout.index(_coordinate(key))] = value
+
+    def _slice_view(self, key: Any) -> "Tensor":
+        self._check_live()
+        entries = key if isinstance(key, tuple) else (key,)
+        layout = self._layout
+        rank = len(layout)
+        if len(entries) != rank:
+            raise ValueError(f"a slicing key needs one entry per top-level mode ({rank}), got {len(entries)}")
+        shapes: list = []
+        strides: list = []
+        offset = self._offset
+        for position, entry in enumerate(entries):
+            mode = layout[position:position + 1]
+            mode_shape = mode.shape.top_level[0]
+            mode_stride = mode.stride.top_level[0]
+            if isinstance(entry, bool) or not isinstance(entry, (int, slice)):
+                raise TypeError(f"slicing key entry {position} must be an int or a slice, not {type(entry).__name__}")
+            if isinstance(entry, int):
+                if entry < 0 or entry >= mode.size:
+                    raise ValueError(f"slicing key entry {position} = {entry} is outside [0, {mode.size})")
+                offset += mode.index(entry)
+                continue
+            for part in (entry.start, entry.stop, entry.step):
+                if part is not None and (isinstance(part, bool) or not isinstance(part, int)):
+                    raise TypeError(f"slice bounds of entry {position} must be ints or None")
+            if isinstance(mode_shape, tuple):
+                if entry != slice(None):
+                    raise ValueError(f"nested mode {position} accepts only ':' or an int")
+                shapes.append(mode_shape)
+                strides.append(mode_stride)
+                continue
+            start, stop, step = entry.indices(mode_shape)
+            if step <= 0:
+                raise ValueError(f"slice step of entry {position} must be positive")
+            extent = len(range(start, stop, step))
+            if extent == 0:
+                raise ValueError(f"slice of entry {position} selects nothing")
+            offset += start * mode_stride
+            shapes.append(extent)
+            strides.append(mode_stride * step)
+        view_layout = Layout(Shape(shapes), Stride(strides))
+        return Tensor(self._carrier, offset, view_layout)
+
+    def _broadcast_view(self, shape: Shape) -> "Tensor":
+        """The raw broadcast view: same carrier and offset, widened extent-1 leaves get stride 0."""
+        if self._is_multi():
+            raise _multi_subtensor("broadcast_to")
+        if not isinstance(shape, Shape):
+            raise TypeError(f"shape must be a Shape, not {type(shape).__name__}")
+        layout = self._layout.broadcast_to(shape)
+        return Tensor(self._carrier, self._offset, layout)
+
+    # ----- DLPack (the whole path is in Rust) ---------------------------------------------
+    def __dlpack__(self, stream: Any = None, *, max_version: Any = None, dl_device: Any = None,
+                   copy: Any = None) -> Any:
+        return _native.dlpack_export(self, stream, max_version, dl_device, copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return _native.dlpack_device(self)
+
+    # ----- autograd surface (rules in strideweave._autograd) ------------------------------
+    def is_differentiable(self) -> bool:
+        return self._dtype is DType.Float32 or self._dtype is DType.Floating
+
+    @property
+    def grad(self) -> "Tensor | None":
+        from strideweave import _autograd
+        return _autograd.tensor_grad_get(self)
+
+    @grad.setter
+    def grad(self, value: "Tensor | None") -> None:
+        from strideweave import _autograd
+        _autograd.tensor_grad_set(self, value)
+
+    @property
+    def autograd_ctx(self) -> Any:
+        return self._autograd_ctx
+
+    @autograd_ctx.setter
+    def autograd_ctx(self, value: Any) -> None:
+        from strideweave import _autograd
+        _autograd.tensor_ctx_set(self, value)
+
+    def retain_grad(self, retain: bool = True) -> None:
+        from strideweave import _autograd
+        return _autograd.tensor_retain_grad(self, retain)
+
+    def backward(self, gradient: "Tensor | None" = None, retain_graph: bool = False, **kwargs: Any) -> None:
+        from strideweave import _autograd
+        return _autograd.tensor_backward(self, gradient, retain_graph, kwargs)
+
+    def __add__(self, other: Any) -> "Tensor":
+        from strideweave.operation import add
+        return add(self, other)
+
+    def __mul__(self, other: Any) -> "Tensor":
+        from strideweave.operation import mul
+        return mul(self, other)
+
+    def __rmul__(self, other: Any) -> "Tensor":
+        from strideweave.operation import mul
+        return mul(self, other)
+
+
+def _has_slice(key: Any) -> bool:
+    if isinstance(key, slice):
+        return True
+    return isinstance(key, tuple) and any(isinstance(entry, slice) for entry in key)
+
+
+def _coordinate(key: Any) -> Any:
+    """A lone int is a logical index; a tuple or list is a hierarchical coordinate."""
+    return list(key) if isinstance(key, tuple) else key

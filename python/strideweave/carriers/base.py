@@ -1,2 +1,231 @@
-"""TODO: filled by its issue."""
-__all__: list[str] = []
+"""The Carrier base class: the storage contract every carrier honours
+(tensor-and-carriers.md §2, extension-and-tiling.md §4).
+
+A carrier is a flat array of slots. This class owns the framework state every carrier
+shares — version counter, release state, ownership by an Evictable, claims by a pending move —
+and the framework-owned entry points (`carrier[i]`, `release()`, `is_mutable()`) that check
+that state in the specified order before any subclass hook runs. Subclasses supply storage
+through the hooks `size`, `dtype`, `get_value`, `set_value`, `new_like`, `allocate_like`,
+`_is_mutable`, `_supports_storage_dtype`, `_release`, `_allocate` and `dlpack_info`.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any, Iterable
+
+from strideweave.carriers.dtype import CompoundDType, DType
+
+__all__ = ["Carrier"]
+
+
+class _DefinitionHooks:
+    """Late-bound entry points of `strideweave.carriers.extension`.
+
+    The base class must consult carrier definitions (construction, sealing, facets) but
+    cannot import the extension module, which imports this one. The extension module
+    installs its functions here when it is imported.
+    """
+
+    @staticmethod
+    def definition_for(cls: type) -> Any:
+        return None
+
+    @staticmethod
+    def observe(cls: type) -> None:
+        return None
+
+    @staticmethod
+    def init_defined(carrier: "Carrier", definition: Any, slots: Any, dtype: Any, mutable: Any) -> None:
+        raise NotImplementedError  # replaced by the extension module
+
+
+DEFINITION_HOOKS = _DefinitionHooks()
+
+
+def check_index(carrier: "Carrier", index: Any) -> int:
+    """The framework's slot checks, in the contract's order: released, type, range."""
+    if carrier._sw_released:
+        raise RuntimeError(f"{type(carrier).__name__} carrier is released")
+    try:
+        i = operator.index(index)
+    except TypeError:
+        raise TypeError(f"carrier index must be an integer, not {type(index).__name__}") from None
+    size = carrier.size()
+    if i < 0 or i >= size:
+        raise IndexError(f"carrier index {i} is outside [0, {size})")
+    return i
+
+
+def check_factory_dtype(carrier_cls: type, dtype: Any, supported: Iterable[DType]) -> DType:
+    """Dtype arguments of constructors and factories: TypeError for a non-DType, ValueError
+    (before any allocation) for a DType the carrier cannot store."""
+    if not isinstance(dtype, DType):
+        raise TypeError(f"dtype must be a DType, not {type(dtype).__name__}")
+    if dtype not in supported:
+        names = ", ".join(d.name for d in supported)
+        if isinstance(dtype, CompoundDType):
+            raise ValueError(f"{carrier_cls.__name__} cannot store compound dtype {dtype.name}: "
+                             f"its planes need one carrier each (supported: {names})")
+        raise ValueError(f"{carrier_cls.__name__} cannot store dtype {dtype.name} (supported: {names})")
+    return dtype
+
+
+def check_size_argument(size: Any, name: str = "size") -> int:
+    if isinstance(size, bool):
+        raise TypeError(f"{name} must be an integer, not bool")
+    try:
+        n = operator.index(size)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, not {type(size).__name__}") from None
+    if n < 0:
+        raise ValueError(f"{name} must be non-negative, got {n}")
+    return n
+
+
+def check_bool_argument(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
+    return value
+
+
+class Carrier:
+    """Base class of every carrier. Subclass it and implement the storage hooks."""
+
+    def __init__(self, slots: Any = None, *, dtype: Any = None, mutable: Any = True) -> None:
+        cls = type(self)
+        definition = DEFINITION_HOOKS.definition_for(cls)
+        self._sw_version = 0
+        self._sw_released = False
+        self._sw_owner: Carrier | None = None
+        self._sw_claim: object | None = None
+        if definition is None:
+            DEFINITION_HOOKS.observe(cls)
+            if slots is not None or dtype is not None or mutable is not True:
+                raise TypeError(f"{cls.__name__} has no CarrierDefinition: Carrier.__init__ takes no "
+                                "slots, dtype or mutable=False (those configure definition-backed carriers)")
+        else:
+            DEFINITION_HOOKS.init_defined(self, definition, slots, dtype, mutable)
+
+    # ----- hooks a subclass implements ---------------------------------------------------
+    def size(self) -> int:
+        raise NotImplementedError(f"{type(self).__name__} does not implement size()")
+
+    def dtype(self) -> DType:
+        raise NotImplementedError(f"{type(self).__name__} does not implement dtype()")
+
+    def get_value(self, i: int) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} does not implement get_value()")
+
+    def set_value(self, i: int, v: Any) -> None:
+        raise RuntimeError(f"{type(self).__name__} carrier is not mutable")
+
+    def new_like(self, values: Iterable[Any], *, mutable: bool = True, dtype: DType | None = None) -> "Carrier":
+        raise NotImplementedError(f"{type(self).__name__} does not implement new_like()")
+
+    def allocate_like(self, size: int, *, mutable: bool = True, dtype: DType | None = None,
+                      empty: bool = False) -> "Carrier":
+        raise NotImplementedError(f"{type(self).__name__} does not implement allocate_like()")
+
+    def _is_mutable(self) -> bool:
+        return False
+
+    def _supports_storage_dtype(self, d: DType) -> bool:
+        return d is self.dtype()
+
+    def _release(self) -> None:
+        return None
+
+    def dlpack_info(self) -> dict:
+        raise BufferError(f"DLPack is not supported for {type(self).__name__} carrier")
+
+    # ----- framework-owned members ------------------------------------------------------
+    @property
+    def version(self) -> int:
+        return self._sw_version
+
+    def is_released(self) -> bool:
+        return self._sw_released
+
+    def is_owned(self) -> bool:
+        return self._sw_owner is not None
+
+    def is_mutable(self) -> bool:
+        return not self._sw_released and self._sw_owner is None and bool(self._is_mutable())
+
+    def supports_storage_dtype(self, d: DType) -> bool:
+        if not isinstance(d, DType):
+            raise TypeError(f"supports_storage_dtype() argument must be a DType, not {type(d).__name__}")
+        return bool(self._supports_storage_dtype(d))
+
+    def __getitem__(self, i: Any) -> Any:
+        return self.get_value(check_index(self, i))
+
+    def __setitem__(self, i: Any, v: Any) -> None:
+        index = check_index(self, i)
+        self._sw_check_writable()
+        self.set_value(index, v)
+        self._sw_version += 1
+
+    def release(self) -> None:
+        if self._sw_owner is not None:
+            raise RuntimeError(f"{type(self).__name__} carrier is owned by "
+                               f"{type(self._sw_owner).__name__} and cannot be released directly")
+        self._sw_check_unclaimed("release")
+        if self._sw_released:
+            return None
+        self._release()
+        self._sw_released = True
+        return None
+
+    def _increment_version(self) -> None:
+        if self._sw_owner is not None:
+            raise RuntimeError(f"{type(self).__name__} carrier is owned by {type(self._sw_owner).__name__}")
+        self._sw_check_unclaimed("mutate")
+        self._sw_version += 1
+
+    def facet(self, facet_type: type) -> Any:
+        from strideweave.carriers.extension import _facet_of
+        return _facet_of(self, facet_type)
+
+    def require_facet(self, facet_type: type) -> Any:
+        found = self.facet(facet_type)
+        if found is None:
+            raise NotImplementedError(f"{type(self).__name__} carrier has no {facet_type.__name__} facet")
+        return found
+
+    def __repr__(self) -> str:
+        state = "released" if self._sw_released else f"size={self.size()}"
+        try:
+            dtype = self.dtype().name
+        except Exception:  # a half-built subclass must still be printable
+            dtype = "?"
+        return f"<{type(self).__name__} {state} dtype={dtype} version={self._sw_version}>"
+
+    # ----- framework internals (see ARCHITECTURE.md, "Carrier state") ---------------------
+    def _sw_storage(self) -> Any:
+        """The Rust storage object behind a built-in carrier, or None."""
+        return None
+
+    def _sw_check_unclaimed(self, action: str) -> None:
+        if self._sw_claim is not None:
+            raise RuntimeError(f"cannot {action} {type(self).__name__} carrier: it participates in a "
+                               "pending move")
+
+    def _sw_check_writable(self) -> None:
+        """Raise unless a public write may proceed now (checked after the index checks)."""
+        if self._sw_owner is not None:
+            raise RuntimeError(f"{type(self).__name__} carrier is not mutable: owned by "
+                               f"{type(self._sw_owner).__name__}")
+        if not self._is_mutable():
+            raise RuntimeError(f"{type(self).__name__} carrier is not mutable")
+        self._sw_check_unclaimed("write to")
+
+    def _sw_write_as_owner(self, owner: "Carrier", i: int, v: Any) -> None:
+        """A write by the owning composite (Evictable), which bypasses the ownership guard."""
+        if owner is not self._sw_owner:
+            raise RuntimeError("only the owning carrier may write through this path")
+        saved, self._sw_owner = self._sw_owner, None
+        try:
+            self[i] = v
+        finally:
+            self._sw_owner = saved

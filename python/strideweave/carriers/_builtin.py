@@ -1,0 +1,44 @@
+"""Shared machinery of the built-in carriers that keep their slots in Rust storage."""
+from __future__ import annotations
+
+from typing import Any
+
+from strideweave.carriers.base import Carrier, check_index
+
+__all__: list[str] = []
+
+
+class RustBackedCarrier(Carrier):
+    """A built-in carrier whose slots live in a `_native` storage object (`self._storage`).
+
+    Built-in `get_value`/`set_value` run the framework checks themselves (the contract says
+    built-ins do), and `set_value` bumps the version, so `carrier[i] = v` goes straight to it
+    instead of through the base class's check-then-hook path: one check, one bump.
+    """
+
+    _storage: Any
+    _mutable: bool
+
+    def _sw_storage(self) -> Any:
+        return None if self._sw_released else self._storage
+
+    def size(self) -> int:
+        return 0 if self._sw_released else self._storage.count
+
+    def _is_mutable(self) -> bool:
+        return self._mutable
+
+    def get_value(self, i: Any) -> Any:
+        return self._storage.get(check_index(self, i))
+
+    def set_value(self, i: Any, v: Any) -> None:
+        index = check_index(self, i)
+        self._sw_check_writable()
+        self._storage.set(index, v)
+        self._sw_version += 1
+
+    __getitem__ = get_value
+    __setitem__ = set_value
+
+    def _release(self) -> None:
+        self._storage.release()

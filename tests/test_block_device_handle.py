@@ -277,6 +277,7 @@ def test_access_outside_live_extents_is_value_error(dev):
         (511, 1, 0),  # a single byte at the end of a sector
         (4097, 20 * MiB + 7, 1),  # several 8 MiB chunks, nothing aligned
         (0, 20 * MiB, 0),  # several chunks, all aligned
+        (5, 9 * MiB + 3, 5),  # congruent: partial head/tail blocks, direct middle chunks
     ],
 )
 def test_bulk_round_trip(block_device_path, dev, dev_shift, nbytes, mem_shift):

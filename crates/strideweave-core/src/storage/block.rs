@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::fs::File;
 use std::io;
+use std::ops::Range;
 
 use parking_lot::Mutex;
 
@@ -209,6 +210,12 @@ impl AlignedBuf {
         self.layout.size()
     }
 
+    fn as_slice(&self) -> &[u8] {
+        // SAFETY: the pointer owns `layout.size()` initialized (zeroed at allocation) bytes,
+        // and `&self` rules out a concurrent `&mut` for the returned lifetime.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.layout.size()) }
+    }
+
     fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: the pointer owns `layout.size()` initialized (zeroed at allocation) bytes,
         // and `&mut self` guarantees exclusive access for the returned lifetime.
@@ -285,6 +292,29 @@ fn write_full(file: &File, buf: &[u8], off: u64) -> Result<(), BlockError> {
     Ok(())
 }
 
+/// Bounced transfers smaller than this copy inline: a helper thread would cost more than the
+/// memcpy it hides.
+const PIPELINE_MIN_BYTES: usize = 256 << 10;
+
+/// Two aligned bounce buffers, grown on demand and kept across calls so that element access
+/// does not allocate per call.
+#[derive(Default)]
+struct Bounces([Option<AlignedBuf>; 2]);
+
+impl Bounces {
+    /// Buffer `i` grown to at least `len` bytes, and the other buffer (possibly empty).
+    fn pair(&mut self, i: usize, len: usize, align: usize) -> (&mut [u8], &[u8]) {
+        let [b0, b1] = &mut self.0;
+        let (cur, other) = if i == 0 { (b0, b1) } else { (b1, b0) };
+        if cur.as_ref().is_none_or(|b| b.len() < len) {
+            *cur = Some(AlignedBuf::zeroed(len, align));
+        }
+        let cur = cur.as_mut().map_or(&mut [][..], |b| b.as_mut_slice());
+        let other = other.as_ref().map_or(&[][..], |b| b.as_slice());
+        (cur, other)
+    }
+}
+
 /// The transfer engine for one open file: knows whether direct I/O is on and which
 /// alignments it imposes.
 struct Io<'a> {
@@ -322,76 +352,89 @@ impl Io<'_> {
         );
     }
 
-    fn ensure_bounce<'b>(&self, bounce: &'b mut Option<AlignedBuf>, len: usize) -> &'b mut [u8] {
-        let align = (self.align as usize).max(self.mem_align);
-        if bounce.as_ref().is_none_or(|b| b.len() < len) {
-            *bounce = Some(AlignedBuf::zeroed(len, align));
-        }
-        &mut bounce
-            .as_mut()
-            .expect("bounce buffer was just ensured")
-            .as_mut_slice()[..len]
-    }
-
     /// The aligned pieces covering `[off, off + len)`: `(piece_start, piece_len, lo, hi)` where
-    /// `[lo, hi)` is the part of the request inside the piece.
+    /// `[lo, hi)` is the part of the request inside the piece. A partially covered first or
+    /// last block is a piece of its own (one alignment unit), so the chunks in between are
+    /// whole and can go straight to or from the caller's memory when its address allows.
     fn pieces(&self, off: u64, len: u64) -> impl Iterator<Item = (u64, u64, u64, u64)> {
         let a = self.align;
         let end = off + len;
-        let start = round_down(off, a);
         let aend = round_down(end + a - 1, a);
+        let mid_end = round_down(end, a);
         let chunk = CHUNK_BYTES as u64;
-        let mut p = start;
+        let mut p = round_down(off, a);
         std::iter::from_fn(move || {
             if p >= aend {
                 return None;
             }
-            let plen = chunk.min(aend - p);
+            let plen = if p < off || p >= mid_end {
+                a
+            } else {
+                chunk.min(mid_end - p)
+            };
             let item = (p, plen, p.max(off), (p + plen).min(end));
             p += plen;
             Some(item)
         })
     }
 
-    fn read(
-        &self,
-        off: u64,
-        out: &mut [u8],
-        bounce: &mut Option<AlignedBuf>,
-    ) -> Result<(), BlockError> {
+    fn read(&self, off: u64, out: &mut [u8], bounces: &mut Bounces) -> Result<(), BlockError> {
         if !self.direct {
             for (i, piece) in out.chunks_mut(CHUNK_BYTES).enumerate() {
                 read_full(self.file, piece, off + (i * CHUNK_BYTES) as u64)?;
             }
             return Ok(());
         }
+        // Bounced pieces alternate between the two buffers: while piece k is read into one,
+        // a helper thread copies piece k-1 out of the other, so the memcpy hides behind I/O.
+        let mut pending: Option<(Range<usize>, Range<usize>)> = None;
+        let mut next = 0usize;
         for (p, plen, lo, hi) in self.pieces(off, out.len() as u64) {
-            let dst = &mut out[(lo - off) as usize..(hi - off) as usize];
+            let dst = (lo - off) as usize..(hi - off) as usize;
             let whole = lo == p && hi == p + plen;
-            if whole && (dst.as_ptr() as usize) % self.mem_align == 0 {
-                self.direct_read(dst, p)?;
-            } else {
-                let b = self.ensure_bounce(bounce, plen as usize);
-                self.direct_read(b, p)?;
-                dst.copy_from_slice(&b[(lo - p) as usize..(hi - p) as usize]);
+            if whole && (out[dst.clone()].as_ptr() as usize) % self.mem_align == 0 {
+                self.direct_read(&mut out[dst], p)?;
+                continue;
             }
+            let plen = plen as usize;
+            let (cur, prev) = bounces.pair(next, plen, self.buffer_align());
+            next ^= 1;
+            match pending.take() {
+                Some((pdst, psrc)) if psrc.len() >= PIPELINE_MIN_BYTES => {
+                    let (dst_prev, src_prev) = (&mut out[pdst], &prev[psrc]);
+                    std::thread::scope(|sc| {
+                        sc.spawn(|| dst_prev.copy_from_slice(src_prev));
+                        self.direct_read(&mut cur[..plen], p)
+                    })?;
+                }
+                Some((pdst, psrc)) => {
+                    out[pdst].copy_from_slice(&prev[psrc]);
+                    self.direct_read(&mut cur[..plen], p)?;
+                }
+                None => self.direct_read(&mut cur[..plen], p)?,
+            }
+            pending = Some((dst, (lo - p) as usize..(hi - p) as usize));
+        }
+        if let Some((pdst, psrc)) = pending {
+            // The last bounced piece used the buffer `next` no longer points at.
+            let (_, last) = bounces.pair(next, 0, self.buffer_align());
+            out[pdst].copy_from_slice(&last[psrc]);
         }
         Ok(())
     }
 
-    fn write(
-        &self,
-        off: u64,
-        data: &[u8],
-        bounce: &mut Option<AlignedBuf>,
-    ) -> Result<(), BlockError> {
+    fn write(&self, off: u64, data: &[u8], bounces: &mut Bounces) -> Result<(), BlockError> {
         if !self.direct {
             for (i, piece) in data.chunks(CHUNK_BYTES).enumerate() {
                 write_full(self.file, piece, off + (i * CHUNK_BYTES) as u64)?;
             }
             return Ok(());
         }
-        let a = self.align as usize;
+        // Mirror image of `read`: piece k is copied into one bounce buffer by a helper thread
+        // while piece k-1 is written from the other. `pending` is a filled buffer not yet
+        // written: (device offset, length).
+        let mut pending: Option<(u64, usize)> = None;
+        let mut next = 0usize;
         for (p, plen, lo, hi) in self.pieces(off, data.len() as u64) {
             let src = &data[(lo - off) as usize..(hi - off) as usize];
             let whole = lo == p && hi == p + plen;
@@ -400,27 +443,51 @@ impl Io<'_> {
                 continue;
             }
             let plen = plen as usize;
-            let b = self.ensure_bounce(bounce, plen);
-            // Read-modify-write: only the first and last blocks can be partially covered, so
-            // only they are read back; the blocks in between are overwritten entirely.
-            let head_partial = lo > p;
-            let tail_partial = hi < p + plen as u64;
-            if head_partial {
-                self.direct_read(&mut b[..a], p)?;
+            let (cur, prev) = bounces.pair(next, plen, self.buffer_align());
+            next ^= 1;
+            if whole {
+                match pending.take() {
+                    Some((pp, pl)) if plen >= PIPELINE_MIN_BYTES => {
+                        let fill = &mut cur[..plen];
+                        std::thread::scope(|sc| {
+                            sc.spawn(|| fill.copy_from_slice(src));
+                            self.direct_write(&prev[..pl], pp)
+                        })?;
+                    }
+                    Some((pp, pl)) => {
+                        self.direct_write(&prev[..pl], pp)?;
+                        cur[..plen].copy_from_slice(src);
+                    }
+                    None => cur[..plen].copy_from_slice(src),
+                }
+            } else {
+                // A partially covered block (pieces() makes it exactly one alignment unit):
+                // read-modify-write, so the bytes around the request keep their values.
+                if let Some((pp, pl)) = pending.take() {
+                    self.direct_write(&prev[..pl], pp)?;
+                }
+                self.direct_read(&mut cur[..plen], p)?;
+                cur[(lo - p) as usize..(hi - p) as usize].copy_from_slice(src);
             }
-            if tail_partial && !(head_partial && plen == a) {
-                self.direct_read(&mut b[plen - a..], p + (plen - a) as u64)?;
-            }
-            b[(lo - p) as usize..(hi - p) as usize].copy_from_slice(src);
-            self.direct_write(b, p)?;
+            pending = Some((p, plen));
+        }
+        if let Some((pp, pl)) = pending {
+            let (_, last) = bounces.pair(next, 0, self.buffer_align());
+            self.direct_write(&last[..pl], pp)?;
         }
         Ok(())
     }
 
+    /// Bounce buffers serve both as direct-I/O memory and as whole alignment units.
+    fn buffer_align(&self) -> usize {
+        (self.align as usize).max(self.mem_align)
+    }
+
     /// Zero-fills an aligned range in chunk-sized writes from a zeroed bounce buffer.
-    fn zero(&self, off: u64, len: u64, bounce: &mut Option<AlignedBuf>) -> Result<(), BlockError> {
+    fn zero(&self, off: u64, len: u64, bounces: &mut Bounces) -> Result<(), BlockError> {
         let chunk = (CHUNK_BYTES as u64).min(len) as usize;
-        let b = self.ensure_bounce(bounce, chunk);
+        let (b, _) = bounces.pair(0, chunk, self.buffer_align());
+        let b = &mut b[..chunk];
         b.fill(0);
         let mut done = 0u64;
         while done < len {
@@ -439,8 +506,7 @@ struct State {
     fault: Option<String>,
     /// Live extents, offset → length; never overlapping, all inside `usable_bytes`.
     extents: BTreeMap<u64, u64>,
-    /// Reused across calls so that element access does not allocate per call.
-    bounce: Option<AlignedBuf>,
+    bounce: Bounces,
 }
 
 /// An open block device with an extent allocator and aligned positioned I/O.
@@ -560,7 +626,7 @@ impl BlockDevice {
                 file: Some(file),
                 fault: None,
                 extents: BTreeMap::new(),
-                bounce: None,
+                bounce: Bounces::default(),
             }),
         }
     }
@@ -1008,14 +1074,20 @@ mod tests {
             *x = (i * 7 % 256) as u8;
         }
         let mut back = AlignedBuf::zeroed(n + 512, 4096);
-        for shift in [0usize, 1] {
+        // (memory shift, device offset): aligned; misaligned memory (everything bounced and
+        // pipelined); both off by one, i.e. congruent (head/tail blocks bounced, the middle
+        // chunks direct).
+        for (shift, dev_off) in [(0usize, 512u64), (1, 512), (1, 513)] {
             let data = &src.as_mut_slice()[shift..shift + n].to_vec();
             let s = &src.as_mut_slice()[shift..shift + n];
-            d.write(e.offset + 512, s).unwrap();
+            d.write(e.offset + dev_off, s).unwrap();
             let b = &mut back.as_mut_slice()[shift..shift + n];
             b.fill(0);
-            d.read(e.offset + 512, b).unwrap();
+            d.read(e.offset + dev_off, b).unwrap();
             assert_eq!(&b[..], &data[..]);
+            let mut byte = [0u8; 1];
+            d.read(e.offset + dev_off + n as u64, &mut byte).unwrap();
+            assert_eq!(byte[0], 0xAB, "the byte after the run is untouched");
         }
     }
 

@@ -469,6 +469,9 @@ def test_is_injective_never_enumerates_huge_layouts():
     assert lay([10**9, 10**9], [1, 10**9]).is_injective() is True  # step 3
     assert lay([10**9, 10**9], [1, 2]).is_injective() is False  # step 2
     assert lay([10**9, 10**9], [2, 10**9]).is_injective() is False  # step 4
+    # Step 5 with a separable outer leaf: only the spec's [3,2]:[2,3] part is examined.
+    assert lay([3, 2, 10**9], [2, 3, 100]).is_injective() is True
+    assert lay([3, 3, 3], [1000, 1001, 1002]).is_injective() is False  # 1000+1002 == 2*1001
 
 
 # --- §6 broadcast_to ------------------------------------------------------------------------

@@ -23,6 +23,7 @@ use pyo3::exceptions::{
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use strideweave_core::storage::block::{BlockDevice, BlockError, Extent};
+use strideweave_core::storage::{ElemKind, Scalar};
 
 fn to_pyerr(e: BlockError, path: &str) -> PyErr {
     let msg = e.to_string();
@@ -169,11 +170,49 @@ impl BlockDeviceHandle {
         self.dev.read_f32(byte_off).map_err(|e| self.err(e))
     }
 
-    /// Writes `value` rounded to binary32 at device byte offset `byte_off`.
-    fn write_f32(&self, byte_off: u64, value: f64) -> PyResult<()> {
-        self.dev
-            .write_f32(byte_off, value as f32)
+    /// Writes `value` rounded to binary32 at device byte offset `byte_off`. The value follows
+    /// the Float32 slot rules of the other built-in storages (a real number, not a bool or a
+    /// str → TypeError), checked before any I/O.
+    fn write_f32(&self, byte_off: u64, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let v = f32_from_py(value)?;
+        self.dev.write_f32(byte_off, v).map_err(|e| self.err(e))
+    }
+
+    /// Writes the values of the iterable `values` as consecutive float32 slots from
+    /// `byte_off` in one transfer. `None` is stored as 0.0. Every value is checked (TypeError)
+    /// before anything is written.
+    fn write_values(
+        &self,
+        py: Python<'_>,
+        byte_off: u64,
+        values: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let mut bytes = Vec::new();
+        for item in values.try_iter()? {
+            let item = item?;
+            let v = if item.is_none() {
+                0.0
+            } else {
+                f32_from_py(&item)?
+            };
+            bytes.extend_from_slice(&v.to_ne_bytes());
+        }
+        py.detach(|| self.dev.write(byte_off, &bytes))
             .map_err(|e| self.err(e))
+    }
+
+    /// Reads `count` consecutive float32 slots from `byte_off` as a list of floats.
+    fn read_values(&self, py: Python<'_>, byte_off: u64, count: usize) -> PyResult<Vec<f64>> {
+        let nbytes = count
+            .checked_mul(4)
+            .ok_or_else(|| PyValueError::new_err(format!("count {count} is too large")))?;
+        let mut buf = vec![0u8; nbytes];
+        py.detach(|| self.dev.read(byte_off, &mut buf))
+            .map_err(|e| self.err(e))?;
+        Ok(buf
+            .chunks_exact(4)
+            .map(|c| f64::from(f32::from_ne_bytes([c[0], c[1], c[2], c[3]])))
+            .collect())
     }
 
     /// Reads `nbytes` at `byte_off` into a new `bytes`.
@@ -249,6 +288,13 @@ impl BlockDeviceHandle {
              physical_block_size={}, {state})",
             self.path, g.capacity_bytes, g.logical_block_size, g.physical_block_size
         )
+    }
+}
+
+fn f32_from_py(value: &Bound<'_, PyAny>) -> PyResult<f32> {
+    match crate::storage::scalar_from_py(ElemKind::F32, value)? {
+        Scalar::F32(v) => Ok(v),
+        _ => unreachable!("an F32 slot converts to Scalar::F32"),
     }
 }
 

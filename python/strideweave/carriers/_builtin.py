@@ -37,6 +37,9 @@ class RustBackedCarrier(Carrier):
         self._storage.set(index, v)
         self._sw_version += 1
 
+    def _sw_fill(self, i: int, v: Any) -> None:
+        self._storage.set(i, v)
+
     __getitem__ = get_value
     __setitem__ = set_value
 

@@ -11,6 +11,7 @@ through the hooks `size`, `dtype`, `get_value`, `set_value`, `new_like`, `alloca
 from __future__ import annotations
 
 import operator
+import threading
 from typing import Any, Iterable
 
 from strideweave.carriers.dtype import CompoundDType, DType
@@ -40,6 +41,20 @@ class _DefinitionHooks:
 
 
 DEFINITION_HOOKS = _DefinitionHooks()
+
+
+class _ActiveClaim(threading.local):
+    """The pending move whose own transfer code is running on this thread.
+
+    A pending move claims its carriers so that everybody else's mutation, release or move
+    fails; the move's own copy hook (`MoveOperation._copy`, a provider's `submit`) must still
+    write to them, so a claim does not block the thread that is executing it.
+    """
+
+    request: object | None = None
+
+
+ACTIVE_CLAIM = _ActiveClaim()
 
 
 def check_index(carrier: "Carrier", index: Any) -> int:
@@ -91,6 +106,11 @@ def check_bool_argument(value: Any, name: str) -> bool:
 class Carrier:
     """Base class of every carrier. Subclass it and implement the storage hooks."""
 
+    # The CarrierDefinition of a definition-backed instance, set by the extension module's
+    # init_defined; the default hooks below delegate to it because a user's class
+    # (`class Slab(Carrier): pass`) has no methods of its own to run the provider.
+    _sw_definition: Any = None
+
     def __init__(self, slots: Any = None, *, dtype: Any = None, mutable: Any = True) -> None:
         cls = type(self)
         definition = DEFINITION_HOOKS.definition_for(cls)
@@ -108,31 +128,49 @@ class Carrier:
 
     # ----- hooks a subclass implements ---------------------------------------------------
     def size(self) -> int:
+        if self._sw_definition is not None:
+            return DEFINITION_HOOKS.defined_size(self)
         raise NotImplementedError(f"{type(self).__name__} does not implement size()")
 
     def dtype(self) -> DType:
+        if self._sw_definition is not None:
+            return DEFINITION_HOOKS.defined_dtype(self)
         raise NotImplementedError(f"{type(self).__name__} does not implement dtype()")
 
     def get_value(self, i: int) -> Any:
+        if self._sw_definition is not None:
+            return DEFINITION_HOOKS.defined_get(self, i)
         raise NotImplementedError(f"{type(self).__name__} does not implement get_value()")
 
     def set_value(self, i: int, v: Any) -> None:
+        if self._sw_definition is not None:
+            return DEFINITION_HOOKS.defined_set(self, i, v)
         raise RuntimeError(f"{type(self).__name__} carrier is not mutable")
 
     def new_like(self, values: Iterable[Any], *, mutable: bool = True, dtype: DType | None = None) -> "Carrier":
+        if self._sw_definition is not None:
+            return DEFINITION_HOOKS.defined_new_like(self, values, mutable=mutable, dtype=dtype)
         raise NotImplementedError(f"{type(self).__name__} does not implement new_like()")
 
     def allocate_like(self, size: int, *, mutable: bool = True, dtype: DType | None = None,
                       empty: bool = False) -> "Carrier":
+        if self._sw_definition is not None:
+            return DEFINITION_HOOKS.defined_allocate_like(self, size, mutable=mutable, dtype=dtype, empty=empty)
         raise NotImplementedError(f"{type(self).__name__} does not implement allocate_like()")
 
     def _is_mutable(self) -> bool:
+        if self._sw_definition is not None:
+            return DEFINITION_HOOKS.defined_is_mutable(self)
         return False
 
     def _supports_storage_dtype(self, d: DType) -> bool:
+        if self._sw_definition is not None:
+            return DEFINITION_HOOKS.defined_supports_dtype(self, d)
         return d is self.dtype()
 
     def _release(self) -> None:
+        if self._sw_definition is not None:
+            return DEFINITION_HOOKS.defined_release(self)
         return None
 
     def dlpack_info(self) -> dict:
@@ -207,7 +245,8 @@ class Carrier:
         return None
 
     def _sw_check_unclaimed(self, action: str) -> None:
-        if self._sw_claim is not None:
+        claim = self._sw_claim
+        if claim is not None and claim is not ACTIVE_CLAIM.request:
             raise RuntimeError(f"cannot {action} {type(self).__name__} carrier: it participates in a "
                                "pending move")
 
@@ -219,6 +258,11 @@ class Carrier:
         if not self._is_mutable():
             raise RuntimeError(f"{type(self).__name__} carrier is not mutable")
         self._sw_check_unclaimed("write to")
+
+    def _sw_fill(self, i: int, v: Any) -> None:
+        """Framework write of a move's transfer: no checks beyond the storage's own, and no
+        version change (a move is not an in-place mutation). Built-ins write storage directly."""
+        self.set_value(i, v)
 
     def _sw_write_as_owner(self, owner: "Carrier", i: int, v: Any) -> None:
         """A write by the owning composite (Evictable), which bypasses the ownership guard."""

@@ -74,6 +74,9 @@ class Generic(Carrier):
         self._values[index] = coerce_slot_value(self._dtype, v)
         self._sw_version += 1
 
+    def _sw_fill(self, i: int, v: Any) -> None:
+        self._values[i] = coerce_slot_value(self._dtype, v)
+
     __getitem__ = get_value
     __setitem__ = set_value
 

@@ -1,2 +1,615 @@
-"""TODO: filled by its issue."""
-__all__: list[str] = []
+"""Movement between carriers: `move`, `move_async`, the MoveOperation family and the legacy
+exact-pair registry (interop-movement.md; extension-and-tiling.md §5).
+
+One path serves every move. `move_async` validates in the specification's order, resolves
+the exact-pair route (and, when recording, the reverse route first), claims both carriers,
+sizes the destination, then submits the transfer. Bulk transfers between Rust storages run
+on the engine's worker threads with the GIL released; Python `_copy` hooks and provider
+`submit()` run on the caller's thread. Whatever finishes the transfer calls `_commit` exactly
+once: publish the result (and its autograd node), release the source, drop the claims,
+record `move_complete`, and only then resolve the `AwaitMove`. `move` is `move_async(...).wait()`.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any, Callable
+
+from strideweave import _autograd, _native, profiler
+from strideweave._autograd import Operation
+from strideweave.carriers.base import ACTIVE_CLAIM, Carrier
+from strideweave.carriers.cpu import CPU
+from strideweave.carriers.file_backed import FileBacked
+from strideweave.layout import Layout
+from strideweave.tensor import Tensor
+
+__all__ = [
+    "move", "move_async", "AwaitResult", "AwaitMove",
+    "MoveOperation", "ElementwiseMoveOperation", "CpuToFileBackedMoveOperation",
+    "FileBackedToCpuMoveOperation", "CpuToBlockDeviceMoveOperation", "BlockDeviceToCpuMoveOperation",
+    "dispatch_move", "register_move_operation", "unregister_move_operation", "registered_move_operation",
+]
+
+AwaitResult = _native.AwaitResult
+
+
+class AwaitMove(AwaitResult):
+    """Completion handle of one `move_async` request; `wait()` returns the moved Tensor
+    (the same object every time) or raises the request's terminal failure."""
+
+    __slots__ = ()
+
+
+# ===== move operations ==========================================================================
+
+class MoveOperation(Operation):
+    """The autograd node and transfer hook of one move.
+
+    Subclasses implement `_copy(tensor, destination, output, element_count)`, which fills
+    `destination` (through `output`, the result Tensor already bound to it) and returns None.
+    `element_count` is the layout's cosize. Pin `source_class` / `destination_class` to exact
+    carrier classes to refuse other pairs with TypeError before anything is copied.
+    """
+
+    source_class: type | None = None
+    destination_class: type | None = None
+
+    def _copy(self, tensor: Tensor, destination: Carrier, output: Tensor, element_count: int) -> None:
+        raise NotImplementedError(f"{type(self).__name__} does not implement _copy")
+
+    def _forward(self, tensor: Tensor, destination: Carrier) -> Tensor:
+        """A direct `op.forward(tensor, destination)`: the ordinary move path with this
+        operation as the transfer; `Operation.forward` records this node around it."""
+        return _initiate(tensor, destination, operation=self, attach=False).handle.wait()
+
+    def backward(self, gradient: Tensor) -> tuple:
+        """Move the cotangent back through the captured reverse route into fresh storage of
+        the source carrier's exact class."""
+        state = getattr(self, "_sw_move", None)
+        if state is None:
+            raise RuntimeError(f"{type(self).__name__} has no recorded move to differentiate")
+        if not isinstance(gradient, Tensor):
+            raise TypeError(f"move backward takes a Tensor cotangent, not {type(gradient).__name__}")
+        if gradient.carrier.is_released():
+            raise RuntimeError("the move cotangent's carrier is released")
+        source_layout: Layout = state.source_layout
+        if gradient.layout.shape != source_layout.shape:
+            raise ValueError(f"move cotangent shape {gradient.layout.shape!r} does not match the "
+                             f"moved tensor's shape {source_layout.shape!r}")
+        if not gradient.layout.is_injective():
+            raise ValueError("move backward requires a cotangent with an injective gradient Layout, "
+                             f"got {gradient.layout!r}")
+        target = source_layout if source_layout.is_injective() else Layout.canonical(source_layout.shape)
+        with _autograd.no_grad():
+            # Stage a private copy: the reverse move releases its source, and the cotangent
+            # belongs to the caller or to the traversal.
+            staged = _autograd.copy_to(gradient, gradient.carrier, target)
+            fresh = state.source_carrier.allocate_like(0 if _grows_when_empty(state.source_carrier)
+                                                       else target.cosize)
+            result = _initiate(staged, fresh, route=state.reverse_route).handle.wait()
+        return (result,)
+
+
+class ElementwiseMoveOperation(MoveOperation):
+    """The fallback: `output[i] = tensor[i]` for every logical index. Between Rust storages of
+    one element kind it runs in Rust over the hierarchical layout (engine threads)."""
+
+    def _copy(self, tensor: Tensor, destination: Carrier, output: Tensor, element_count: int) -> None:
+        layout, offset, source = tensor.layout, tensor.offset, tensor.carrier
+        for k in range(layout.size):
+            j = layout.index(k)
+            destination._sw_fill(j, source[offset + j])
+
+    def _sw_async(self, request: "_MoveRequest") -> Callable | None:
+        src = request.source._sw_storage()
+        dst = request.destination._sw_storage()
+        if type(self)._copy is not ElementwiseMoveOperation._copy or src is None or dst is None:
+            return None
+        if src.kind != dst.kind:
+            return None
+        layout, offset = request.layout, request.tensor.offset
+        size = _ITEM_SIZE[src.kind]
+        if isinstance(src, _native.HostStorage) and isinstance(dst, _native.HostStorage):
+            return lambda then: _native.submit_layout_copy(
+                src.pointer(), offset, dst.pointer(), 0, list(layout.leaf_shape), list(layout.leaf_stride),
+                size, then, src_slots=src.count, dst_slots=dst.count)
+        # A file is involved: carrying the whole cosize span (holes included) is allowed and
+        # turns the fallback into one positioned transfer.
+        return _span_copy(src, offset, dst, request.cosize, size)
+
+
+class CpuToFileBackedMoveOperation(MoveOperation):
+    """Bulk CPU → FileBacked: one positioned write of the cosize span, off the caller's thread."""
+
+    source_class = CPU
+    destination_class = FileBacked
+
+    def _copy(self, tensor: Tensor, destination: Carrier, output: Tensor, element_count: int) -> None:
+        src, dst = tensor.carrier._sw_storage(), destination._sw_storage()
+        size = _ITEM_SIZE[src.kind]
+        _native.host_to_file(dst.fileno(), 0, src.pointer() + tensor.offset * size, element_count * size)
+
+    def _sw_async(self, request: "_MoveRequest") -> Callable | None:
+        if type(self)._copy is not CpuToFileBackedMoveOperation._copy:
+            return None
+        src, dst = request.source._sw_storage(), request.destination._sw_storage()
+        return _span_copy(src, request.tensor.offset, dst, request.cosize, _ITEM_SIZE[src.kind])
+
+
+class FileBackedToCpuMoveOperation(MoveOperation):
+    """Bulk FileBacked → CPU: one positioned read of the cosize span, off the caller's thread."""
+
+    source_class = FileBacked
+    destination_class = CPU
+
+    def _copy(self, tensor: Tensor, destination: Carrier, output: Tensor, element_count: int) -> None:
+        src, dst = tensor.carrier._sw_storage(), destination._sw_storage()
+        size = _ITEM_SIZE[src.kind]
+        _native.file_to_host(src.fileno(), tensor.offset * size, dst.pointer(), element_count * size)
+
+    def _sw_async(self, request: "_MoveRequest") -> Callable | None:
+        if type(self)._copy is not FileBackedToCpuMoveOperation._copy:
+            return None
+        src, dst = request.source._sw_storage(), request.destination._sw_storage()
+        return _span_copy(src, request.tensor.offset, dst, request.cosize, _ITEM_SIZE[src.kind])
+
+
+def _block_carrier_class() -> type:
+    from strideweave.carriers.block_device import BlockDeviceCarrier
+    return BlockDeviceCarrier
+
+
+class _BlockBulkMove(MoveOperation):
+    """Shared engine path of the CPU↔block bulk pair: the device I/O (GIL released inside the
+    handle) runs on an engine worker, which then commits."""
+
+    def _sw_async(self, request: "_MoveRequest") -> Callable | None:
+        if type(self) not in _BLOCK_OPERATIONS:
+            return None
+
+        def job(then: Callable) -> None:
+            def run() -> None:
+                try:
+                    self._copy(request.tensor, request.destination, request.output, request.cosize)
+                except BaseException as exc:  # noqa: BLE001 - handed to the commit
+                    then(exc)
+                else:
+                    then(None)
+            _native.submit_python(request.handle, run)
+        return job
+
+
+class CpuToBlockDeviceMoveOperation(_BlockBulkMove):
+    """Bulk CPU → BlockDeviceCarrier (Float32): the cosize span in one aligned device write."""
+
+    source_class = CPU
+    destination_class = None  # pinned lazily to BlockDeviceCarrier (see _pins)
+
+    def _copy(self, tensor: Tensor, destination: Carrier, output: Tensor, element_count: int) -> None:
+        src = tensor.carrier._sw_storage()
+        handle, device_offset, _ = destination._sw_block_extent()
+        handle.write_from(src.pointer() + tensor.offset * 4, device_offset, element_count * 4)
+
+
+class BlockDeviceToCpuMoveOperation(_BlockBulkMove):
+    """Bulk BlockDeviceCarrier → CPU (Float32): the cosize span in one aligned device read."""
+
+    source_class = None  # pinned lazily to BlockDeviceCarrier (see _pins)
+    destination_class = CPU
+
+    def _copy(self, tensor: Tensor, destination: Carrier, output: Tensor, element_count: int) -> None:
+        dst = destination._sw_storage()
+        handle, device_offset, _ = tensor.carrier._sw_block_extent()
+        handle.read_into(dst.pointer(), device_offset + tensor.offset * 4, element_count * 4)
+
+
+_BLOCK_OPERATIONS = (CpuToBlockDeviceMoveOperation, BlockDeviceToCpuMoveOperation)
+_ITEM_SIZE = {"f32": 4, "i32": 4, "f64": 8, "bool": 1}
+
+
+def _pins(operation_class: type) -> tuple[type | None, type | None]:
+    source, destination = operation_class.source_class, operation_class.destination_class
+    if operation_class is CpuToBlockDeviceMoveOperation:
+        destination = _block_carrier_class()
+    elif operation_class is BlockDeviceToCpuMoveOperation:
+        source = _block_carrier_class()
+    return source, destination
+
+
+def _span_copy(src: Any, offset: int, dst: Any, count: int, size: int) -> Callable | None:
+    """The engine job copying `count` slots from `src` slot `offset` to `dst` slot 0."""
+    nbytes, src_byte = count * size, offset * size
+    host, file = _native.HostStorage, _native.FileStorage
+    if isinstance(src, host) and isinstance(dst, file):
+        return lambda then: _native.submit_host_to_file(dst.fileno(), 0, src.pointer() + src_byte, nbytes, then)
+    if isinstance(src, file) and isinstance(dst, host):
+        return lambda then: _native.submit_file_to_host(src.fileno(), src_byte, dst.pointer(), nbytes, then)
+    if isinstance(src, file) and isinstance(dst, file):
+        return lambda then: _native.submit_file_to_file(src.fileno(), src_byte, dst.fileno(), 0, nbytes, then)
+    if isinstance(src, host) and isinstance(dst, host):
+        return lambda then: _native.submit_copy_host_to_host(src.pointer() + src_byte, dst.pointer(), nbytes, then)
+    return None
+
+
+# ===== the legacy registry ======================================================================
+
+_registry_lock = threading.RLock()
+_REGISTRY: dict[tuple[type, type], type] = {
+    (CPU, FileBacked): CpuToFileBackedMoveOperation,
+    (FileBacked, CPU): FileBackedToCpuMoveOperation,
+}
+_block_registered = False
+
+
+def _ensure_block_entries() -> None:
+    """The CPU↔BlockDeviceCarrier entries, installed before the first registry use (the block
+    module imports this one, so it cannot be imported at module load)."""
+    global _block_registered
+    if _block_registered:
+        return
+    with _registry_lock:
+        if not _block_registered:
+            block = _block_carrier_class()
+            _REGISTRY.setdefault((CPU, block), CpuToBlockDeviceMoveOperation)
+            _REGISTRY.setdefault((block, CPU), BlockDeviceToCpuMoveOperation)
+            _block_registered = True
+
+
+def _extension() -> Any:
+    from strideweave.carriers import extension
+    return extension
+
+
+def _check_carrier_class(value: Any, name: str) -> type:
+    if not (isinstance(value, type) and issubclass(value, Carrier) and value is not Carrier):
+        raise TypeError(f"{name} must be a Carrier subclass, not {value!r}")
+    return value
+
+
+def _check_operation_class(value: Any) -> type:
+    if not (isinstance(value, type) and issubclass(value, MoveOperation)):
+        raise TypeError(f"operation_class must be a MoveOperation subclass, not {value!r}")
+    return value
+
+
+def _pair_name(source_class: type, destination_class: type) -> str:
+    return f"({source_class.__name__}, {destination_class.__name__})"
+
+
+def register_move_operation(source_class: type, destination_class: type, operation_class: type) -> None:
+    """Record `operation_class` for the exact (source_class, destination_class) pair."""
+    _check_carrier_class(source_class, "source_class")
+    _check_carrier_class(destination_class, "destination_class")
+    _check_operation_class(operation_class)
+    _extension().require_no_definition(source_class, destination_class)
+    _ensure_block_entries()
+    with _registry_lock:
+        key = (source_class, destination_class)
+        if key in _REGISTRY:
+            raise ValueError(f"a move operation is already registered for {_pair_name(*key)}: "
+                             f"{_REGISTRY[key].__name__}")
+        _REGISTRY[key] = operation_class
+    return None
+
+
+def dispatch_move(source_class: type, destination_class: type) -> type:
+    """The operation registered for exactly this pair, else ElementwiseMoveOperation."""
+    _check_carrier_class(source_class, "source_class")
+    _check_carrier_class(destination_class, "destination_class")
+    _extension().require_no_definition(source_class, destination_class)
+    _ensure_block_entries()
+    with _registry_lock:
+        return _REGISTRY.get((source_class, destination_class), ElementwiseMoveOperation)
+
+
+def unregister_move_operation(source_class: type, destination_class: type) -> type:
+    """Remove and return the operation registered for exactly this pair (KeyError if none)."""
+    _check_carrier_class(source_class, "source_class")
+    _check_carrier_class(destination_class, "destination_class")
+    _extension().require_no_definition(source_class, destination_class)
+    _ensure_block_entries()
+    with _registry_lock:
+        try:
+            return _REGISTRY.pop((source_class, destination_class))
+        except KeyError:
+            raise KeyError(f"no move operation is registered for "
+                           f"{_pair_name(source_class, destination_class)}") from None
+
+
+class registered_move_operation(contextlib.AbstractContextManager):
+    """`with registered_move_operation(S, D, Op) as op:` registers the pair for the block."""
+
+    def __init__(self, source_class: type, destination_class: type, operation_class: type) -> None:
+        _check_carrier_class(source_class, "source_class")
+        _check_carrier_class(destination_class, "destination_class")
+        _check_operation_class(operation_class)
+        _extension().require_no_definition(source_class, destination_class)
+        self._pair = (source_class, destination_class)
+        self._operation_class = operation_class
+
+    def __enter__(self) -> type:
+        register_move_operation(*self._pair, self._operation_class)
+        return self._operation_class
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        unregister_move_operation(*self._pair)
+        return False
+
+
+# ===== routes ===================================================================================
+
+class _Route:
+    """A resolved exact-pair route: a legacy MoveOperation class, or a definition decision."""
+
+    __slots__ = ("operation_class", "decision")
+
+    def __init__(self, operation_class: type | None, decision: Any = None) -> None:
+        self.operation_class = operation_class
+        self.decision = decision
+
+
+def _resolve(source_class: type, destination_class: type) -> _Route:
+    decision = _extension().resolve_route(source_class, destination_class)
+    if decision is not None:
+        return _Route(None, decision)
+    _ensure_block_entries()
+    with _registry_lock:
+        operation_class = _REGISTRY.get((source_class, destination_class), ElementwiseMoveOperation)
+    block = _block_carrier_class()
+    if (issubclass(source_class, block) or issubclass(destination_class, block)) \
+            and operation_class not in _BLOCK_OPERATIONS:
+        raise NotImplementedError(f"no movement between {source_class.__name__} and "
+                                  f"{destination_class.__name__}: BlockDeviceCarrier moves only to "
+                                  "and from exact CPU carriers")
+    return _Route(operation_class)
+
+
+def _grows_when_empty(carrier: Carrier) -> bool:
+    return hasattr(carrier, "_allocate") or _extension().is_definition_backed(carrier)
+
+
+# ===== one request ===============================================================================
+
+class _MoveState:
+    """What a move node keeps for backward."""
+
+    __slots__ = ("source_carrier", "source_layout", "reverse_route")
+
+    def __init__(self, source_carrier: Carrier, source_layout: Layout, reverse_route: _Route) -> None:
+        self.source_carrier = source_carrier
+        self.source_layout = source_layout
+        self.reverse_route = reverse_route
+
+
+class _MoveRequest:
+    __slots__ = ("tensor", "source", "destination", "layout", "cosize", "handle", "node", "recorded",
+                 "token", "grown", "lowered", "committed", "output", "__weakref__")
+
+    def __init__(self, tensor: Tensor, destination: Carrier, lowered: bool) -> None:
+        self.tensor = tensor
+        self.source = tensor.carrier
+        self.destination = destination
+        self.layout = tensor.layout
+        self.cosize = tensor.layout.cosize
+        self.handle = _native.new_completion(AwaitMove)
+        self.node: MoveOperation | None = None
+        self.recorded = False
+        self.token = None
+        self.grown = False
+        self.lowered = lowered
+        self.committed = False
+        self.output: Tensor | None = None
+
+
+def _validate(tensor: Any, destination: Any, lowered: bool) -> None:
+    """The validation table of interop-movement.md, in order, before any effect."""
+    if isinstance(tensor, Tensor) and len(tensor.subtensors) != 1:
+        raise NotImplementedError("move is not implemented for a multi-subtensor Tensor")
+    if not isinstance(tensor, Tensor):
+        raise TypeError(f"tensor must be a Tensor, not {type(tensor).__name__}")
+    source = tensor.carrier
+    if source.is_released():
+        raise RuntimeError(f"the source {type(source).__name__} carrier is released")
+    if source.is_owned() and not lowered:
+        raise RuntimeError(f"the source {type(source).__name__} carrier is owned by "
+                           f"{type(source._sw_owner).__name__} and cannot be moved directly")
+    source._sw_check_unclaimed("move")
+    if not isinstance(destination, Carrier):
+        raise TypeError(f"destination must be a Carrier, not {type(destination).__name__}")
+    if destination is source:
+        raise ValueError("destination must be a different carrier from the tensor's own carrier")
+    if destination.is_released():
+        raise RuntimeError(f"the destination {type(destination).__name__} carrier is released")
+    mutable = destination._is_mutable() if lowered else destination.is_mutable()
+    if not mutable:
+        raise RuntimeError(f"the destination {type(destination).__name__} carrier is not publicly mutable")
+    destination._sw_check_unclaimed("move into")
+    if destination.dtype() is not tensor.dtype():
+        raise TypeError(f"destination dtype {destination.dtype().name} does not match the tensor's "
+                        f"dtype {tensor.dtype().name}")
+
+
+def _check_pins(operation_class: type, source: Carrier, destination: Carrier) -> None:
+    pinned_source, pinned_destination = _pins(operation_class)
+    if pinned_source is not None and type(source) is not pinned_source:
+        raise TypeError(f"{operation_class.__name__} requires a {pinned_source.__name__} source carrier, "
+                        f"not {type(source).__name__}")
+    if pinned_destination is not None and type(destination) is not pinned_destination:
+        raise TypeError(f"{operation_class.__name__} requires a {pinned_destination.__name__} destination "
+                        f"carrier, not {type(destination).__name__}")
+
+
+def _initiate(tensor: Any, destination: Any, *, lowered: bool = False, route: _Route | None = None,
+              operation: MoveOperation | None = None, attach: bool = True) -> _MoveRequest:
+    """Validate, resolve, claim, size and submit one move. Errors before submission raise
+    here; errors after it become the handle's terminal failure."""
+    if isinstance(tensor, (list, tuple)) or isinstance(destination, (list, tuple)):
+        raise TypeError("move_async moves one Tensor into one destination carrier; sequences are not accepted")
+    _validate(tensor, destination, lowered)
+    source = tensor.carrier
+    recording = attach and not lowered and _autograd.is_grad_enabled() and tensor.is_differentiable()
+    reverse = _resolve(type(destination), type(source)) if recording else None
+    if route is None:
+        route = _resolve(type(source), type(destination)) if operation is None else _Route(type(operation))
+    prepared = None
+    if route.operation_class is not None:
+        _check_pins(route.operation_class, source, destination)
+    cosize = tensor.layout.cosize
+    size = destination.size()
+    grow = False
+    if size < cosize:
+        if size == 0 and _grows_when_empty(destination):
+            grow = True
+        else:
+            raise ValueError(f"destination {type(destination).__name__} is too small: {size} slots for a "
+                             f"layout cosize of {cosize}")
+    if route.decision is not None:
+        prepared = _extension().prepare_route(route.decision, tensor, destination)
+        if prepared is None:
+            route = _Route(ElementwiseMoveOperation)
+    request = _MoveRequest(tensor, destination, lowered)
+    if operation is not None:
+        op = operation
+    elif route.operation_class is not None:
+        op = route.operation_class()
+    else:
+        op = MoveOperation()
+    implementation = type(op) if prepared is None else type(route.decision.route.provider)
+    if not lowered:
+        request.token = profiler._move_submit_begin(type(source), type(destination), implementation)
+    source._sw_claim = request
+    destination._sw_claim = request
+    try:
+        if grow:
+            if _extension().is_definition_backed(destination):
+                _extension().allocate_destination(destination, cosize)
+            else:
+                destination._allocate(cosize)
+            request.grown = True
+        request.output = Tensor(destination, 0, tensor.layout)
+    except BaseException:
+        _restore(request)
+        profiler._move_submit_abort(request.token)
+        raise
+    if recording:
+        request.node = op
+        request.recorded = _autograd.record_inputs(op, (tensor,))
+        op._sw_move = _MoveState(source, tensor.layout, reverse)
+    _submit(request, op, prepared)
+    if not lowered:
+        profiler._move_submit_end(request.token, request.handle)
+    return request
+
+
+def _submit(request: _MoveRequest, op: MoveOperation, prepared: Any) -> None:
+    if prepared is not None:
+        outcome = _run_claimed(request, prepared.submit)
+        if isinstance(outcome, BaseException):
+            _commit(request, outcome)
+        elif outcome is None:
+            _commit(request, None)
+        else:
+            def finish_provider() -> None:
+                try:
+                    _extension().check_provider_completion(outcome)
+                except BaseException as exc:  # noqa: BLE001 - any failure is the terminal one
+                    _commit(request, exc)
+                else:
+                    _commit(request, None)
+            _native.submit_python(request.handle, finish_provider)
+        return
+    job = op._sw_async(request) if hasattr(op, "_sw_async") else None
+    if job is not None:
+        try:
+            job(lambda error: _commit(request, error))
+        except BaseException as exc:  # noqa: BLE001
+            _commit(request, exc)
+        return
+
+    def copy() -> None:
+        returned = op._copy(request.tensor, request.destination, request.output, request.cosize)
+        if returned is not None:
+            raise TypeError(f"{type(op).__name__}._copy must return None, not {type(returned).__name__}")
+
+    _commit(request, _run_claimed(request, copy))
+
+
+def _run_claimed(request: _MoveRequest, fn: Callable) -> Any:
+    """Run transfer code on this thread with the request's claims lifted for it; returns the
+    result, or the exception it raised."""
+    saved = ACTIVE_CLAIM.request
+    ACTIVE_CLAIM.request = request
+    try:
+        return fn()
+    except BaseException as exc:  # noqa: BLE001 - becomes the handle's terminal failure
+        return exc
+    finally:
+        ACTIVE_CLAIM.request = saved
+
+
+def _restore(request: _MoveRequest) -> None:
+    """Undo the request's effects after a failure: claims, and a destination it grew."""
+    request.source._sw_claim = None
+    request.destination._sw_claim = None
+    if request.grown and hasattr(request.destination, "_allocate"):
+        with contextlib.suppress(Exception):
+            request.destination._allocate(0)
+
+
+def _commit(request: _MoveRequest, error: BaseException | None) -> None:
+    """The one terminal boundary of a request (runs exactly once, on whichever thread
+    finishes the transfer)."""
+    if request.committed:
+        return
+    request.committed = True
+    if error is None:
+        try:
+            _publish_and_release(request)
+        except BaseException as exc:  # noqa: BLE001
+            error = exc
+    if error is not None:
+        _restore(request)
+        if request.node is not None:
+            request.node._sw_clear()
+        profiler._move_complete(request.token, False)
+        request.handle._fail(error)
+        return
+    profiler._move_complete(request.token, True)
+    request.handle._succeed(request.output)
+
+
+def _publish_and_release(request: _MoveRequest) -> None:
+    output = request.output
+    if request.node is not None:
+        _autograd.attach_result(request.node, output, request.recorded)
+    request.destination._sw_claim = None
+    request.source._sw_claim = None
+    source = request.source
+    if request.lowered and source._sw_owner is not None:
+        owner, source._sw_owner = source._sw_owner, None
+        try:
+            source.release()
+        except BaseException:
+            source._sw_owner = owner
+            raise
+    else:
+        source.release()
+
+
+# ===== public entry points =======================================================================
+
+def move_async(tensor: Tensor, destination: Carrier) -> AwaitMove:
+    """Validate one move, submit every transfer that can start, and return its handle
+    without waiting. Validation and route errors raise here and return no handle."""
+    return _initiate(tensor, destination).handle
+
+
+def move(tensor: Tensor, destination: Carrier) -> Tensor:
+    """Blocking move: exactly `move_async(tensor, destination).wait()`."""
+    return move_async(tensor, destination).wait()
+
+
+def _lowered_move(tensor: Tensor, destination: Carrier) -> Tensor:
+    """Framework-internal move for composite carriers (Evictable residency transitions): the
+    same route and transfer, no autograd node, no profiling, ownership handled by the owner."""
+    return _initiate(tensor, destination, lowered=True).handle.wait()

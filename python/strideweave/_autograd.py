@@ -229,7 +229,10 @@ def _from_values(like: Any, layout: Layout, values: list) -> Any:
 
 
 def _fresh_rust(like: Any, layout: Layout) -> tuple[Any, Any]:
-    carrier = like.allocate_like(layout.cosize)
+    # A compact injective layout addresses every slot, so the kernel overwrites them all and
+    # zero-filling first would only cost a pass over memory; gapped layouts need the zeros.
+    covered = layout.cosize == layout.size and layout.is_injective()
+    carrier = like.allocate_like(layout.cosize, empty=covered)
     return carrier, carrier._sw_storage()
 
 

@@ -43,10 +43,18 @@ pub enum KernelError {
 impl fmt::Display for KernelError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            KernelError::RankMismatch { operand, expected, got } => {
+            KernelError::RankMismatch {
+                operand,
+                expected,
+                got,
+            } => {
                 write!(f, "{operand}: {got} strides for {expected} leaf extents")
             }
-            KernelError::OutOfBounds { operand, needed, len } => {
+            KernelError::OutOfBounds {
+                operand,
+                needed,
+                len,
+            } => {
                 write!(
                     f,
                     "{operand}: layout reaches {needed} slots but the storage holds {len}"
@@ -69,7 +77,11 @@ pub struct Operand<'a> {
 
 impl<'a> Operand<'a> {
     pub fn new(data: &'a [f32], offset: usize, strides: &'a [usize]) -> Self {
-        Self { data, offset, strides }
+        Self {
+            data,
+            offset,
+            strides,
+        }
     }
 }
 
@@ -82,7 +94,9 @@ pub enum BinaryOp {
 
 /// Number of logical coordinates, checked for overflow.
 pub fn element_count(extents: &[usize]) -> Option<usize> {
-    extents.iter().try_fold(1usize, |acc, &e| acc.checked_mul(e))
+    extents
+        .iter()
+        .try_fold(1usize, |acc, &e| acc.checked_mul(e))
 }
 
 /// Strides of the canonical injective layout over `extents`: each leaf's stride is the
@@ -100,7 +114,12 @@ pub fn canonical_strides(extents: &[usize]) -> Vec<usize> {
 }
 
 /// One past the greatest index `offset + Σ (extent-1)·stride` reaches.
-fn reach(operand: &'static str, extents: &[usize], offset: usize, strides: &[usize]) -> Result<usize, KernelError> {
+fn reach(
+    operand: &'static str,
+    extents: &[usize],
+    offset: usize,
+    strides: &[usize],
+) -> Result<usize, KernelError> {
     if strides.len() != extents.len() {
         return Err(KernelError::RankMismatch {
             operand,
@@ -115,7 +134,9 @@ fn reach(operand: &'static str, extents: &[usize], offset: usize, strides: &[usi
             .saturating_sub(1)
             .checked_mul(s)
             .ok_or(KernelError::Overflow { operand })?;
-        last = last.checked_add(step).ok_or(KernelError::Overflow { operand })?;
+        last = last
+            .checked_add(step)
+            .ok_or(KernelError::Overflow { operand })?;
     }
     last.checked_add(1).ok_or(KernelError::Overflow { operand })
 }
@@ -132,7 +153,11 @@ fn check(
     }
     let needed = reach(operand, extents, offset, strides)?;
     if needed > len {
-        return Err(KernelError::OutOfBounds { operand, needed, len });
+        return Err(KernelError::OutOfBounds {
+            operand,
+            needed,
+            len,
+        });
     }
     Ok(())
 }
@@ -147,13 +172,25 @@ impl<const N: usize> Plan<N> {
     /// Drop extent-1 leaves and merge neighbours every operand walks contiguously. Merging
     /// leaf `i+1` into leaf `i` is valid exactly when each operand's `stride[i+1]` equals
     /// `stride[i]·extent[i]` (stride-0 operands satisfy this trivially, 0 = 0·e).
+    ///
+    /// Leaves are first ordered by their summed stride over all operands (stable, so equal
+    /// keys keep canonical order). Every kernel visits each coordinate exactly once, so the
+    /// visiting order changes no result except the rounding order of accumulations; walking
+    /// the smallest strides innermost keeps a transposed operand from striding through
+    /// memory (and lets `sum` over a transposed layout become one contiguous run).
     fn new(extents: &[usize], strides: [&[usize]; N]) -> Self {
+        let mut order: Vec<usize> = (0..extents.len())
+            .filter(|&leaf| extents[leaf] != 1)
+            .collect();
+        order.sort_by_key(|&leaf| {
+            strides
+                .iter()
+                .fold(0usize, |acc, s| acc.saturating_add(s[leaf]))
+        });
         let mut ext: Vec<usize> = Vec::with_capacity(extents.len());
         let mut st: [Vec<usize>; N] = std::array::from_fn(|_| Vec::with_capacity(extents.len()));
-        for (leaf, &e) in extents.iter().enumerate() {
-            if e == 1 {
-                continue;
-            }
+        for leaf in order {
+            let e = extents[leaf];
             if let Some(&prev) = ext.last() {
                 let mergeable = (0..N).all(|k| {
                     let p = *st[k].last().expect("same length as ext");
@@ -176,7 +213,7 @@ impl<const N: usize> Plan<N> {
     }
 
     /// Call `run(bases, len, inner_strides)` once per inner run (leaf 0 of the plan, the
-    /// fastest), with every operand's base index, in canonical coordinate order.
+    /// fastest), with every operand's base index.
     fn walk(&self, offsets: [usize; N], mut run: impl FnMut([usize; N], usize, [usize; N])) {
         if self.extents.contains(&0) {
             return;
@@ -234,8 +271,14 @@ pub fn binary_f32(
         if sa == 1 && sb == 1 && so == 1 {
             let (x, y, z) = (&ad[ia..ia + n], &bd[ib..ib + n], &mut out[io..io + n]);
             match op {
-                BinaryOp::Add => z.iter_mut().zip(x.iter().zip(y)).for_each(|(z, (x, y))| *z = x + y),
-                BinaryOp::Mul => z.iter_mut().zip(x.iter().zip(y)).for_each(|(z, (x, y))| *z = x * y),
+                BinaryOp::Add => z
+                    .iter_mut()
+                    .zip(x.iter().zip(y))
+                    .for_each(|(z, (x, y))| *z = x + y),
+                BinaryOp::Mul => z
+                    .iter_mut()
+                    .zip(x.iter().zip(y))
+                    .for_each(|(z, (x, y))| *z = x * y),
             }
         } else {
             for j in 0..n {
@@ -279,7 +322,12 @@ fn unary_f32(
 
 /// Copy every coordinate of `a` into `out` through `out_strides`. With all-zero strides on
 /// `a` this fills `out` with one value.
-pub fn copy_f32(extents: &[usize], a: Operand<'_>, out: &mut [f32], out_strides: &[usize]) -> Result<(), KernelError> {
+pub fn copy_f32(
+    extents: &[usize],
+    a: Operand<'_>,
+    out: &mut [f32],
+    out_strides: &[usize],
+) -> Result<(), KernelError> {
     unary_f32(extents, a, out, out_strides, |x| x)
 }
 
@@ -295,7 +343,7 @@ pub fn scale_f32(
     unary_f32(extents, a, out, out_strides, |x| (x as f64 * scalar) as f32)
 }
 
-/// `out[out_strides·c] += a[c]` for every coordinate, in canonical coordinate order. Output
+/// `out[out_strides·c] += a[c]` for every coordinate. Output
 /// strides may repeat slots (stride 0): that is the point, the repeats are summed. Used for
 /// broadcast backward (sum over widened leaves) and for per-storage-slot aggregation.
 ///
@@ -362,13 +410,19 @@ mod tests {
     fn indices(extents: &[usize], offset: usize, strides: &[usize]) -> Vec<usize> {
         let mut idx = vec![offset];
         for (&e, &s) in extents.iter().zip(strides) {
-            idx = (0..e).flat_map(|j| idx.iter().map(move |&i| i + j * s)).collect();
+            idx = (0..e)
+                .flat_map(|j| idx.iter().map(move |&i| i + j * s))
+                .collect();
         }
         idx
     }
 
     fn cosize(extents: &[usize], strides: &[usize]) -> usize {
-        1 + extents.iter().zip(strides).map(|(&e, &s)| (e - 1) * s).sum::<usize>()
+        1 + extents
+            .iter()
+            .zip(strides)
+            .map(|(&e, &s)| (e - 1) * s)
+            .sum::<usize>()
     }
 
     #[test]
@@ -447,9 +501,15 @@ mod tests {
         // 2^24 + 1 + 1 + ...: f32 accumulation would lose every 1.0.
         let mut v = vec![1.0f32; 17];
         v[0] = 16_777_216.0;
-        assert_eq!(sum_f32(&[17], Operand::new(&v, 0, &[1])).unwrap(), 16_777_232.0);
+        assert_eq!(
+            sum_f32(&[17], Operand::new(&v, 0, &[1])).unwrap(),
+            16_777_232.0
+        );
         // Rank 0: one element.
-        assert_eq!(sum_f32(&[], Operand::new(&[4.0, 9.0], 1, &[])).unwrap(), 9.0);
+        assert_eq!(
+            sum_f32(&[], Operand::new(&[4.0, 9.0], 1, &[])).unwrap(),
+            9.0
+        );
     }
 
     #[test]
@@ -475,7 +535,10 @@ mod tests {
         );
         assert!(out.iter().all(|&x| x == -1.0));
         let err = copy_f32(&[2], Operand::new(&a, 0, &[1, 1]), &mut out, &[1]).unwrap_err();
-        assert!(matches!(err, KernelError::RankMismatch { operand: "a", .. }));
+        assert!(matches!(
+            err,
+            KernelError::RankMismatch { operand: "a", .. }
+        ));
         let err = sum_f32(&[2], Operand::new(&a, usize::MAX, &[1])).unwrap_err();
         assert_eq!(err, KernelError::Overflow { operand: "a" });
     }
@@ -489,7 +552,8 @@ mod tests {
         assert_eq!(out, vec![1.0, 3.0, 2.0, 4.0]);
     }
 
-    fn layout_strategy() -> impl Strategy<Value = (Vec<usize>, Vec<usize>, Vec<usize>, usize, usize)> {
+    fn layout_strategy() -> impl Strategy<Value = (Vec<usize>, Vec<usize>, Vec<usize>, usize, usize)>
+    {
         prop::collection::vec(1usize..4, 0..5).prop_flat_map(|ext| {
             let n = ext.len();
             (

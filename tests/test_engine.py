@@ -622,3 +622,23 @@ def test_layout_copy_rejects_bad_layouts_without_copying():
     assert not dst.any()
     # An empty layout addresses nothing and needs no valid buffers.
     _native.copy_layout(0, 0, 0, 0, [3, 0], [1, 3], 4)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_gets_its_own_working_engine():
+    # Start the parent's pool first, so the child inherits a pool whose threads are gone.
+    warm = pending()
+    _native.submit_python(warm, lambda: warm._succeed(None))
+    assert warm._join(BOUND)
+    pid = os.fork()
+    if pid == 0:  # child: must not touch pytest machinery; report through the exit code
+        code = 1
+        try:
+            h = new_completion(AwaitResult)
+            _native.submit_python(h, lambda: h._succeed("child"))
+            if h._join(BOUND) and h.wait() == "child":
+                code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

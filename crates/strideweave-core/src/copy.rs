@@ -515,10 +515,9 @@ mod tests {
     /// Runs the layout copy on byte buffers whose elements are distinct, and compares the
     /// whole destination (addressed slots copied, others untouched) to the definition.
     fn check_layout(extents: &[i64], strides: &[i64], so: i64, dof: i64, es: usize) {
-        let (lo, hi) = match addressed_range(extents, strides).unwrap() {
-            Some(r) => r,
-            None => (0, 0),
-        };
+        let (lo, hi) = addressed_range(extents, strides)
+            .unwrap()
+            .unwrap_or_default();
         let slots = (hi - lo + 1 + so.max(dof) + 2) as usize;
         let (so, dof) = (so - lo, dof - lo);
         let src: Vec<u8> = (0..slots * es).map(|i| (i * 7 + 3) as u8).collect();

@@ -199,9 +199,9 @@ mod tests {
                 let ready = ready.clone();
                 thread::spawn(move || {
                     ready.wait();
-                    let v: &Box<u64> = c.wait();
+                    let v: &u64 = c.wait();
                     // The address proves every waiter got the one stored value, not a copy.
-                    (**v, &**v as *const u64 as usize)
+                    (*v, v as *const u64 as usize)
                 })
             })
             .collect();

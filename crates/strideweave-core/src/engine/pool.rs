@@ -7,7 +7,7 @@
 //! the gate. Threads beyond the core count exit after `EXTRA_IDLE_TIMEOUT` without work.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::thread;
 use std::time::Duration;
 
@@ -41,34 +41,49 @@ struct Pool {
     tx: Sender<Job>,
     rx: Receiver<Job>,
     counts: Mutex<Counts>,
+    /// The process that started this pool's threads.
+    pid: u32,
 }
 
-static POOL: OnceLock<Pool> = OnceLock::new();
+/// The current process's pool. Threads do not survive `fork()`, so a child (for instance a
+/// `multiprocessing` worker) that finds its parent's pool starts a fresh one with a fresh
+/// queue: jobs the parent had queued must not run a second time in the child. Each pool is
+/// leaked on purpose; workers borrow it as `&'static` for the life of the process.
+static CURRENT: AtomicPtr<Pool> = AtomicPtr::new(std::ptr::null_mut());
+static START_LOCK: Mutex<()> = Mutex::new(());
 
-fn pool() -> &'static Pool {
-    POOL.get_or_init(|| {
-        let (tx, rx) = unbounded();
-        let pool = Pool {
-            tx,
-            rx,
-            counts: Mutex::new(Counts::default()),
-        };
-        pool.counts.lock().total = CORE_WORKERS;
-        pool
-    })
+fn current_if_ours(pid: u32) -> Option<&'static Pool> {
+    let p = CURRENT.load(Ordering::Acquire);
+    // SAFETY: non-null values of CURRENT come from Box::leak below and are never freed.
+    let pool = unsafe { p.as_ref() }?;
+    (pool.pid == pid).then_some(pool)
 }
 
-/// Starts the core workers exactly once. Separate from `pool()` because workers borrow the
-/// pool as `&'static`, which exists only once its `OnceLock` initialisation has returned.
+/// The pool of this process, starting its core workers on first use.
 fn ensure_started() -> &'static Pool {
-    static STARTED: OnceLock<()> = OnceLock::new();
-    let p = pool();
-    STARTED.get_or_init(|| {
-        for i in 0..CORE_WORKERS {
-            spawn_worker(p, i, true);
-        }
-    });
-    p
+    let pid = std::process::id();
+    if let Some(p) = current_if_ours(pid) {
+        return p;
+    }
+    let _guard = START_LOCK.lock();
+    if let Some(p) = current_if_ours(pid) {
+        return p;
+    }
+    let (tx, rx) = unbounded();
+    let pool: &'static Pool = Box::leak(Box::new(Pool {
+        tx,
+        rx,
+        counts: Mutex::new(Counts {
+            total: CORE_WORKERS,
+            ..Counts::default()
+        }),
+        pid,
+    }));
+    for i in 0..CORE_WORKERS {
+        spawn_worker(pool, i, true);
+    }
+    CURRENT.store(pool as *const Pool as *mut Pool, Ordering::Release);
+    pool
 }
 
 fn spawn_worker(p: &'static Pool, index: usize, core: bool) {

@@ -642,3 +642,17 @@ def test_a_forked_child_gets_its_own_working_engine():
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_failure_whose_traceback_refers_to_the_handle_is_collectable():
+    def make():
+        h = pending()
+        try:
+            raise RuntimeError(h)  # the exception (and its frame) refer back to the handle
+        except RuntimeError as e:
+            h._fail(e)
+        return weakref.ref(h)
+
+    ref = make()
+    gc.collect()
+    assert ref() is None

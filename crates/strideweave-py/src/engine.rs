@@ -19,9 +19,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pyo3::exceptions::{PyBaseException, PyOSError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyTuple, PyType};
+use pyo3::PyTraverseError;
 use strideweave_core::copy::{self, LayoutCopyError};
 use strideweave_core::engine::{self, Completion};
 
@@ -142,6 +144,20 @@ impl AwaitResult {
         Ok(AwaitResult {
             cell: Arc::new(Completion::new()),
         })
+    }
+
+    /// Lets the cycle collector see the recorded outcome: a failure's traceback frames often
+    /// refer back to the handle, and such a cycle would otherwise never be freed. Pending
+    /// done-callbacks are opaque on purpose: they keep a pending handle alive until commit.
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        match self.cell.get() {
+            None => Ok(()),
+            Some(Outcome::Value(v)) => visit.call(v),
+            Some(Outcome::Error { exc, tb }) => {
+                visit.call(exc)?;
+                visit.call(tb)
+            }
+        }
     }
 
     /// Whether a terminal success or failure has been recorded. Never blocks.

@@ -656,3 +656,21 @@ def test_a_failure_whose_traceback_refers_to_the_handle_is_collectable():
     ref = make()
     gc.collect()
     assert ref() is None
+
+
+def test_a_blocked_wait_is_interruptible_from_the_main_thread():
+    import _thread
+
+    h = pending()
+    # If wait() ignored signals, this commit would end it and the test would fail, not hang.
+    rescue = threading.Timer(BOUND, lambda: h._succeed("not interrupted"))
+    interrupt = threading.Timer(0.05, _thread.interrupt_main)
+    rescue.start()
+    interrupt.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            h.wait()
+    finally:
+        rescue.cancel()
+        interrupt.join()
+    assert h.done is False

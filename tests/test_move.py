@@ -522,3 +522,10 @@ def test_release_of_source_is_final_even_with_outstanding_references():
     del x
     gc.collect()
     assert source.is_released() and source.size() == 0
+
+
+def test_move_backward_accepts_a_cotangent_on_any_carrier_class():
+    x = cpu_tensor([1.0, 2.0])
+    moved = sw.move(x, FileBacked(dtype=D.Float32))
+    (grad,) = moved.autograd_ctx.backward(cpu_tensor([3.0, 4.0]))
+    assert type(grad.carrier) is CPU and grad.tolist() == [3.0, 4.0]

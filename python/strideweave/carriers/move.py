@@ -81,9 +81,10 @@ class MoveOperation(Operation):
                              f"got {gradient.layout!r}")
         target = source_layout if source_layout.is_injective() else Layout.canonical(source_layout.shape)
         with _autograd.no_grad():
-            # Stage a private copy: the reverse move releases its source, and the cotangent
-            # belongs to the caller or to the traversal.
-            staged = _autograd.copy_to(gradient, gradient.carrier, target)
+            # Stage a private copy in the forward destination's class (the reverse route's
+            # source): the reverse move releases its source, and the cotangent belongs to the
+            # caller or to the traversal, on whatever carrier class it arrived.
+            staged = _autograd.copy_to(gradient, state.destination_carrier, target)
             fresh = state.source_carrier.allocate_like(0 if _grows_when_empty(state.source_carrier)
                                                        else target.cosize)
             result = _initiate(staged, fresh, route=state.reverse_route).handle.wait()
@@ -373,10 +374,12 @@ def _grows_when_empty(carrier: Carrier) -> bool:
 class _MoveState:
     """What a move node keeps for backward."""
 
-    __slots__ = ("source_carrier", "source_layout", "reverse_route")
+    __slots__ = ("source_carrier", "destination_carrier", "source_layout", "reverse_route")
 
-    def __init__(self, source_carrier: Carrier, source_layout: Layout, reverse_route: _Route) -> None:
+    def __init__(self, source_carrier: Carrier, destination_carrier: Carrier, source_layout: Layout,
+                 reverse_route: _Route) -> None:
         self.source_carrier = source_carrier
+        self.destination_carrier = destination_carrier
         self.source_layout = source_layout
         self.reverse_route = reverse_route
 
@@ -494,7 +497,7 @@ def _initiate(tensor: Any, destination: Any, *, lowered: bool = False, route: _R
     if recording:
         request.node = op
         request.recorded = _autograd.record_inputs(op, (tensor,))
-        op._sw_move = _MoveState(source, tensor.layout, reverse)
+        op._sw_move = _MoveState(source, destination, tensor.layout, reverse)
     _submit(request, op, prepared)
     if not lowered:
         profiler._move_submit_end(request.token, request.handle)

@@ -625,6 +625,7 @@ def test_layout_copy_rejects_bad_layouts_without_copying():
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # JAX, if loaded, is not used by the child
 def test_a_forked_child_gets_its_own_working_engine():
     # Start the parent's pool first, so the child inherits a pool whose threads are gone.
     warm = pending()

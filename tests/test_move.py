@@ -303,6 +303,9 @@ def test_register_dispatch_and_run_a_custom_copy():
         (tensor, destination, output, count), = Recorder.calls
         assert tensor is t and destination is dest and output.carrier is dest and count == 6
         assert r.tolist() == [10.0, 20.0, 30.0, 40.0] and src.is_released()
+        assert dest.version == 0  # a move's own writes are relocation, not mutation
+        r[0] = 1.0
+        assert dest.version == 1  # after the move, writes count again
     finally:
         assert unregister_move_operation(MyCPU, MyFile) is Recorder
     with pytest.raises(KeyError):

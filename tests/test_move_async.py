@@ -128,7 +128,7 @@ def test_return_while_a_transfer_is_pending_and_protect_participants():
     result = handle.wait()
     assert handle.done is True
     assert result.carrier is dest and result.tolist() == [1.0, 2.0, 3.0]
-    assert source.is_released()
+    assert source.is_released() and dest.version == 0
     dest[0] = 5.0  # the claim is gone
     assert handle.wait() is result
 

@@ -202,7 +202,7 @@ class Carrier:
         index = check_index(self, i)
         self._sw_check_writable()
         self.set_value(index, v)
-        self._sw_version += 1
+        self._sw_count_write()
 
     def release(self) -> None:
         if self._sw_owner is not None:
@@ -258,6 +258,13 @@ class Carrier:
         if not self._is_mutable():
             raise RuntimeError(f"{type(self).__name__} carrier is not mutable")
         self._sw_check_unclaimed("write to")
+
+    def _sw_count_write(self) -> None:
+        """Count one successful public write in the version. A pending move's own transfer
+        writing into its claimed carriers is relocation, not an in-place mutation, so it is
+        not counted (the write itself was only allowed because this thread runs that move)."""
+        if self._sw_claim is None:
+            self._sw_version += 1
 
     def _sw_fill(self, i: int, v: Any) -> None:
         """Framework write of a move's transfer: no checks beyond the storage's own, and no

@@ -72,7 +72,7 @@ class Generic(Carrier):
         index = check_index(self, i)
         self._sw_check_writable()
         self._values[index] = coerce_slot_value(self._dtype, v)
-        self._sw_version += 1
+        self._sw_count_write()
 
     def _sw_fill(self, i: int, v: Any) -> None:
         self._values[i] = coerce_slot_value(self._dtype, v)

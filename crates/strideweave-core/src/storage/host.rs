@@ -3,9 +3,22 @@
 use std::alloc::{alloc, alloc_zeroed, dealloc, Layout as AllocLayout};
 use std::ptr::NonNull;
 
-/// Alignment of owned buffers: a cache line, and enough for any SIMD load and for DLPack
-/// consumers that prefer 64-byte aligned data.
+/// Alignment of small owned buffers: a cache line, and enough for any SIMD load and for
+/// DLPack consumers that prefer 64-byte aligned data.
 pub const HOST_ALIGN: usize = 64;
+
+/// Alignment of large owned buffers: a page, so that O_DIRECT block and file transfers can go
+/// straight from (or into) the carrier's memory without a bounce buffer.
+pub const PAGE_ALIGN: usize = 4096;
+
+/// Buffers of at least this many bytes are page-aligned; below it the padding is not worth it.
+pub const PAGE_ALIGN_THRESHOLD: usize = 64 * 1024;
+
+/// The alignment an owned buffer of `len` bytes gets (a pure function of `len`, so `Drop`
+/// recomputes the exact allocation layout).
+pub const fn owned_alignment(len: usize) -> usize {
+    if len >= PAGE_ALIGN_THRESHOLD { PAGE_ALIGN } else { HOST_ALIGN }
+}
 
 /// A byte buffer in host memory.
 ///
@@ -31,7 +44,7 @@ impl HostBuffer {
         if len == 0 {
             return Ok(Self { ptr: NonNull::<u64>::dangling().cast(), len: 0, owned: true });
         }
-        let layout = AllocLayout::from_size_align(len, HOST_ALIGN).map_err(|_| {
+        let layout = AllocLayout::from_size_align(len, owned_alignment(len)).map_err(|_| {
             // Reuse the std reservation error to report an impossible size uniformly.
             Vec::<u8>::new().try_reserve(usize::MAX).unwrap_err()
         })?;
@@ -97,7 +110,7 @@ impl Drop for HostBuffer {
     fn drop(&mut self) {
         if self.owned && self.len > 0 {
             // SAFETY: owned non-empty buffers were allocated in `new` with exactly this layout.
-            unsafe { dealloc(self.ptr.as_ptr(), AllocLayout::from_size_align_unchecked(self.len, HOST_ALIGN)) };
+            unsafe { dealloc(self.ptr.as_ptr(), AllocLayout::from_size_align_unchecked(self.len, owned_alignment(self.len))) };
         }
     }
 }
@@ -113,6 +126,12 @@ mod tests {
         let mut out = [1u8; 1000];
         b.read(0, &mut out).unwrap();
         assert!(out.iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn large_buffers_are_page_aligned() {
+        let b = HostBuffer::new(PAGE_ALIGN_THRESHOLD, false).unwrap();
+        assert_eq!(b.as_ptr() as usize % PAGE_ALIGN, 0);
     }
 
     #[test]

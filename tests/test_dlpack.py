@@ -320,6 +320,32 @@ def test_hook_foreign_device_reported_verbatim(hook):
             t.__dlpack__(max_version=max_version, dl_device=(1, 0))
 
 
+def test_cpu_subclass_overriding_pointer_is_honoured():
+    # CPU.dlpack_info reports self.pointer(); a subclass that only overrides pointer() must
+    # see its pointer exported (the built-in fast path may not bypass the override).
+    backing = np.arange(4, dtype=np.float32) * 10
+
+    class Elsewhere(sw.CPU):
+        def pointer(self):
+            return backing.ctypes.data
+
+    t = sw.Tensor(Elsewhere(4), 0, layout([4], [1]))
+    assert t.carrier.dlpack_info()["pointer"] == backing.ctypes.data
+    cap = t.__dlpack__(max_version=(1, 0))
+    assert managed(cap).dl_tensor.data == backing.ctypes.data
+    assert np.from_dlpack(t).tolist() == [0.0, 10.0, 20.0, 30.0]
+
+
+def test_tensor_subclass_is_mutable_decides_the_flag():
+    class ReadOnlyView(sw.Tensor):
+        def is_mutable(self):
+            return False
+
+    t = ReadOnlyView(sw.CPU(2), 0, layout([2], [1]))
+    assert t.carrier.is_mutable()
+    assert managed(t.__dlpack__(max_version=(1, 0))).flags == READ_ONLY
+
+
 def test_released_cpu_carrier_refuses_export():
     t = cpu_tensor([1.0, 2.0])
     t.carrier.release()

@@ -16,6 +16,9 @@
 //!    exactly this prefix and a non-exporting carrier fails identically in both. The null-data
 //!    check is part of resolving the carrier for an export (a released CPU carrier reports
 //!    pointer 0): it needs the layout's extents, which are read here without side effects.
+//!    For a carrier that inherits `dlpack_info` and `pointer` from the built-in CPU unchanged,
+//!    the hook's answer is computed in Rust instead of calling it (same result, no Python
+//!    frame); every override takes the general path (`carrier_info`).
 //! 3. Argument validation: `max_version` (TypeError / ValueError), `dl_device` (TypeError /
 //!    ValueError, then BufferError against the device from (2)), a truthy `copy`
 //!    (BufferError). `stream` is accepted in any form and ignored. The arguments come after the
@@ -37,12 +40,16 @@ use pyo3::exceptions::{
 };
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 use pyo3::{ffi, PyTypeInfo};
 use strideweave_core::dlpack::{
     export_legacy, export_versioned, DLDevice, DLDeviceType, DLManagedTensor,
     DLManagedTensorVersioned, ExportDType, Exported, ManagedAbi, TensorDesc, FLAG_READ_ONLY,
 };
+
+use crate::layout::PyLayout;
+use crate::storage::HostStorage;
 
 const LEGACY_NAME: &CStr = c"dltensor";
 const VERSIONED_NAME: &CStr = c"dltensor_versioned";
@@ -164,17 +171,106 @@ fn require_single_subtensor(tensor: &Bound<'_, PyAny>, what: &str) -> PyResult<(
     Ok(())
 }
 
-/// What the carrier's `dlpack_info()` hook reported.
-struct CarrierInfo<'py> {
-    info: Bound<'py, PyDict>,
-    device: DLDevice,
+/// The framework objects the fast paths compare against, imported on first use (the Python
+/// package imports this extension, so they cannot be fetched at load time). `None` when the
+/// package is not importable, in which case every call takes the general path.
+struct Builtins {
+    /// `CPU.dlpack_info` and `CPU.pointer`, the plain functions.
+    cpu_dlpack_info: Py<PyAny>,
+    cpu_pointer: Py<PyAny>,
+    /// `Tensor.is_mutable`.
+    tensor_is_mutable: Py<PyAny>,
+    /// `DType.Float32`, `DType.Int32`.
+    float32: Py<PyAny>,
+    int32: Py<PyAny>,
 }
 
-/// Step 2: call the carrier's public hook (through Python, so subclass overrides run) and
-/// check the shape of its answer.
-fn carrier_info<'py>(tensor: &Bound<'py, PyAny>) -> PyResult<CarrierInfo<'py>> {
+static BUILTINS: PyOnceLock<Option<Builtins>> = PyOnceLock::new();
+
+fn builtins(py: Python<'_>) -> Option<&'static Builtins> {
+    BUILTINS
+        .get_or_init(py, || {
+            let load = || -> PyResult<Builtins> {
+                let cpu = py.import("strideweave.carriers.cpu")?.getattr("CPU")?;
+                let tensor = py.import("strideweave.tensor")?.getattr("Tensor")?;
+                let dtype = py.import("strideweave.carriers.dtype")?.getattr("DType")?;
+                Ok(Builtins {
+                    cpu_dlpack_info: cpu.getattr("dlpack_info")?.unbind(),
+                    cpu_pointer: cpu.getattr("pointer")?.unbind(),
+                    tensor_is_mutable: tensor.getattr("is_mutable")?.unbind(),
+                    float32: dtype.getattr("Float32")?.unbind(),
+                    int32: dtype.getattr("Int32")?.unbind(),
+                })
+            };
+            load().ok()
+        })
+        .as_ref()
+}
+
+/// Whether `type(obj).<name>` is exactly `function` (the attribute was not overridden).
+fn class_attr_is(obj: &Bound<'_, PyAny>, name: &Bound<'_, PyString>, function: &Py<PyAny>) -> bool {
+    obj.get_type()
+        .getattr(name)
+        .is_ok_and(|attr| attr.is(function))
+}
+
+/// What resolving the carrier produced: its DLPack device and, for an export, its pointer.
+struct CarrierInfo {
+    device: DLDevice,
+    pointer: usize,
+}
+
+/// Step 2: resolve the carrier's DLPack support through its public `dlpack_info()` hook.
+///
+/// Fast path: for a carrier whose class inherits both `dlpack_info` and `pointer` from the
+/// built-in `CPU` unchanged, the hook's answer is known without running it: device (1, 0)
+/// and `pointer()`, which is 0 once released and otherwise the address of the Rust host
+/// buffer. Reading those directly keeps the whole export in Rust. Any override of either
+/// method, in any subclass, takes the general path and runs the hook through Python.
+fn carrier_info(tensor: &Bound<'_, PyAny>, with_pointer: bool) -> PyResult<CarrierInfo> {
     let py = tensor.py();
     let carrier = tensor.getattr(intern!(py, "_carrier"))?;
+    if let Some(b) = builtins(py) {
+        if class_attr_is(&carrier, intern!(py, "dlpack_info"), &b.cpu_dlpack_info)
+            && class_attr_is(&carrier, intern!(py, "pointer"), &b.cpu_pointer)
+        {
+            let device = DLDevice {
+                device_type: DLDeviceType::CPU,
+                device_id: 0,
+            };
+            if !with_pointer {
+                return Ok(CarrierInfo { device, pointer: 0 });
+            }
+            if let Some(pointer) = builtin_cpu_pointer(&carrier)? {
+                return Ok(CarrierInfo { device, pointer });
+            }
+        }
+    }
+    hook_info(&carrier, with_pointer)
+}
+
+/// `CPU.pointer()` without the Python call: `0 if released else storage.pointer()`.
+/// `None` if the carrier does not hold the expected Rust storage (then the hook runs).
+fn builtin_cpu_pointer(carrier: &Bound<'_, PyAny>) -> PyResult<Option<usize>> {
+    let py = carrier.py();
+    if carrier.getattr(intern!(py, "_sw_released"))?.is_truthy()? {
+        return Ok(Some(0));
+    }
+    let storage = carrier.getattr(intern!(py, "_storage"))?;
+    let Ok(storage) = storage.cast::<HostStorage>() else {
+        return Ok(None);
+    };
+    Ok(Some(
+        storage
+            .get()
+            .buffer()
+            .map_or(0, |buffer| buffer.as_ptr() as usize),
+    ))
+}
+
+/// The general path: call the hook through Python, so subclass overrides run.
+fn hook_info(carrier: &Bound<'_, PyAny>, with_pointer: bool) -> PyResult<CarrierInfo> {
+    let py = carrier.py();
     // Any exception the hook raises (the default hook's BufferError included) propagates as is.
     let raw = carrier.call_method0(intern!(py, "dlpack_info"))?;
     let info = match raw.cast_exact::<PyDict>() {
@@ -197,22 +293,23 @@ fn carrier_info<'py>(tensor: &Bound<'py, PyAny>) -> PyResult<CarrierInfo<'py>> {
             Err(e) => return Err(e),
         },
     };
+    // Every hook result must carry all three keys, even when only the device is needed.
+    let pointer = required_key(&info, intern!(py, "pointer"))?;
     let device_type: u32 = required_key(&info, intern!(py, "device_type"))?.extract()?;
     let device_id: i32 = required_key(&info, intern!(py, "device_id"))?.extract()?;
-    // `pointer` is required of every hook result, even though only an export reads it.
-    required_key(&info, intern!(py, "pointer"))?;
+    let pointer: usize = if with_pointer { pointer.extract()? } else { 0 };
     Ok(CarrierInfo {
-        info,
         device: DLDevice {
             device_type: DLDeviceType(device_type),
             device_id,
         },
+        pointer,
     })
 }
 
 fn required_key<'py>(
     info: &Bound<'py, PyDict>,
-    key: &Bound<'py, pyo3::types::PyString>,
+    key: &Bound<'py, PyString>,
 ) -> PyResult<Bound<'py, PyAny>> {
     info.get_item(key)?.ok_or_else(|| {
         PyKeyError::new_err(format!(
@@ -220,6 +317,51 @@ fn required_key<'py>(
             key
         ))
     })
+}
+
+/// The layout's leaf extents and leaf strides, read from the native Layout without building
+/// tuples; any other layout object is read through its public `leaf_shape`/`leaf_stride`.
+fn leaf_modes(layout: &Bound<'_, PyAny>) -> PyResult<(Vec<i64>, Vec<i64>)> {
+    if let Ok(native) = layout.cast::<PyLayout>() {
+        let native = native.borrow();
+        let core = native.core();
+        return Ok((core.leaf_extents().to_vec(), core.leaf_strides().to_vec()));
+    }
+    let py = layout.py();
+    Ok((
+        layout.getattr(intern!(py, "leaf_shape"))?.extract()?,
+        layout.getattr(intern!(py, "leaf_stride"))?.extract()?,
+    ))
+}
+
+/// The exportable element type of a logical dtype, or `None`. Identity with the DType
+/// singletons first; the name covers objects that are not those singletons.
+fn export_dtype(dtype: &Bound<'_, PyAny>) -> PyResult<Option<ExportDType>> {
+    let py = dtype.py();
+    if let Some(b) = builtins(py) {
+        if dtype.is(&b.float32) {
+            return Ok(Some(ExportDType::Float32));
+        }
+        if dtype.is(&b.int32) {
+            return Ok(Some(ExportDType::Int32));
+        }
+    }
+    let name = dtype.getattr(intern!(py, "name"))?;
+    Ok(name.extract::<&str>().ok().and_then(ExportDType::from_name))
+}
+
+/// `tensor.is_mutable()`, the public predicate. When the Tensor class does not override it,
+/// its definition ("a single subtensor whose carrier is mutable"; one subtensor is already
+/// established) reduces to `carrier.is_mutable()`, which saves a Python frame.
+fn is_mutable(tensor: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let py = tensor.py();
+    let target = match builtins(py) {
+        Some(b) if class_attr_is(tensor, intern!(py, "is_mutable"), &b.tensor_is_mutable) => {
+            tensor.getattr(intern!(py, "_carrier"))?
+        }
+        _ => tensor.clone(),
+    };
+    target.call_method0(intern!(py, "is_mutable"))?.is_truthy()
 }
 
 /// An integer argument element: `Some(v)` when it fits in i64, `None` for a Python int too
@@ -319,11 +461,8 @@ fn dlpack_export(
     require_single_subtensor(tensor, "__dlpack__")?;
 
     // 2. carrier: hook, device, pointer; then the null-data check, which needs the extents.
-    let CarrierInfo { info, device } = carrier_info(tensor)?;
-    let pointer: usize = required_key(&info, intern!(py, "pointer"))?.extract()?;
-    let layout = tensor.getattr(intern!(py, "_layout"))?;
-    let shape: Vec<i64> = layout.getattr(intern!(py, "leaf_shape"))?.extract()?;
-    let strides: Vec<i64> = layout.getattr(intern!(py, "leaf_stride"))?.extract()?;
+    let CarrierInfo { device, pointer } = carrier_info(tensor, true)?;
+    let (shape, strides) = leaf_modes(&tensor.getattr(intern!(py, "_layout"))?)?;
     if pointer == 0 && shape.iter().all(|&e| e > 0) {
         return Err(PyBufferError::new_err(
             "the carrier reports a null data pointer for a tensor with elements; a DLPack \
@@ -344,10 +483,9 @@ fn dlpack_export(
 
     // 4. dtype
     let dtype = tensor.getattr(intern!(py, "_dtype"))?;
-    let name = dtype.getattr(intern!(py, "name"))?;
-    let Some(export_dtype) = name.extract::<&str>().ok().and_then(ExportDType::from_name) else {
+    let Some(export_dtype) = export_dtype(&dtype)? else {
         return Err(PyBufferError::new_err(format!(
-            "DLPack export supports only the Float32 and Int32 dtypes, not {name}"
+            "DLPack export supports only the Float32 and Int32 dtypes, not {dtype}"
         )));
     };
 
@@ -355,17 +493,14 @@ fn dlpack_export(
     let offset: u64 = tensor.getattr(intern!(py, "_offset"))?.extract()?;
     let desc = TensorDesc::new(pointer, device, export_dtype, shape, strides, offset)
         .map_err(|e| PyBufferError::new_err(e.to_string()))?;
-    let owner = TensorRef(ManuallyDrop::new(tensor.clone().unbind()));
     if versioned {
         // Advisory read-only bit: exactly when the tensor is not publicly mutable right now.
-        let flags = if tensor
-            .call_method0(intern!(py, "is_mutable"))?
-            .is_truthy()?
-        {
+        let flags = if is_mutable(tensor)? {
             0
         } else {
             FLAG_READ_ONLY
         };
+        let owner = TensorRef(ManuallyDrop::new(tensor.clone().unbind()));
         into_capsule(
             py,
             export_versioned(desc, flags, owner),
@@ -373,6 +508,7 @@ fn dlpack_export(
             versioned_capsule_destructor,
         )
     } else {
+        let owner = TensorRef(ManuallyDrop::new(tensor.clone().unbind()));
         into_capsule(
             py,
             export_legacy(desc, owner),
@@ -389,7 +525,7 @@ fn dlpack_export(
 #[pyfunction]
 fn dlpack_device(tensor: &Bound<'_, PyAny>) -> PyResult<(u32, i32)> {
     require_single_subtensor(tensor, "__dlpack_device__")?;
-    let CarrierInfo { device, .. } = carrier_info(tensor)?;
+    let CarrierInfo { device, .. } = carrier_info(tensor, false)?;
     Ok((device.device_type.0, device.device_id))
 }
 

@@ -133,20 +133,53 @@ class Tensor:
             raise RuntimeError(f"{type(self._carrier).__name__} carrier is released")
 
     def __getitem__(self, key: Any) -> Any:
-        if self._is_multi():
+        if len(self._subtensors) != 1:
             raise _multi_subtensor("element access")
+        carrier = self._carrier
+        # Fast path (RustBackedCarrier._sw_fast_access): a live built-in carrier whose element
+        # hooks are the built-in ones. One Rust call raises the key, range and storage errors
+        # of the reference path below, in its order. A slice anywhere in a key is a TypeError
+        # to the key walker, so slicing keys are recognised only on that (cold) error path
+        # instead of being scanned for on every access.
+        if (getattr(type(carrier), "_sw_fast_access", False) and not carrier._sw_released
+                and type(key) is not slice):
+            try:
+                return _native.read_element(carrier._storage, self._offset, self._layout, key)
+            except TypeError:
+                if not _has_slice(key):
+                    raise
+            return self._slice_view(key)
         if _has_slice(key):
             return self._slice_view(key)
         self._check_live()
-        return self._carrier[self._offset + self._layout.index(_coordinate(key))]
+        return carrier[self._offset + self._layout.index(_coordinate(key))]
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        if self._is_multi():
+        if len(self._subtensors) != 1:
             raise _multi_subtensor("element assignment")
+        carrier = self._carrier
+        # Fast path only when every state check of the reference path would pass (live,
+        # unowned, unclaimed, mutable): the remaining errors are then key → range → value,
+        # all raised by the one Rust call before anything is written, and the version is
+        # bumped once after the write. Any other state takes the reference path, which
+        # raises in the contract's order and honours ACTIVE_CLAIM. As in __getitem__, a
+        # slicing key is recognised on the walker's TypeError (the key is walked before the
+        # value is converted, so a bad value never hides a slice).
+        if (getattr(type(carrier), "_sw_fast_access", False) and not carrier._sw_released
+                and carrier._sw_owner is None and carrier._sw_claim is None and carrier._mutable
+                and type(key) is not slice):
+            try:
+                _native.write_element(carrier._storage, self._offset, self._layout, key, value)
+            except TypeError:
+                if not _has_slice(key):
+                    raise
+            else:
+                carrier._sw_version += 1
+                return
         if _has_slice(key):
             raise TypeError("slice assignment is not supported; assign elements one key at a time")
         self._check_live()
-        self._carrier[self._offset + self._layout.index(_coordinate(key))] = value
+        carrier[self._offset + self._layout.index(_coordinate(key))] = value
 
     def _slice_view(self, key: Any) -> "Tensor":
         self._check_live()

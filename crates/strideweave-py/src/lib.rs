@@ -2,6 +2,7 @@
 //! Each submodule registers its own classes and functions; this file only wires them up.
 use pyo3::prelude::*;
 
+mod access;
 mod block;
 mod dlpack;
 mod engine;
@@ -18,5 +19,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     engine::register(m)?;
     kernels::register(m)?;
     block::register(m)?;
+    access::register(m)?;
     Ok(())
 }

@@ -122,6 +122,42 @@ impl HostStorage {
     fn live(&self) -> PyResult<Arc<HostBuffer>> {
         self.buffer().ok_or_else(released)
     }
+
+    /// Slot `slot` as a Python value, for callers that word their own range error
+    /// (`out_of_range(count)`). Reads under the lock instead of cloning the `Arc`: this is
+    /// the per-element hot path of `Tensor` reads.
+    pub fn get_slot(&self, py: Python<'_>, slot: i64, out_of_range: impl FnOnce(usize) -> PyErr) -> PyResult<Py<PyAny>> {
+        let guard = self.buffer.read();
+        let buf = guard.as_ref().ok_or_else(released)?;
+        let size = self.kind.size();
+        let count = buf.len() / size;
+        if slot < 0 || slot as u64 >= count as u64 {
+            return Err(out_of_range(count));
+        }
+        let mut bytes = [0u8; 8];
+        buf.read(slot as usize * size, &mut bytes[..size]).expect("slot checked in range");
+        drop(guard);
+        scalar_to_py(py, self.kind.decode(&bytes[..size]))
+    }
+
+    /// Convert `value` with the carrier write rules and store it in slot `slot`; the range
+    /// is checked before the value (the carrier's order), and nothing is written on error.
+    pub fn set_slot(&self, slot: i64, value: &Bound<'_, PyAny>, out_of_range: impl FnOnce(usize) -> PyErr) -> PyResult<()> {
+        let size = self.kind.size();
+        let count = self.buffer.read().as_ref().ok_or_else(released)?.len() / size;
+        if slot < 0 || slot as u64 >= count as u64 {
+            return Err(out_of_range(count));
+        }
+        // Converting may run Python code (`__float__`, `__index__`), so the lock is not
+        // held across it; the write below re-checks the range against the live buffer.
+        let scalar = scalar_from_py(self.kind, value)?;
+        let mut bytes = [0u8; 8];
+        self.kind.encode(scalar, &mut bytes[..size]);
+        let guard = self.buffer.read();
+        let buf = guard.as_ref().ok_or_else(released)?;
+        buf.write(slot as usize * size, &bytes[..size])
+            .ok_or_else(|| out_of_range(buf.len() / size))
+    }
 }
 
 #[pymethods]
@@ -266,6 +302,36 @@ impl FileStorage {
 
     fn slots(&self, store: &FileStore) -> PyResult<usize> {
         Ok(store.len_bytes()? as usize / self.kind.size())
+    }
+
+    /// Slot `slot` as a Python value, for callers that word their own range error
+    /// (`out_of_range(count)`): one size query and one positioned read.
+    pub fn get_slot(&self, py: Python<'_>, slot: i64, out_of_range: impl FnOnce(usize) -> PyErr) -> PyResult<Py<PyAny>> {
+        let store = self.live()?;
+        let size = self.kind.size();
+        let count = self.slots(&store)?;
+        if slot < 0 || slot as u64 >= count as u64 {
+            return Err(out_of_range(count));
+        }
+        let mut bytes = [0u8; 8];
+        store.read_at(slot as u64 * size as u64, &mut bytes[..size])?;
+        scalar_to_py(py, self.kind.decode(&bytes[..size]))
+    }
+
+    /// Convert `value` with the carrier write rules and store it in slot `slot`; the range
+    /// is checked before the value (the carrier's order), and nothing is written on error.
+    pub fn set_slot(&self, slot: i64, value: &Bound<'_, PyAny>, out_of_range: impl FnOnce(usize) -> PyErr) -> PyResult<()> {
+        let store = self.live()?;
+        let size = self.kind.size();
+        let count = self.slots(&store)?;
+        if slot < 0 || slot as u64 >= count as u64 {
+            return Err(out_of_range(count));
+        }
+        let scalar = scalar_from_py(self.kind, value)?;
+        let mut bytes = [0u8; 8];
+        self.kind.encode(scalar, &mut bytes[..size]);
+        store.write_at(slot as u64 * size as u64, &bytes[..size])?;
+        Ok(())
     }
 }
 

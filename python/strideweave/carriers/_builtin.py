@@ -19,6 +19,18 @@ class RustBackedCarrier(Carrier):
     _storage: Any
     _mutable: bool
 
+    # `Tensor[key]` reads and writes of a live, unowned, unclaimed, mutable carrier of this
+    # class go straight to `_native.read_element` / `write_element` (key walk, index, range,
+    # value rules and storage access in one Rust call). That is only faithful while the
+    # element path is exactly this class's, so a subclass that overrides any hook the path
+    # runs through loses it (decided once per class, in __init_subclass__).
+    _sw_fast_access: bool = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._sw_fast_access = all(getattr(cls, name, None) is getattr(RustBackedCarrier, name, None)
+                                  for name in _ELEMENT_PATH)
+
     def _sw_storage(self) -> Any:
         return None if self._sw_released else self._storage
 
@@ -35,7 +47,7 @@ class RustBackedCarrier(Carrier):
         index = check_index(self, i)
         self._sw_check_writable()
         self._storage.set(index, v)
-        self._sw_version += 1
+        self._sw_count_write()
 
     def _sw_fill(self, i: int, v: Any) -> None:
         self._storage.set(i, v)
@@ -45,3 +57,9 @@ class RustBackedCarrier(Carrier):
 
     def _release(self) -> None:
         self._storage.release()
+
+
+# What `Tensor.__getitem__` / `__setitem__` reach on the reference path (carrier[i], its
+# checks and hooks); overriding any of these opts the subclass out of the Rust fast path.
+_ELEMENT_PATH = ("get_value", "set_value", "__getitem__", "__setitem__", "size", "is_released",
+                 "_is_mutable", "_sw_check_writable", "_sw_check_unclaimed", "_sw_count_write")

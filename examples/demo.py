@@ -1,2 +1,47 @@
+"""A short tour of strideweave's main job: hierarchical layouts, zero-copy DLPack export,
+and moving tensors between carriers (blocking and asynchronous) with autograd across the move."""
+import numpy as np
+
 import strideweave as sw
-print("strideweave", sw.__version__)
+
+F32 = sw.DType.Float32
+
+print(f"strideweave {sw.__version__}")
+
+# A hierarchical layout: 2 x (3 x 4) with strides 1 x (10 x 100), as CuTe writes it.
+layout = sw.Layout(sw.Shape([2, [3, 4]]), sw.Stride([1, [10, 100]]))
+print(f"layout {layout}: size {layout.size}, cosize {layout.cosize}, injective {layout.is_injective()}")
+
+carrier = sw.CPU(layout.cosize)
+t = sw.Tensor(carrier, 0, layout)
+for k in range(t.size()):
+    t[k] = float(k)
+print(f"t[1, [2, 3]] = {t[1, [2, 3]]}  (slot {layout([1, [2, 3]])}), version {t.version}")
+
+# Zero-copy export: NumPy sees one dimension per leaf mode and aliases the carrier's memory.
+a = np.from_dlpack(t)
+print(f"NumPy view: shape {a.shape}, strides (elements) {tuple(s // 4 for s in a.strides)}")
+a[1, 2, 3] = -1.0
+print(f"write through NumPy visible in strideweave: t[1, [2, 3]] = {t[1, [2, 3]]}, version still {t.version}")
+del a
+
+# Move to a temporary file asynchronously, then back, and differentiate across both moves.
+x = sw.Tensor(sw.CPU(4), 0, sw.Layout(sw.Shape(4), sw.Stride(1)))
+for k in range(4):
+    x[k] = k + 1.0
+handle = sw.move_async(x, sw.FileBacked(dtype=F32))
+print(f"move_async returned {handle!r}")
+on_file = handle.wait()
+print(f"on file: {on_file.carrier.path.name}, values {on_file.tolist()}, source released {x.carrier.is_released()}")
+back = sw.move(on_file, sw.CPU(4))
+loss = sw.sum(back * back)
+loss.backward()
+print(f"loss {loss[0]}, d loss / d x = {x.grad.tolist()} (on {type(x.grad.carrier).__name__})")
+
+with sw.profile() as prof:
+    y = sw.move(sw.Tensor(sw.CPU(1 << 20, empty=True), 0, sw.Layout(sw.Shape(1 << 20), sw.Stride(1))),
+                sw.FileBacked(dtype=F32))
+for e in prof.events():
+    print(f"  profile: {e.phase:13s} {e.carrier_type.__name__} -> {e.destination_type.__name__}"
+          f" {e.duration_ns / 1e6:.2f} ms")
+y.carrier.release()

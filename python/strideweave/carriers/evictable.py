@@ -1,2 +1,317 @@
-"""TODO: filled by its issue."""
-__all__: list[str] = []
+"""Evictable: one logical carrier over a fast primary tier and a slow secondary tier
+(tensor-and-carriers.md §3.2).
+
+The values live in exactly one tier at a time. `evict()` moves them to the secondary and
+`promote()` back, each as one lowered move (`move._lowered_move`: the ordinary route and
+transfer, no autograd node, no profiling) of a flat canonical tensor over the whole tier, so
+a transition costs what a public move between the two tier classes costs and uses the same
+bulk routes (CPU ↔ FileBacked is one positioned transfer on an engine thread).
+
+Ownership. While the Evictable is live it owns both tiers: they stay readable but refuse
+writes, release, moves and mutable DLPack export (the Carrier base class enforces that from
+`_sw_owner`). The tiers' `_sw_owner` is not the Evictable itself but a small `_Ownership`
+token: a tier the caller still holds must not keep the Evictable alive (that reference
+would make "garbage-collected while unreleased → tiers disowned" unreachable for exactly the
+tiers somebody can still observe). A `weakref.finalize` on the Evictable disowns, without
+releasing, whatever tiers the token lists when the Evictable is collected unreleased.
+
+Failure atomicity. A transition either commits completely (tiers swapped, residency flipped,
+old source released by the move, a replaced destination released) or changes nothing: the
+move itself leaves its source live on failure, and a destination this call allocated is
+disowned and released again before the exception propagates.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+import weakref
+from typing import Any, Iterable
+
+from strideweave.carriers.base import Carrier, check_index
+from strideweave.carriers.block_device import BlockDeviceCarrier
+from strideweave.carriers.dtype import DType
+
+__all__ = ["Evictable"]
+
+
+class _Ownership:
+    """The owner recorded on an Evictable's tiers (`tier._sw_owner`).
+
+    It names the owning class in the base class's messages ("owned by Evictable") without
+    referencing the Evictable object, and lists the tiers it currently holds so the GC
+    finalizer can disown exactly those.
+    """
+
+    __slots__ = ("tiers", "__weakref__")
+
+    def __init__(self) -> None:
+        self.tiers: list[Carrier] = []
+
+    def take(self, tier: Carrier) -> None:
+        tier._sw_owner = self
+        if not any(t is tier for t in self.tiers):
+            self.tiers.append(tier)
+
+    def drop(self, tier: Carrier) -> None:
+        if tier._sw_owner is self:
+            tier._sw_owner = None
+        self.tiers = [t for t in self.tiers if t is not tier]
+
+    def disown_all(self) -> None:
+        """GC finalizer and release: every tier held goes back to being unowned."""
+        for tier in self.tiers:
+            if tier._sw_owner is self:
+                tier._sw_owner = None
+        self.tiers = []
+
+
+# Base-class messages print `type(owner).__name__`; the token stands for the Evictable there.
+_Ownership.__name__ = "Evictable"
+_Ownership.__qualname__ = "Evictable"
+
+
+class _TransitionClaim:
+    """Held in the Evictable's `_sw_claim` while a transition runs, so writes, release and
+    moves of the Evictable from other threads fail instead of racing the tier swap."""
+
+    __slots__ = ()
+
+
+def _flat_tensor(carrier: Carrier, size: int) -> Any:
+    from strideweave.layout import Layout, Shape
+    from strideweave.tensor import Tensor
+    return Tensor(carrier, 0, Layout.canonical(Shape(size)))
+
+
+def _describe(tier: Any) -> str:
+    return type(tier).__name__
+
+
+class Evictable(Carrier):
+    """A carrier whose values live either in `primary` (promoted) or in `secondary`
+    (evicted); it starts promoted and owns both tiers.
+
+    `Evictable(primary, secondary)` checks, in order and before taking ownership of
+    anything: both tiers are Carriers (TypeError), neither is a BlockDeviceCarrier
+    (TypeError), they are distinct objects (ValueError), live (RuntimeError), unowned
+    (RuntimeError), of one dtype (TypeError), the secondary is mutable (RuntimeError), the
+    primary is non-empty (ValueError), and movement between the two tier classes is
+    possible in both directions (the route's own refusal).
+
+    While promoted, `ev[i]` reads the primary and `ev[i] = v` writes it (raising the
+    Evictable's version by 1); while evicted both raise RuntimeError "evicted". `evict()`
+    and `promote()` never change the version, and fail atomically.
+    """
+
+    def __init__(self, primary: Carrier, secondary: Carrier) -> None:
+        for name, tier in (("primary", primary), ("secondary", secondary)):
+            if not isinstance(tier, Carrier):
+                raise TypeError(f"Evictable {name} tier must be a Carrier, not {type(tier).__name__}")
+        for name, tier in (("primary", primary), ("secondary", secondary)):
+            if isinstance(tier, BlockDeviceCarrier):
+                raise TypeError(f"Evictable {name} tier cannot be a {_describe(tier)}: block tiers in "
+                                "Evictable are not supported")
+        if primary is secondary:
+            raise ValueError("Evictable primary and secondary must be distinct carrier objects")
+        for name, tier in (("primary", primary), ("secondary", secondary)):
+            if tier.is_released():
+                raise RuntimeError(f"Evictable {name} tier ({_describe(tier)}) is released")
+        for name, tier in (("primary", primary), ("secondary", secondary)):
+            if tier.is_owned():
+                raise RuntimeError(f"Evictable {name} tier ({_describe(tier)}) is already owned by "
+                                   f"{type(tier._sw_owner).__name__}")
+            # A tier a pending move holds would be released under us at that move's commit.
+            tier._sw_check_unclaimed(f"use as the Evictable {name} tier a")
+        dtype = primary.dtype()
+        if secondary.dtype() is not dtype:
+            raise TypeError(f"Evictable tier dtypes must be identical: primary is {dtype.name}, "
+                            f"secondary is {secondary.dtype().name}")
+        if not secondary._is_mutable():
+            raise RuntimeError(f"Evictable secondary tier ({_describe(secondary)}) must be mutable: "
+                               "eviction writes into it")
+        size = primary.size()
+        if size == 0:
+            raise ValueError("Evictable primary tier must hold at least one slot")
+        from strideweave.carriers.move import _resolve
+        # Step 9: the route resolver raises the refusal (e.g. NotImplementedError for a
+        # definition-backed pair without a route) for either direction.
+        _resolve(type(primary), type(secondary))
+        _resolve(type(secondary), type(primary))
+        mutable = primary.is_mutable()
+
+        super().__init__()
+        self._size = size
+        self._dtype: DType = dtype
+        self._mutable = bool(mutable)
+        self._primary = primary
+        self._secondary = secondary
+        self._evicted = False
+        self._lock = threading.Lock()
+        ownership = _Ownership()
+        ownership.take(primary)
+        ownership.take(secondary)
+        self._ownership = ownership
+        self._finalizer = weakref.finalize(self, ownership.disown_all)
+
+    # ----- queries ------------------------------------------------------------------------
+    @property
+    def primary(self) -> Carrier:
+        """The current primary tier (released while evicted: eviction releases it)."""
+        return self._primary
+
+    @property
+    def secondary(self) -> Carrier:
+        """The current secondary tier (released while promoted after a promotion)."""
+        return self._secondary
+
+    def is_evicted(self) -> bool:
+        """True when the values live in the secondary tier."""
+        return self._evicted
+
+    def size(self) -> int:
+        return 0 if self._sw_released else self._size
+
+    def dtype(self) -> DType:
+        return self._dtype
+
+    def _is_mutable(self) -> bool:
+        return self._mutable
+
+    def _supports_storage_dtype(self, d: DType) -> bool:
+        return self._primary.supports_storage_dtype(d) and self._secondary.supports_storage_dtype(d)
+
+    def dlpack_info(self) -> dict:
+        cls = type(self).__name__
+        shown = "Evictable" if cls == "Evictable" else f"{cls} (an Evictable)"
+        raise BufferError(f"DLPack is not supported for {shown} carrier: its values may move between "
+                          "tiers; export a tensor on a DLPack carrier instead")
+
+    # ----- element access -------------------------------------------------------------------
+    def _check_promoted(self) -> None:
+        if self._evicted:
+            raise RuntimeError(f"{type(self).__name__} carrier is evicted: promote() it before "
+                               "reading or writing its values")
+
+    def get_value(self, i: Any) -> Any:
+        index = check_index(self, i)
+        self._check_promoted()
+        return self._primary[index]
+
+    def set_value(self, i: Any, v: Any) -> None:
+        index = check_index(self, i)
+        self._check_promoted()
+        self._sw_check_writable()
+        self._primary._sw_write_as_owner(self._ownership, index, v)
+        self._sw_version += 1
+
+    def _sw_fill(self, i: int, v: Any) -> None:
+        # A move into this Evictable: the primary's storage write, no version change.
+        self._check_promoted()
+        self._primary._sw_fill(i, v)
+
+    __getitem__ = get_value
+    __setitem__ = set_value
+
+    # ----- residency --------------------------------------------------------------------------
+    def evict(self) -> None:
+        """Move the values into the secondary tier (no-op when already evicted)."""
+        self._transition(evict=True)
+
+    def promote(self) -> None:
+        """Move the values back into the primary tier (no-op when promoted)."""
+        self._transition(evict=False)
+
+    def _transition(self, *, evict: bool) -> None:
+        action = "evict" if evict else "promote"
+        if self._sw_released:
+            raise RuntimeError(f"cannot {action} a released {type(self).__name__} carrier")
+        if self._sw_owner is not None:
+            raise RuntimeError(f"cannot {action} {type(self).__name__} carrier: it is owned by "
+                               f"{type(self._sw_owner).__name__}")
+        with self._lock:
+            self._sw_check_unclaimed(action)
+            if self._evicted == evict:
+                return None
+            from strideweave.carriers.move import _lowered_move
+            source = self._primary if evict else self._secondary
+            target = self._secondary if evict else self._primary
+            size = self._size
+            fresh: Carrier | None = None
+            if target.is_released() or target.size() < size:
+                # Allocation failure leaves everything as it was: nothing is owned yet.
+                # empty=True: the move overwrites every slot of [0, size), so zero-filling
+                # first would only double the memory traffic.
+                fresh = target.allocate_like(size, mutable=True, empty=True)
+                self._ownership.take(fresh)
+                destination = fresh
+            else:
+                destination = target
+            self._sw_claim = _TransitionClaim()
+            try:
+                _lowered_move(_flat_tensor(source, size), destination)
+            except BaseException:
+                if fresh is not None:
+                    self._ownership.drop(fresh)
+                    with contextlib.suppress(Exception):
+                        fresh.release()
+                # The failed move restored its own claims; the source is live and still ours.
+                source._sw_owner = self._ownership
+                raise
+            finally:
+                self._sw_claim = None
+            # Committed: the move disowned and released the source. It stays listed as our
+            # (released) tier so the pair keeps reporting as owned until we are released.
+            source._sw_owner = self._ownership
+            if fresh is not None:
+                self._ownership.drop(target)
+                if not target.is_released():
+                    target.release()
+                if evict:
+                    self._secondary = fresh
+                else:
+                    self._primary = fresh
+            self._evicted = evict
+        return None
+
+    # ----- release and factories ---------------------------------------------------------------
+    def _release(self) -> None:
+        # The base class has already refused an owned or claimed Evictable.
+        ownership = self._ownership
+        self._finalizer.detach()
+        tiers = list(ownership.tiers)
+        ownership.disown_all()
+        for tier in tiers:
+            tier.release()
+
+    def new_like(self, values: Iterable[Any], *, mutable: bool = True, dtype: DType | None = None) -> "Evictable":
+        """A new promoted Evictable: the primary from the primary tier's `new_like`, an empty
+        secondary from the secondary tier's `allocate_like(0)`."""
+        primary = self._primary.new_like(values, mutable=mutable, dtype=dtype)
+        return self._assemble(primary, dtype)
+
+    def allocate_like(self, size: int, *, mutable: bool = True, dtype: DType | None = None,
+                      empty: bool = False) -> "Evictable":
+        """A new promoted Evictable of `size` slots (see `new_like`)."""
+        primary = self._primary.allocate_like(size, mutable=mutable, dtype=dtype, empty=empty)
+        return self._assemble(primary, dtype)
+
+    def _assemble(self, primary: Carrier, dtype: DType | None) -> "Evictable":
+        fresh: list[Carrier] = [primary]
+        try:
+            secondary = self._secondary.allocate_like(0, mutable=True, dtype=dtype)
+            fresh.append(secondary)
+            return type(self)(primary, secondary)
+        except BaseException:
+            for tier in fresh:
+                if tier._sw_owner is None:
+                    with contextlib.suppress(Exception):
+                        tier.release()
+            raise
+
+    def __repr__(self) -> str:
+        if self._sw_released:
+            state = "released"
+        else:
+            state = f"size={self._size} {'evicted' if self._evicted else 'promoted'}"
+        return (f"<{type(self).__name__} {state} dtype={self._dtype.name} version={self._sw_version} "
+                f"primary={_describe(self._primary)} secondary={_describe(self._secondary)}>")

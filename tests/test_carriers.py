@@ -65,6 +65,7 @@ def test_missing_hooks_raise_not_implemented():
 
 def test_default_hooks():
     b = Bare()
+    assert repr(b) == "<Bare size=? dtype=? version=0>"
     with pytest.raises(RuntimeError, match="not mutable"):
         b.set_value(0, 1)
     assert b._is_mutable() is False

@@ -232,11 +232,13 @@ class Carrier:
         return found
 
     def __repr__(self) -> str:
-        state = "released" if self._sw_released else f"size={self.size()}"
-        try:
-            dtype = self.dtype().name
-        except Exception:  # a half-built subclass must still be printable
-            dtype = "?"
+        def attempt(hook: Any) -> str:
+            try:
+                return str(hook())
+            except Exception:  # a subclass missing hooks must still be printable
+                return "?"
+        state = "released" if self._sw_released else f"size={attempt(self.size)}"
+        dtype = attempt(lambda: self.dtype().name)
         return f"<{type(self).__name__} {state} dtype={dtype} version={self._sw_version}>"
 
     # ----- framework internals (see ARCHITECTURE.md, "Carrier state") ---------------------

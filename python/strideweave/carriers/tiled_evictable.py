@@ -455,8 +455,8 @@ class TiledEvictable(Carrier):
     # ----- state ---------------------------------------------------------------------------
     def tile_state(self, coordinate: Sequence[int]) -> TileState:
         """Where the tile at `coordinate` lives now."""
-        coord = _consume_ints(coordinate, "coordinate")
         self._check_live("query tile state of")
+        coord = _consume_ints(coordinate, "coordinate")
         index = self._coordinate_index(coord)
         return TileState(coord, self._where[index], self._pins[index] > 0)
 

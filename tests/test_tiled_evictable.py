@@ -652,3 +652,46 @@ def test_release_is_idempotent_and_releases_tiles_and_tiers():
                    lambda: te.tile_state((0, 0))):
         with pytest.raises(RuntimeError):
             action()
+
+
+def test_provider_supports_both_tiers_dtypes_and_allocates_only_the_full_size():
+    from strideweave.carriers.extension import definition_of
+    te = tiled()
+    assert te.supports_storage_dtype(F32) and te.supports_storage_dtype(I32)
+    assert not te.supports_storage_dtype(sw.DType.Bool)      # FileBacked cannot store Bool
+    assert not te.supports_storage_dtype(sw.DType.Floating)  # CPU cannot
+    with pytest.raises(ValueError, match="full"):
+        definition_of(TiledEvictable).storage.allocate(te, 3)
+    assert values(te) == [float(i) for i in range(16)]
+    te.release()
+    assert te.supports_storage_dtype(I32)
+
+
+def _fallback_slab(name):
+    cls = type(name, (sw.Carrier,), {})
+
+    def allocate(c, n):
+        c.cells = [0.0] * n
+
+    def release(c):
+        c.cells = []
+
+    def write(c, i, v):
+        c.cells[i] = float(v)
+
+    register_carrier_definition(cls, CarrierDefinition(StorageProvider(
+        lambda c, d: d is F32, lambda c: len(c.cells), allocate, release,
+        lambda c, i: c.cells[i], write, elementwise_fallback=True)))
+    return cls
+
+
+def test_definition_backed_tiers_move_tiles_through_their_section_5_resolution():
+    Fast, Slow = _fallback_slab("FastSlab"), _fallback_slab("SlowSlab")
+    seed = Fast(4, dtype=F32)
+    for i in range(4):
+        seed[i] = i + 1.0
+    te = TiledEvictable(seed, Slow(0, dtype=F32), (2,), (2,))
+    te.evict(TileSet([(1,)]))
+    assert type(te._tiles[1]) is Slow and te._tiles[1].cells == [3.0, 4.0]
+    te.promote(TileSet([(1,)]))
+    assert type(te._tiles[1]) is Fast and values(te) == [1.0, 2.0, 3.0, 4.0]

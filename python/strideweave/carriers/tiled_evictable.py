@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import operator
 import threading
 import weakref
 from typing import Any, Iterable, Sequence

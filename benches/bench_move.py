@@ -1,0 +1,320 @@
+"""Moves between carriers against NumPy doing the same bytes, side by side (no assertions).
+
+    .venv/bin/python benches/bench_move.py [--quick]
+
+Build with `make build` (maturin --release) first. `--quick` runs 16 MiB only, fewer repeats.
+
+Issue 5 (blocking `sw.move`, grad mode off), at 16 MiB and 256 MiB of Float32 payload:
+  CPU→FileBacked     fresh FileBacked + move          vs  ndarray.tofile(fresh path)
+  FileBacked→CPU     fresh CPU(empty=True) + move     vs  np.fromfile(path)
+  CPU→CPU bulk       move into a warm CPU carrier     vs  np.copyto(warm array, src)
+                     (the elementwise fallback over `[n]:[1]`, run in Rust on the engine)
+  fallback, gapped   hierarchical `[[256, 4], r]:[[1, 320], 1280]` (runs of 256 slots,
+                     64-slot holes; payload = the addressed slots), CPU→CPU into a warm
+                     carrier, vs np.copyto between the same as_strided views
+  fallback, stride 2 `[n]:[2]` (every other slot), same comparison
+Files live in the FileBacked directory (same filesystem for both sides) and are written
+to the page cache; sources are filled before the clock starts. Each figure is the best of
+the repeats; "ratio" is NumPy time / strideweave time (≥ 1.0 means strideweave is faster;
+issue 5's goals: ≥ 0.9 bulk, ≥ 1.0 fallback).
+
+Issue 6 (`sw.move_async`):
+  return vs completion   256 MiB CPU→FileBacked: time until move_async returns (goal
+                         < 50 µs) against the time until wait() returns
+  small-move overhead    1024-element CPU→CPU moves, µs per blocking move
+  overlap                N = 2, 4 move_async in flight at once (submit all, then wait all)
+                         against the same N blocking moves one after another, CPU→FileBacked
+                         and FileBacked→CPU, 64 MiB each; and one move_async overlapping Python
+                         arithmetic on the caller's thread (sum of the two alone / overlapped)
+"""
+from __future__ import annotations
+
+import gc
+import itertools
+import os
+
+# OpenBLAS worker threads spin on this 2-core class of machine and steal the CPU our engine
+# threads need; nothing here uses BLAS. Must be set before NumPy is imported.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import statistics
+import sys
+import time
+from typing import Any, Callable
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+import strideweave as sw
+from strideweave.carriers.file_backed import filebacked_directory
+
+MiB = 1 << 20
+F32 = sw.DType.Float32
+_paths = itertools.count()
+
+
+def flat(n: int) -> sw.Layout:
+    return sw.Layout(sw.Shape(n), sw.Stride(1))
+
+
+def cpu_filled(values: np.ndarray) -> sw.CPU:
+    """A CPU Float32 carrier holding `values` (written through a DLPack view, no Python loop)."""
+    carrier = sw.CPU(values.size, empty=True)
+    np.from_dlpack(sw.Tensor(carrier, 0, flat(values.size)))[:] = values
+    return carrier
+
+
+def view(carrier: sw.Carrier) -> np.ndarray:
+    return np.from_dlpack(sw.Tensor(carrier, 0, flat(carrier.size())))
+
+
+def numpy_path() -> str:
+    return str(filebacked_directory() / f"numpy-{os.getpid()}-{next(_paths)}.bin")
+
+
+def timed(run: Callable[[Any], Any], setup: Callable[[], Any] = lambda: None,
+          cleanup: Callable[[Any, Any], None] = lambda state, out: None, repeats: int = 5) -> float:
+    """Best wall time of `run(setup())` over `repeats` (setup and cleanup not timed)."""
+    best = float("inf")
+    for _ in range(repeats):
+        state = setup()
+        gc.collect()
+        start = time.perf_counter()
+        out = run(state)
+        elapsed = time.perf_counter() - start
+        cleanup(state, out)
+        best = min(best, elapsed)
+    return best
+
+
+def row(label: str, nbytes: int, ours: float, theirs: float, their_name: str) -> None:
+    gbs = lambda t: nbytes / t / 1e9  # noqa: E731
+    print(f"  {label:<22} ours {ours * 1e3:8.2f} ms ({gbs(ours):5.2f} GB/s)   "
+          f"{their_name:<9} {theirs * 1e3:8.2f} ms ({gbs(theirs):5.2f} GB/s)   ratio {theirs / ours:5.2f}")
+
+
+# ----- issue 5 --------------------------------------------------------------------------------
+
+def bench_bulk(nbytes: int, repeats: int) -> None:
+    n = nbytes // 4
+    data = np.random.default_rng(0).standard_normal(n, dtype=np.float32)
+    lay = flat(n)
+    print(f" {nbytes // MiB} MiB ({n} Float32)")
+
+    # CPU -> FileBacked vs ndarray.tofile
+    def ours_to_file(t: sw.Tensor) -> sw.Tensor:
+        return sw.move(t, sw.FileBacked(dtype=F32))
+
+    ours = timed(ours_to_file, lambda: sw.Tensor(cpu_filled(data), 0, lay),
+                 lambda s, out: out.carrier.release(), repeats)
+
+    def np_to_file(path: str) -> None:
+        data.tofile(path)
+
+    theirs = timed(np_to_file, numpy_path, lambda path, out: os.unlink(path), repeats)
+    row("CPU→FileBacked", nbytes, ours, theirs, "tofile")
+
+    # FileBacked -> CPU vs np.fromfile
+    def file_source() -> sw.Tensor:
+        return sw.move(sw.Tensor(cpu_filled(data), 0, lay), sw.FileBacked(dtype=F32))
+
+    def ours_from_file(t: sw.Tensor) -> sw.Tensor:
+        return sw.move(t, sw.CPU(n, empty=True))
+
+    checked = []
+
+    def check_and_release(state: Any, out: sw.Tensor) -> None:
+        if not checked:
+            assert np.array_equal(view(out.carrier), data)
+            checked.append(True)
+        out.carrier.release()
+
+    ours = timed(ours_from_file, file_source, check_and_release, repeats)
+    path = numpy_path()
+    data.tofile(path)
+    theirs = timed(lambda _: np.fromfile(path, dtype=np.float32), repeats=repeats)
+    os.unlink(path)
+    row("FileBacked→CPU", nbytes, ours, theirs, "fromfile")
+
+    # CPU -> CPU bulk into a warm destination vs np.copyto into a warm array
+    dst = sw.CPU(n)
+    sw.move(sw.Tensor(cpu_filled(data), 0, lay), dst)  # faults the destination's pages in
+    ours = timed(lambda t: sw.move(t, dst), lambda: sw.Tensor(cpu_filled(data), 0, lay), repeats=repeats)
+    assert np.array_equal(view(dst), data)
+    dst.release()
+    warm = np.empty_like(data)
+    np.copyto(warm, data)
+    theirs = timed(lambda _: np.copyto(warm, data), repeats=repeats)
+    row("CPU→CPU bulk", nbytes, ours, theirs, "copyto")
+    del warm
+    # A move releases its source, which NumPy's copies never pay for: show that share.
+    cpu_release = timed(lambda c: c.release(), lambda: cpu_filled(data), repeats=repeats)
+    file_release = timed(lambda t: t.carrier.release(), file_source, repeats=repeats)
+    print(f"  (of which releasing the source: CPU {cpu_release * 1e3:.2f} ms, "
+          f"FileBacked {file_release * 1e3:.2f} ms, timed alone)")
+
+
+def bench_gapped(nbytes: int, repeats: int) -> None:
+    n = nbytes // 4
+    rng = np.random.default_rng(1)
+
+    # Runs of 256 slots, four per row with 64-slot holes, rows 1280 slots apart.
+    rows = n // 1024
+    lay = sw.Layout(sw.Shape([[256, 4], rows]), sw.Stride([[1, 320], 1280]))
+    np_shape, np_strides = (rows, 4, 256), (1280 * 4, 320 * 4, 4)
+    _gapped_row("gapped [[256,4],r]", lay, np_shape, np_strides, rng, repeats)
+
+    # Every other slot: a one-slot run per element, the worst case for a gather.
+    lay = sw.Layout(sw.Shape(n), sw.Stride(2))
+    _gapped_row("gapped [n]:[2]", lay, (n,), (8,), rng, repeats)
+
+
+def _gapped_row(label: str, lay: sw.Layout, np_shape: tuple, np_strides: tuple,
+                rng: np.random.Generator, repeats: int) -> None:
+    cosize, payload = lay.cosize, lay.size * 4
+    data = rng.standard_normal(cosize, dtype=np.float32)
+    dst = sw.CPU(cosize)
+    sw.move(sw.Tensor(cpu_filled(data), 0, lay), dst)  # warm destination
+    view(dst)[:] = 0
+    ours = timed(lambda t: sw.move(t, dst), lambda: sw.Tensor(cpu_filled(data), 0, lay), repeats=repeats)
+    got = view(dst)
+    src_v = as_strided(data, np_shape, np_strides)
+    assert np.array_equal(as_strided(got, np_shape, np_strides), src_v)
+    dst.release()
+    warm = np.zeros(cosize, dtype=np.float32)
+    dst_v = as_strided(warm, np_shape, np_strides)
+    np.copyto(dst_v, src_v)
+    theirs = timed(lambda _: np.copyto(dst_v, src_v), repeats=repeats)
+    row(label, payload, ours, theirs, "copyto")
+
+
+# ----- issue 6 --------------------------------------------------------------------------------
+
+def bench_async(repeats: int) -> None:
+    nbytes = 256 * MiB
+    n = nbytes // 4
+    data = np.random.default_rng(2).standard_normal(n, dtype=np.float32)
+    lay = flat(n)
+    returns, cpu_times, completes, done_at_return = [], [], [], 0
+    warmers = [sw.Tensor(sw.CPU(16), 0, flat(16)) for _ in range(repeats)]
+    for warm in warmers:
+        t = sw.Tensor(cpu_filled(data), 0, lay)
+        d = sw.FileBacked(dtype=F32)
+        gc.collect()
+        # One tiny move first: the figure is the request path, not first-call or cold-cache
+        # costs of the interpreter after the 256 MiB fill evicted everything.
+        sw.move(warm, sw.FileBacked(dtype=F32)).carrier.release()
+        start, cpu_start = time.perf_counter(), time.thread_time()
+        handle = sw.move_async(t, d)
+        returned, cpu_returned = time.perf_counter(), time.thread_time()
+        was_done = handle.done
+        out = handle.wait()
+        finished = time.perf_counter()
+        returns.append(returned - start)
+        cpu_times.append(cpu_returned - cpu_start)
+        completes.append(finished - start)
+        done_at_return += was_done
+        out.carrier.release()
+    print(f"  move_async 256 MiB CPU→FileBacked: returns in {min(returns) * 1e6:.0f} µs "
+          f"(median {statistics.median(returns) * 1e6:.0f} µs; caller CPU {min(cpu_times) * 1e6:.0f} µs, "
+          f"median {statistics.median(cpu_times) * 1e6:.0f} µs; goal < 50 µs)")
+    print(f"    completes in {min(completes) * 1e3:.1f} ms (median {statistics.median(completes) * 1e3:.1f} ms); "
+          f"return/completion {min(returns) / min(completes):.5f}; "
+          f"done already at return in {done_at_return} of {repeats}")
+
+    # Fixed per-request cost: tiny moves, where the copy is negligible.
+    small = 1024
+    small_data = np.arange(small, dtype=np.float32)
+    dst = sw.CPU(small)
+    count = 300 if repeats <= 3 else 1000
+    sources = [sw.Tensor(cpu_filled(small_data), 0, flat(small)) for _ in range(count)]
+    start = time.perf_counter()
+    for s in sources:
+        sw.move(s, dst)
+    per_move = (time.perf_counter() - start) / count
+    sources = [sw.Tensor(cpu_filled(small_data), 0, flat(small)) for _ in range(count)]
+    destinations = [sw.CPU(small, empty=True) for _ in range(count)]
+    gc.collect()
+    start, cpu_start = time.perf_counter(), time.thread_time()
+    handles = [sw.move_async(s, d) for s, d in zip(sources, destinations)]
+    per_submit = (time.perf_counter() - start) / count
+    per_submit_cpu = (time.thread_time() - cpu_start) / count
+    for h in handles:
+        h.wait()
+    print(f"  small moves (1024 Float32 CPU→CPU): {per_move * 1e6:.1f} µs per blocking move; "
+          f"{per_submit * 1e6:.1f} µs per move_async in a burst of {count} "
+          f"({per_submit_cpu * 1e6:.1f} µs of it on the caller's CPU)")
+    del sources
+    gc.collect()
+
+
+def bench_overlap(repeats: int, nbytes: int = 64 * MiB) -> None:
+    n = nbytes // 4
+    data = np.random.default_rng(3).standard_normal(n, dtype=np.float32)
+    lay = flat(n)
+
+    def release(state: Any, outs: list) -> None:
+        for o in outs:
+            o.carrier.release()
+
+    for count in (2, 4):
+        def sources() -> list:
+            return [sw.Tensor(cpu_filled(data), 0, lay) for _ in range(count)]
+
+        def file_sources() -> list:
+            return [sw.move(t, sw.FileBacked(dtype=F32)) for t in sources()]
+
+        for label, make, dest in (("CPU→FileBacked", sources, lambda: sw.FileBacked(dtype=F32)),
+                                  ("FileBacked→CPU", file_sources, lambda: sw.CPU(n, empty=True))):
+            def sequential(ts: list) -> list:
+                return [sw.move(t, dest()) for t in ts]
+
+            def concurrent(ts: list) -> list:
+                handles = [sw.move_async(t, dest()) for t in ts]
+                return [h.wait() for h in handles]
+
+            seq = timed(sequential, make, release, repeats)
+            conc = timed(concurrent, make, release, repeats)
+            print(f"  {count} x {nbytes // MiB} MiB {label}: one after another {seq * 1e3:7.1f} ms, "
+                  f"all in flight {conc * 1e3:7.1f} ms, speed-up {seq / conc:4.2f}x")
+
+    # The caller keeps computing while a move is in flight: cache-resident Python arithmetic,
+    # so the two compete for cores and not for memory bandwidth.
+    def compute() -> None:
+        total = 0
+        for k in range(1_500_000):
+            total += k * k
+
+    compute_alone = timed(lambda _: compute(), repeats=repeats)
+    move_alone = timed(lambda t: sw.move(t, sw.FileBacked(dtype=F32)),
+                       lambda: sw.Tensor(cpu_filled(data), 0, lay), lambda s, out: out.carrier.release(), repeats)
+
+    def overlapped(t: sw.Tensor) -> sw.Tensor:
+        handle = sw.move_async(t, sw.FileBacked(dtype=F32))
+        compute()
+        return handle.wait()
+
+    both = timed(overlapped, lambda: sw.Tensor(cpu_filled(data), 0, lay),
+                 lambda s, out: out.carrier.release(), repeats)
+    print(f"  {nbytes // MiB} MiB CPU→FileBacked move_async + caller compute: move {move_alone * 1e3:.1f} ms, "
+          f"compute {compute_alone * 1e3:.1f} ms, both overlapped {both * 1e3:.1f} ms "
+          f"(sum / overlapped {(move_alone + compute_alone) / both:4.2f}x)")
+
+
+def main(quick: bool) -> None:
+    repeats = 3 if quick else 5
+    sizes = [16 * MiB] if quick else [16 * MiB, 256 * MiB]
+    print(f"bench_move: best of {repeats}; ratio = NumPy time / strideweave time "
+          f"(≥ 1 means strideweave is faster); os.cpu_count() = {os.cpu_count()}")
+    with sw.no_grad():
+        print("issue 5: blocking moves")
+        for nbytes in sizes:
+            bench_bulk(nbytes, repeats)
+            bench_gapped(nbytes, repeats)
+            gc.collect()
+        print("issue 6: move_async")
+        bench_async(repeats)
+        bench_overlap(repeats)
+
+
+if __name__ == "__main__":
+    main("--quick" in sys.argv[1:])

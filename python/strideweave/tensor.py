@@ -21,7 +21,7 @@ def _multi_subtensor(operation: str) -> NotImplementedError:
     return NotImplementedError(f"{operation} is not implemented for a multi-subtensor Tensor")
 
 
-class Tensor:
+class Tensor(_native._TensorBase):
     """A view of carrier slots through a hierarchical layout."""
 
     __slots__ = ("_subtensors", "_dtype", "_adjacent", "_carrier", "_offset", "_layout",
@@ -232,13 +232,7 @@ class Tensor:
         layout = self._layout.broadcast_to(shape)
         return Tensor(self._carrier, self._offset, layout)
 
-    # ----- DLPack (the whole path is in Rust) ---------------------------------------------
-    def __dlpack__(self, stream: Any = None, *, max_version: Any = None, dl_device: Any = None,
-                   copy: Any = None) -> Any:
-        return _native.dlpack_export(self, stream, max_version, dl_device, copy)
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return _native.dlpack_device(self)
+    # ----- DLPack: __dlpack__ and __dlpack_device__ are native methods of _TensorBase -----
 
     # ----- autograd surface (rules in strideweave._autograd) ------------------------------
     def is_differentiable(self) -> bool:

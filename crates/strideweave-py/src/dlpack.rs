@@ -1,6 +1,8 @@
-//! DLPack export: `dlpack_export(tensor, stream, max_version, dl_device, copy)` and
-//! `dlpack_device(tensor)`, the whole of `Tensor.__dlpack__` / `__dlpack_device__`
-//! (the Python methods are one-line forwarders).
+//! DLPack export: `export(tensor, stream, max_version, dl_device, copy)` and
+//! `device(tensor)`, the whole of `Tensor.__dlpack__` / `__dlpack_device__`. Those are native
+//! methods of `_native._TensorBase` (tensor_base.rs), the base class of `Tensor`, so a
+//! consumer's call reaches this file without a Python frame. `_native.dlpack_export` and
+//! `_native.dlpack_device` expose the same two functions for any other object.
 //!
 //! The managed-tensor structures and their deleters live in `strideweave_core::dlpack`; this
 //! file reads the Tensor, runs the spec's checks in order, and wraps the result in a capsule
@@ -27,7 +29,10 @@
 //! 4. The dtype: Float32 and Int32 only, else `BufferError` naming both. Last, so a tensor that
 //!    fails both the carrier and the dtype reports the carrier.
 //! 5. Build: `tensor.is_mutable()` is read only for a versioned export (a legacy capsule has no
-//!    flags word to put it in).
+//!    flags word to put it in). When neither `Tensor.is_mutable` nor the carrier's
+//!    `is_mutable`/`_is_mutable` is overridden (the built-in Rust-backed carriers), the
+//!    predicate is evaluated here from the same attributes the Python methods read; any
+//!    override is called through Python (see `is_mutable`).
 //!
 //! Nothing here changes the carrier's version, autograd state or `.grad`: the Tensor is only
 //! read (attributes, `is_mutable()`), and the export itself is pure Rust.
@@ -158,8 +163,9 @@ fn into_capsule<M: ManagedAbi>(
     Ok(unsafe { Bound::from_owned_ptr(py, capsule) }.unbind())
 }
 
-/// Step 1: the one-subtensor requirement, before any carrier is touched.
-fn require_single_subtensor(tensor: &Bound<'_, PyAny>, what: &str) -> PyResult<()> {
+/// Step 1: the one-subtensor requirement, before any carrier is touched. Returns the
+/// subtensor count (at most 1), which `Tensor.is_mutable` also tests.
+fn require_single_subtensor(tensor: &Bound<'_, PyAny>, what: &str) -> PyResult<usize> {
     let py = tensor.py();
     let n = tensor.getattr(intern!(py, "_subtensors"))?.len()?;
     if n > 1 {
@@ -168,7 +174,7 @@ fn require_single_subtensor(tensor: &Bound<'_, PyAny>, what: &str) -> PyResult<(
              ({n} subtensors); export needs exactly one subtensor"
         )));
     }
-    Ok(())
+    Ok(n)
 }
 
 /// The framework objects the fast paths compare against, imported on first use (the Python
@@ -178,8 +184,10 @@ struct Builtins {
     /// `CPU.dlpack_info` and `CPU.pointer`, the plain functions.
     cpu_dlpack_info: Py<PyAny>,
     cpu_pointer: Py<PyAny>,
-    /// `Tensor.is_mutable`.
+    /// `Tensor.is_mutable`, `Carrier.is_mutable`, `RustBackedCarrier._is_mutable`.
     tensor_is_mutable: Py<PyAny>,
+    carrier_is_mutable: Py<PyAny>,
+    builtin_is_mutable: Py<PyAny>,
     /// `DType.Float32`, `DType.Int32`.
     float32: Py<PyAny>,
     int32: Py<PyAny>,
@@ -193,11 +201,17 @@ fn builtins(py: Python<'_>) -> Option<&'static Builtins> {
             let load = || -> PyResult<Builtins> {
                 let cpu = py.import("strideweave.carriers.cpu")?.getattr("CPU")?;
                 let tensor = py.import("strideweave.tensor")?.getattr("Tensor")?;
+                let carrier = py.import("strideweave.carriers.base")?.getattr("Carrier")?;
+                let builtin = py
+                    .import("strideweave.carriers._builtin")?
+                    .getattr("RustBackedCarrier")?;
                 let dtype = py.import("strideweave.carriers.dtype")?.getattr("DType")?;
                 Ok(Builtins {
                     cpu_dlpack_info: cpu.getattr("dlpack_info")?.unbind(),
                     cpu_pointer: cpu.getattr("pointer")?.unbind(),
                     tensor_is_mutable: tensor.getattr("is_mutable")?.unbind(),
+                    carrier_is_mutable: carrier.getattr("is_mutable")?.unbind(),
+                    builtin_is_mutable: builtin.getattr("_is_mutable")?.unbind(),
                     float32: dtype.getattr("Float32")?.unbind(),
                     int32: dtype.getattr("Int32")?.unbind(),
                 })
@@ -227,12 +241,11 @@ struct CarrierInfo {
 /// and `pointer()`, which is 0 once released and otherwise the address of the Rust host
 /// buffer. Reading those directly keeps the whole export in Rust. Any override of either
 /// method, in any subclass, takes the general path and runs the hook through Python.
-fn carrier_info(tensor: &Bound<'_, PyAny>, with_pointer: bool) -> PyResult<CarrierInfo> {
-    let py = tensor.py();
-    let carrier = tensor.getattr(intern!(py, "_carrier"))?;
+fn carrier_info(carrier: &Bound<'_, PyAny>, with_pointer: bool) -> PyResult<CarrierInfo> {
+    let py = carrier.py();
     if let Some(b) = builtins(py) {
-        if class_attr_is(&carrier, intern!(py, "dlpack_info"), &b.cpu_dlpack_info)
-            && class_attr_is(&carrier, intern!(py, "pointer"), &b.cpu_pointer)
+        if class_attr_is(carrier, intern!(py, "dlpack_info"), &b.cpu_dlpack_info)
+            && class_attr_is(carrier, intern!(py, "pointer"), &b.cpu_pointer)
         {
             let device = DLDevice {
                 device_type: DLDeviceType::CPU,
@@ -241,12 +254,12 @@ fn carrier_info(tensor: &Bound<'_, PyAny>, with_pointer: bool) -> PyResult<Carri
             if !with_pointer {
                 return Ok(CarrierInfo { device, pointer: 0 });
             }
-            if let Some(pointer) = builtin_cpu_pointer(&carrier)? {
+            if let Some(pointer) = builtin_cpu_pointer(carrier)? {
                 return Ok(CarrierInfo { device, pointer });
             }
         }
     }
-    hook_info(&carrier, with_pointer)
+    hook_info(carrier, with_pointer)
 }
 
 /// `CPU.pointer()` without the Python call: `0 if released else storage.pointer()`.
@@ -350,18 +363,42 @@ fn export_dtype(dtype: &Bound<'_, PyAny>) -> PyResult<Option<ExportDType>> {
     Ok(name.extract::<&str>().ok().and_then(ExportDType::from_name))
 }
 
-/// `tensor.is_mutable()`, the public predicate. When the Tensor class does not override it,
-/// its definition ("a single subtensor whose carrier is mutable"; one subtensor is already
-/// established) reduces to `carrier.is_mutable()`, which saves a Python frame.
-fn is_mutable(tensor: &Bound<'_, PyAny>) -> PyResult<bool> {
+/// `tensor.is_mutable()`, the public predicate, for the read-only flag.
+///
+/// Each level is evaluated here only while its Python definition is the framework's own,
+/// checked by identity on the class (an override anywhere in a subclass changes what the
+/// class attribute resolves to):
+/// - `Tensor.is_mutable` is `len(self._subtensors) == 1 and self._carrier.is_mutable()`;
+/// - `Carrier.is_mutable` is `not self._sw_released and self._sw_owner is None and
+///   bool(self._is_mutable())`;
+/// - `RustBackedCarrier._is_mutable` (CPU, FileBacked, ...) is `self._mutable`.
+///
+/// The same attributes are read in the same short-circuit order, so the answer and any
+/// exception are the Python methods' own. The first overridden level is called through
+/// Python instead, and decides from there on.
+fn is_mutable(
+    tensor: &Bound<'_, PyAny>,
+    carrier: &Bound<'_, PyAny>,
+    subtensors: usize,
+) -> PyResult<bool> {
     let py = tensor.py();
-    let target = match builtins(py) {
-        Some(b) if class_attr_is(tensor, intern!(py, "is_mutable"), &b.tensor_is_mutable) => {
-            tensor.getattr(intern!(py, "_carrier"))?
-        }
-        _ => tensor.clone(),
+    let Some(b) = builtins(py) else {
+        return tensor.call_method0(intern!(py, "is_mutable"))?.is_truthy();
     };
-    target.call_method0(intern!(py, "is_mutable"))?.is_truthy()
+    if !class_attr_is(tensor, intern!(py, "is_mutable"), &b.tensor_is_mutable) {
+        return tensor.call_method0(intern!(py, "is_mutable"))?.is_truthy();
+    }
+    if subtensors != 1 {
+        return Ok(false);
+    }
+    if !(class_attr_is(carrier, intern!(py, "is_mutable"), &b.carrier_is_mutable)
+        && class_attr_is(carrier, intern!(py, "_is_mutable"), &b.builtin_is_mutable))
+    {
+        return carrier.call_method0(intern!(py, "is_mutable"))?.is_truthy();
+    }
+    Ok(!carrier.getattr(intern!(py, "_sw_released"))?.is_truthy()?
+        && carrier.getattr(intern!(py, "_sw_owner"))?.is_none()
+        && carrier.getattr(intern!(py, "_mutable"))?.is_truthy()?)
 }
 
 /// An integer argument element: `Some(v)` when it fits in i64, `None` for a Python int too
@@ -441,7 +478,7 @@ fn check_dl_device(dl_device: Option<&Bound<'_, PyAny>>, device: DLDevice) -> Py
 
 /// `dlpack_export(tensor, stream=None, max_version=None, dl_device=None, copy=None)`
 ///
-/// The implementation of `Tensor.__dlpack__`: returns a `dltensor` capsule (legacy), or a
+/// `Tensor.__dlpack__` as a function: returns a `dltensor` capsule (legacy), or a
 /// `dltensor_versioned` capsule at version 1.0 when `max_version` has major >= 1. The capsule
 /// aliases the carrier's storage and holds a strong reference to `tensor`.
 #[pyfunction]
@@ -453,15 +490,27 @@ fn dlpack_export(
     dl_device: Option<&Bound<'_, PyAny>>,
     copy: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Py<PyAny>> {
+    export(tensor, stream, max_version, dl_device, copy)
+}
+
+/// The export behind `Tensor.__dlpack__` (tensor_base.rs) and `dlpack_export`.
+pub(crate) fn export(
+    tensor: &Bound<'_, PyAny>,
+    stream: Option<&Bound<'_, PyAny>>,
+    max_version: Option<&Bound<'_, PyAny>>,
+    dl_device: Option<&Bound<'_, PyAny>>,
+    copy: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Py<PyAny>> {
     let py = tensor.py();
     // Export does no work a stream could order (CPU storage, no pending writes).
     let _ = stream;
 
     // 1. multi-subtensor
-    require_single_subtensor(tensor, "__dlpack__")?;
+    let subtensors = require_single_subtensor(tensor, "__dlpack__")?;
 
     // 2. carrier: hook, device, pointer; then the null-data check, which needs the extents.
-    let CarrierInfo { device, pointer } = carrier_info(tensor, true)?;
+    let carrier = tensor.getattr(intern!(py, "_carrier"))?;
+    let CarrierInfo { device, pointer } = carrier_info(&carrier, true)?;
     let (shape, strides) = leaf_modes(&tensor.getattr(intern!(py, "_layout"))?)?;
     if pointer == 0 && shape.iter().all(|&e| e > 0) {
         return Err(PyBufferError::new_err(
@@ -495,7 +544,7 @@ fn dlpack_export(
         .map_err(|e| PyBufferError::new_err(e.to_string()))?;
     if versioned {
         // Advisory read-only bit: exactly when the tensor is not publicly mutable right now.
-        let flags = if is_mutable(tensor)? {
+        let flags = if is_mutable(tensor, &carrier, subtensors)? {
             0
         } else {
             FLAG_READ_ONLY
@@ -518,14 +567,19 @@ fn dlpack_export(
     }
 }
 
-/// `dlpack_device(tensor)` → `(device_type, device_id)`
-///
-/// The implementation of `Tensor.__dlpack_device__`: depends only on the one-subtensor
-/// requirement and the carrier's `dlpack_info()` hook, never on the dtype.
+/// `dlpack_device(tensor)` → `(device_type, device_id)`, `Tensor.__dlpack_device__` as a
+/// function.
 #[pyfunction]
 fn dlpack_device(tensor: &Bound<'_, PyAny>) -> PyResult<(u32, i32)> {
+    device(tensor)
+}
+
+/// The device behind `Tensor.__dlpack_device__` and `dlpack_device`: depends only on the
+/// one-subtensor requirement and the carrier's `dlpack_info()` hook, never on the dtype.
+pub(crate) fn device(tensor: &Bound<'_, PyAny>) -> PyResult<(u32, i32)> {
     require_single_subtensor(tensor, "__dlpack_device__")?;
-    let CarrierInfo { device, .. } = carrier_info(tensor, false)?;
+    let carrier = tensor.getattr(intern!(tensor.py(), "_carrier"))?;
+    let CarrierInfo { device, .. } = carrier_info(&carrier, false)?;
     Ok((device.device_type.0, device.device_id))
 }
 

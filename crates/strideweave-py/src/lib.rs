@@ -9,6 +9,7 @@ mod engine;
 mod kernels;
 mod layout;
 mod storage;
+mod tensor_base;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -20,5 +21,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     kernels::register(m)?;
     block::register(m)?;
     access::register(m)?;
+    tensor_base::register(m)?;
     Ok(())
 }

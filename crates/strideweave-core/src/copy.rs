@@ -44,7 +44,38 @@ fn offset_after(base: u64, done: usize) -> io::Result<u64> {
 /// Short writes are continued and `EINTR` is retried; a write that makes no progress is
 /// `WriteZero`. On error some prefix of `src` may already be in the file.
 pub fn file_write_from_host(file: &File, file_byte_off: u64, src: &[u8]) -> io::Result<()> {
+    reserve_blocks(file, file_byte_off, src.len())?;
     file_write_chunked(file, file_byte_off, src, IO_CHUNK)
+}
+
+/// Reserve the blocks a write will fill before writing them (what `ndarray.tofile` does):
+/// the filesystem allocates the range in one extent instead of block by block as the writes
+/// arrive, and a full disk fails here, before a single byte of the span is written.
+/// Filesystems without `fallocate` just skip the reservation.
+fn reserve_blocks(file: &File, off: u64, len: usize) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        if len == 0 {
+            return Ok(());
+        }
+        let (Ok(start), Ok(count)) = (libc::off_t::try_from(off), libc::off_t::try_from(len)) else {
+            return Ok(()); // beyond off_t: let the writes report it
+        };
+        // SAFETY: fallocate only reads its integer arguments; the descriptor is borrowed from
+        // a live `File`, and KEEP_SIZE leaves the file's visible length alone.
+        let rc = unsafe { libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, start, count) };
+        if rc != 0 {
+            let err = io::Error::last_os_error();
+            return match err.raw_os_error() {
+                Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) | Some(libc::EINVAL) => Ok(()),
+                _ => Err(err),
+            };
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (file, off, len);
+    Ok(())
 }
 
 fn file_write_chunked(file: &File, off: u64, src: &[u8], chunk: usize) -> io::Result<()> {

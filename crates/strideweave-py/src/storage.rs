@@ -218,8 +218,10 @@ impl HostStorage {
 
     /// Drop this storage's reference to the memory (freeing owned memory once no transfer
     /// still holds it). Idempotent.
-    fn release(&self) {
-        self.buffer.write().take();
+    fn release(&self, py: Python<'_>) {
+        let buffer = self.buffer.write().take();
+        // Unmapping a large buffer takes milliseconds; nobody needs the GIL for that.
+        py.detach(move || drop(buffer));
     }
 
     fn get(&self, py: Python<'_>, index: isize) -> PyResult<Py<PyAny>> {
@@ -383,9 +385,15 @@ impl FileStorage {
     }
 
     /// Delete the file and drop the handle. Idempotent.
-    fn release(&self) -> PyResult<()> {
+    fn release(&self, py: Python<'_>) -> PyResult<()> {
         if let Some(store) = self.store.write().take() {
-            store.unlink()?;
+            // Unlinking and closing a large file with dirty pages takes milliseconds; nobody
+            // needs the GIL for that.
+            py.detach(move || {
+                let unlinked = store.unlink();
+                drop(store);
+                unlinked
+            })?;
         }
         Ok(())
     }

@@ -17,9 +17,12 @@ from typing import Any, Callable
 
 from strideweave import _autograd, _native, profiler
 from strideweave._autograd import Operation
+from strideweave.carriers import extension
 from strideweave.carriers.base import ACTIVE_CLAIM, Carrier
+from strideweave.carriers.block_device import BlockDeviceCarrier
 from strideweave.carriers.cpu import CPU
 from strideweave.carriers.file_backed import FileBacked
+from strideweave.core.representation import Subtensor
 from strideweave.layout import Layout
 from strideweave.tensor import Tensor
 
@@ -155,11 +158,6 @@ class FileBackedToCpuMoveOperation(MoveOperation):
         return _span_copy(src, request.tensor.offset, dst, request.cosize, _ITEM_SIZE[src.kind])
 
 
-def _block_carrier_class() -> type:
-    from strideweave.carriers.block_device import BlockDeviceCarrier
-    return BlockDeviceCarrier
-
-
 class _BlockBulkMove(MoveOperation):
     """Shared engine path of the CPU↔block bulk pair: the device I/O (GIL released inside the
     handle) runs on an engine worker, which then commits."""
@@ -184,7 +182,7 @@ class CpuToBlockDeviceMoveOperation(_BlockBulkMove):
     """Bulk CPU → BlockDeviceCarrier (Float32): the cosize span in one aligned device write."""
 
     source_class = CPU
-    destination_class = None  # pinned lazily to BlockDeviceCarrier (see _pins)
+    destination_class = BlockDeviceCarrier
 
     def _copy(self, tensor: Tensor, destination: Carrier, output: Tensor, element_count: int) -> None:
         src = tensor.carrier._sw_storage()
@@ -195,7 +193,7 @@ class CpuToBlockDeviceMoveOperation(_BlockBulkMove):
 class BlockDeviceToCpuMoveOperation(_BlockBulkMove):
     """Bulk BlockDeviceCarrier → CPU (Float32): the cosize span in one aligned device read."""
 
-    source_class = None  # pinned lazily to BlockDeviceCarrier (see _pins)
+    source_class = BlockDeviceCarrier
     destination_class = CPU
 
     def _copy(self, tensor: Tensor, destination: Carrier, output: Tensor, element_count: int) -> None:
@@ -206,15 +204,6 @@ class BlockDeviceToCpuMoveOperation(_BlockBulkMove):
 
 _BLOCK_OPERATIONS = (CpuToBlockDeviceMoveOperation, BlockDeviceToCpuMoveOperation)
 _ITEM_SIZE = {"f32": 4, "i32": 4, "f64": 8, "bool": 1}
-
-
-def _pins(operation_class: type) -> tuple[type | None, type | None]:
-    source, destination = operation_class.source_class, operation_class.destination_class
-    if operation_class is CpuToBlockDeviceMoveOperation:
-        destination = _block_carrier_class()
-    elif operation_class is BlockDeviceToCpuMoveOperation:
-        source = _block_carrier_class()
-    return source, destination
 
 
 def _span_copy(src: Any, offset: int, dst: Any, count: int, size: int) -> Callable | None:
@@ -238,27 +227,12 @@ _registry_lock = threading.RLock()
 _REGISTRY: dict[tuple[type, type], type] = {
     (CPU, FileBacked): CpuToFileBackedMoveOperation,
     (FileBacked, CPU): FileBackedToCpuMoveOperation,
+    (CPU, BlockDeviceCarrier): CpuToBlockDeviceMoveOperation,
+    (BlockDeviceCarrier, CPU): BlockDeviceToCpuMoveOperation,
 }
-_block_registered = False
-
-
-def _ensure_block_entries() -> None:
-    """The CPU↔BlockDeviceCarrier entries, installed before the first registry use (the block
-    module imports this one, so it cannot be imported at module load)."""
-    global _block_registered
-    if _block_registered:
-        return
-    with _registry_lock:
-        if not _block_registered:
-            block = _block_carrier_class()
-            _REGISTRY.setdefault((CPU, block), CpuToBlockDeviceMoveOperation)
-            _REGISTRY.setdefault((block, CPU), BlockDeviceToCpuMoveOperation)
-            _block_registered = True
-
-
-def _extension() -> Any:
-    from strideweave.carriers import extension
-    return extension
+# Resolved routes by exact pair. Sound because resolving seals both classes (their definition
+# state can no longer change); legacy registry edits clear it.
+_ROUTES: dict[tuple[type, type], "_Route"] = {}
 
 
 def _check_carrier_class(value: Any, name: str) -> type:
@@ -282,14 +256,14 @@ def register_move_operation(source_class: type, destination_class: type, operati
     _check_carrier_class(source_class, "source_class")
     _check_carrier_class(destination_class, "destination_class")
     _check_operation_class(operation_class)
-    _extension().require_no_definition(source_class, destination_class)
-    _ensure_block_entries()
+    extension.require_no_definition(source_class, destination_class)
     with _registry_lock:
         key = (source_class, destination_class)
         if key in _REGISTRY:
             raise ValueError(f"a move operation is already registered for {_pair_name(*key)}: "
                              f"{_REGISTRY[key].__name__}")
         _REGISTRY[key] = operation_class
+        _ROUTES.clear()
     return None
 
 
@@ -297,8 +271,7 @@ def dispatch_move(source_class: type, destination_class: type) -> type:
     """The operation registered for exactly this pair, else ElementwiseMoveOperation."""
     _check_carrier_class(source_class, "source_class")
     _check_carrier_class(destination_class, "destination_class")
-    _extension().require_no_definition(source_class, destination_class)
-    _ensure_block_entries()
+    extension.require_no_definition(source_class, destination_class)
     with _registry_lock:
         return _REGISTRY.get((source_class, destination_class), ElementwiseMoveOperation)
 
@@ -307,14 +280,15 @@ def unregister_move_operation(source_class: type, destination_class: type) -> ty
     """Remove and return the operation registered for exactly this pair (KeyError if none)."""
     _check_carrier_class(source_class, "source_class")
     _check_carrier_class(destination_class, "destination_class")
-    _extension().require_no_definition(source_class, destination_class)
-    _ensure_block_entries()
+    extension.require_no_definition(source_class, destination_class)
     with _registry_lock:
         try:
-            return _REGISTRY.pop((source_class, destination_class))
+            removed = _REGISTRY.pop((source_class, destination_class))
         except KeyError:
             raise KeyError(f"no move operation is registered for "
                            f"{_pair_name(source_class, destination_class)}") from None
+        _ROUTES.clear()
+        return removed
 
 
 class registered_move_operation(contextlib.AbstractContextManager):
@@ -324,7 +298,7 @@ class registered_move_operation(contextlib.AbstractContextManager):
         _check_carrier_class(source_class, "source_class")
         _check_carrier_class(destination_class, "destination_class")
         _check_operation_class(operation_class)
-        _extension().require_no_definition(source_class, destination_class)
+        extension.require_no_definition(source_class, destination_class)
         self._pair = (source_class, destination_class)
         self._operation_class = operation_class
 
@@ -350,14 +324,22 @@ class _Route:
 
 
 def _resolve(source_class: type, destination_class: type) -> _Route:
-    decision = _extension().resolve_route(source_class, destination_class)
+    key = (source_class, destination_class)
+    route = _ROUTES.get(key)
+    if route is None:
+        route = _resolve_uncached(source_class, destination_class)
+        with _registry_lock:
+            _ROUTES[key] = route
+    return route
+
+
+def _resolve_uncached(source_class: type, destination_class: type) -> _Route:
+    decision = extension.resolve_route(source_class, destination_class)
     if decision is not None:
         return _Route(None, decision)
-    _ensure_block_entries()
     with _registry_lock:
         operation_class = _REGISTRY.get((source_class, destination_class), ElementwiseMoveOperation)
-    block = _block_carrier_class()
-    if (issubclass(source_class, block) or issubclass(destination_class, block)) \
+    if (issubclass(source_class, BlockDeviceCarrier) or issubclass(destination_class, BlockDeviceCarrier)) \
             and operation_class not in _BLOCK_OPERATIONS:
         raise NotImplementedError(f"no movement between {source_class.__name__} and "
                                   f"{destination_class.__name__}: BlockDeviceCarrier moves only to "
@@ -366,7 +348,7 @@ def _resolve(source_class: type, destination_class: type) -> _Route:
 
 
 def _grows_when_empty(carrier: Carrier) -> bool:
-    return hasattr(carrier, "_allocate") or _extension().is_definition_backed(carrier)
+    return hasattr(carrier, "_allocate") or extension.is_definition_backed(carrier)
 
 
 # ===== one request ===============================================================================
@@ -433,7 +415,7 @@ def _validate(tensor: Any, destination: Any, lowered: bool) -> None:
 
 
 def _check_pins(operation_class: type, source: Carrier, destination: Carrier) -> None:
-    pinned_source, pinned_destination = _pins(operation_class)
+    pinned_source, pinned_destination = operation_class.source_class, operation_class.destination_class
     if pinned_source is not None and type(source) is not pinned_source:
         raise TypeError(f"{operation_class.__name__} requires a {pinned_source.__name__} source carrier, "
                         f"not {type(source).__name__}")
@@ -467,7 +449,7 @@ def _initiate(tensor: Any, destination: Any, *, lowered: bool = False, route: _R
             raise ValueError(f"destination {type(destination).__name__} is too small: {size} slots for a "
                              f"layout cosize of {cosize}")
     if route.decision is not None:
-        prepared = _extension().prepare_route(route.decision, tensor, destination)
+        prepared = extension.prepare_route(route.decision, tensor, destination)
         if prepared is None:
             route = _Route(ElementwiseMoveOperation)
     request = _MoveRequest(tensor, destination, lowered)
@@ -484,12 +466,14 @@ def _initiate(tensor: Any, destination: Any, *, lowered: bool = False, route: _R
     destination._sw_claim = request
     try:
         if grow:
-            if _extension().is_definition_backed(destination):
-                _extension().allocate_destination(destination, cosize)
+            if extension.is_definition_backed(destination):
+                extension.allocate_destination(destination, cosize)
             else:
                 destination._allocate(cosize)
             request.grown = True
-        request.output = Tensor(destination, 0, tensor.layout)
+        # Valid by construction (live destination of at least cosize slots, offset 0).
+        request.output = Tensor._from_subtensors(
+            tensor.dtype(), (Subtensor(tensor.dtype(), destination, 0, tensor.layout),), ())
     except BaseException:
         _restore(request)
         profiler._move_submit_abort(request.token)
@@ -514,7 +498,7 @@ def _submit(request: _MoveRequest, op: MoveOperation, prepared: Any) -> None:
         else:
             def finish_provider() -> None:
                 try:
-                    _extension().check_provider_completion(outcome)
+                    extension.check_provider_completion(outcome)
                 except BaseException as exc:  # noqa: BLE001 - any failure is the terminal one
                     _commit(request, exc)
                 else:

@@ -119,43 +119,42 @@ class ElementwiseMoveOperation(MoveOperation):
                 size, then, src_slots=src.count, dst_slots=dst.count)
         # A file is involved: carrying the whole cosize span (holes included) is allowed and
         # turns the fallback into one positioned transfer.
-        return _span_copy(src, offset, dst, request.cosize, size)
+        plan = _span_plan(src, offset, dst, request.cosize)
+        if plan is None:
+            return None
+        _, submit, args = plan
+        return lambda then: submit(*args, then)
 
 
-class CpuToFileBackedMoveOperation(MoveOperation):
-    """Bulk CPU → FileBacked: one positioned write of the cosize span, off the caller's thread."""
+class _BulkSpanMove(MoveOperation):
+    """A bulk pair between Rust storages: the whole cosize span from the tensor's offset
+    (holes included) in one positioned transfer, on an engine worker when not overridden."""
+
+    def _copy(self, tensor: Tensor, destination: Carrier, output: Tensor, element_count: int) -> None:
+        blocking, _, args = _span_plan(tensor.carrier._sw_storage(), tensor.offset,
+                                       destination._sw_storage(), element_count)
+        blocking(*args)
+
+    def _sw_async(self, request: "_MoveRequest") -> Callable | None:
+        if type(self)._copy is not _BulkSpanMove._copy:
+            return None
+        _, submit, args = _span_plan(request.source._sw_storage(), request.tensor.offset,
+                                     request.destination._sw_storage(), request.cosize)
+        return lambda then: submit(*args, then)
+
+
+class CpuToFileBackedMoveOperation(_BulkSpanMove):
+    """Bulk CPU → FileBacked: one positioned write of the cosize span."""
 
     source_class = CPU
     destination_class = FileBacked
 
-    def _copy(self, tensor: Tensor, destination: Carrier, output: Tensor, element_count: int) -> None:
-        src, dst = tensor.carrier._sw_storage(), destination._sw_storage()
-        size = _ITEM_SIZE[src.kind]
-        _native.host_to_file(dst.fileno(), 0, src.pointer() + tensor.offset * size, element_count * size)
 
-    def _sw_async(self, request: "_MoveRequest") -> Callable | None:
-        if type(self)._copy is not CpuToFileBackedMoveOperation._copy:
-            return None
-        src, dst = request.source._sw_storage(), request.destination._sw_storage()
-        return _span_copy(src, request.tensor.offset, dst, request.cosize, _ITEM_SIZE[src.kind])
-
-
-class FileBackedToCpuMoveOperation(MoveOperation):
-    """Bulk FileBacked → CPU: one positioned read of the cosize span, off the caller's thread."""
+class FileBackedToCpuMoveOperation(_BulkSpanMove):
+    """Bulk FileBacked → CPU: one positioned read of the cosize span."""
 
     source_class = FileBacked
     destination_class = CPU
-
-    def _copy(self, tensor: Tensor, destination: Carrier, output: Tensor, element_count: int) -> None:
-        src, dst = tensor.carrier._sw_storage(), destination._sw_storage()
-        size = _ITEM_SIZE[src.kind]
-        _native.file_to_host(src.fileno(), tensor.offset * size, dst.pointer(), element_count * size)
-
-    def _sw_async(self, request: "_MoveRequest") -> Callable | None:
-        if type(self)._copy is not FileBackedToCpuMoveOperation._copy:
-            return None
-        src, dst = request.source._sw_storage(), request.destination._sw_storage()
-        return _span_copy(src, request.tensor.offset, dst, request.cosize, _ITEM_SIZE[src.kind])
 
 
 class _BlockBulkMove(MoveOperation):
@@ -206,18 +205,22 @@ _BLOCK_OPERATIONS = (CpuToBlockDeviceMoveOperation, BlockDeviceToCpuMoveOperatio
 _ITEM_SIZE = {"f32": 4, "i32": 4, "f64": 8, "bool": 1}
 
 
-def _span_copy(src: Any, offset: int, dst: Any, count: int, size: int) -> Callable | None:
-    """The engine job copying `count` slots from `src` slot `offset` to `dst` slot 0."""
+def _span_plan(src: Any, offset: int, dst: Any, count: int) -> tuple[Callable, Callable, tuple] | None:
+    """How to copy `count` slots from `src` slot `offset` to `dst` slot 0: the blocking engine
+    function, its engine-submitted twin (which takes a trailing `then`), and their arguments.
+    None for a pair of storages no span function serves."""
+    size = _ITEM_SIZE[src.kind]
     nbytes, src_byte = count * size, offset * size
     host, file = _native.HostStorage, _native.FileStorage
     if isinstance(src, host) and isinstance(dst, file):
-        return lambda then: _native.submit_host_to_file(dst.fileno(), 0, src.pointer() + src_byte, nbytes, then)
+        return _native.host_to_file, _native.submit_host_to_file, (dst.fileno(), 0, src.pointer() + src_byte, nbytes)
     if isinstance(src, file) and isinstance(dst, host):
-        return lambda then: _native.submit_file_to_host(src.fileno(), src_byte, dst.pointer(), nbytes, then)
+        return _native.file_to_host, _native.submit_file_to_host, (src.fileno(), src_byte, dst.pointer(), nbytes)
     if isinstance(src, file) and isinstance(dst, file):
-        return lambda then: _native.submit_file_to_file(src.fileno(), src_byte, dst.fileno(), 0, nbytes, then)
+        return _native.file_to_file, _native.submit_file_to_file, (src.fileno(), src_byte, dst.fileno(), 0, nbytes)
     if isinstance(src, host) and isinstance(dst, host):
-        return lambda then: _native.submit_copy_host_to_host(src.pointer() + src_byte, dst.pointer(), nbytes, then)
+        return (_native.copy_host_to_host, _native.submit_copy_host_to_host,
+                (src.pointer() + src_byte, dst.pointer(), nbytes))
     return None
 
 

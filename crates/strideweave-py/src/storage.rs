@@ -89,16 +89,43 @@ pub fn scalar_to_py(py: Python<'_>, value: Scalar) -> PyResult<Py<PyAny>> {
     })
 }
 
+/// One slot of `kind` encoded from a Python value (the write rules of `scalar_from_py`);
+/// the first `kind.size()` bytes are meaningful.
+fn encode_slot(kind: ElemKind, value: &Bound<'_, PyAny>) -> PyResult<[u8; 8]> {
+    let mut bytes = [0u8; 8];
+    kind.encode(scalar_from_py(kind, value)?, &mut bytes[..kind.size()]);
+    Ok(bytes)
+}
+
+/// Every value of an iterable encoded back to back; any bad value fails before a byte is used.
+fn encode_all(kind: ElemKind, values: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    let size = kind.size();
+    let mut encoded = Vec::new();
+    for value in values.try_iter()? {
+        encoded.extend_from_slice(&encode_slot(kind, &value?)?[..size]);
+    }
+    Ok(encoded)
+}
+
+fn decode_slot(py: Python<'_>, kind: ElemKind, bytes: &[u8; 8]) -> PyResult<Py<PyAny>> {
+    scalar_to_py(py, kind.decode(&bytes[..kind.size()]))
+}
+
+fn decode_all<'py>(py: Python<'py>, kind: ElemKind, bytes: &[u8]) -> PyResult<Bound<'py, PyList>> {
+    let items = bytes
+        .chunks_exact(kind.size())
+        .map(|c| scalar_to_py(py, kind.decode(c)))
+        .collect::<PyResult<Vec<_>>>()?;
+    PyList::new(py, items)
+}
+
 fn released() -> PyErr {
     PyRuntimeError::new_err("storage is released")
 }
 
-fn slot_range(index: isize, count: usize) -> PyResult<usize> {
-    if index < 0 || index as usize >= count {
-        Err(PyIndexError::new_err(format!("slot {index} is outside [0, {count})")))
-    } else {
-        Ok(index as usize)
-    }
+/// The IndexError of a storage's own `get`/`set` for a slot outside `[0, count)`.
+fn slot_out_of_range(index: i64) -> impl FnOnce(usize) -> PyErr {
+    move |count| PyIndexError::new_err(format!("slot {index} is outside [0, {count})"))
 }
 
 /// Host memory of one element kind: owned (64-byte aligned, freed on release) or wrapped
@@ -137,7 +164,7 @@ impl HostStorage {
         let mut bytes = [0u8; 8];
         buf.read(slot as usize * size, &mut bytes[..size]).expect("slot checked in range");
         drop(guard);
-        scalar_to_py(py, self.kind.decode(&bytes[..size]))
+        decode_slot(py, self.kind, &bytes)
     }
 
     /// Convert `value` with the carrier write rules and store it in slot `slot`; the range
@@ -150,9 +177,7 @@ impl HostStorage {
         }
         // Converting may run Python code (`__float__`, `__index__`), so the lock is not
         // held across it; the write below re-checks the range against the live buffer.
-        let scalar = scalar_from_py(self.kind, value)?;
-        let mut bytes = [0u8; 8];
-        self.kind.encode(scalar, &mut bytes[..size]);
+        let bytes = encode_slot(self.kind, value)?;
         let guard = self.buffer.read();
         let buf = guard.as_ref().ok_or_else(released)?;
         buf.write(slot as usize * size, &bytes[..size])
@@ -224,38 +249,19 @@ impl HostStorage {
         py.detach(move || drop(buffer));
     }
 
-    fn get(&self, py: Python<'_>, index: isize) -> PyResult<Py<PyAny>> {
-        let buf = self.live()?;
-        let size = self.kind.size();
-        let i = slot_range(index, buf.len() / size)?;
-        let mut bytes = [0u8; 8];
-        buf.read(i * size, &mut bytes[..size]).expect("slot checked in range");
-        scalar_to_py(py, self.kind.decode(&bytes[..size]))
+    fn get(&self, py: Python<'_>, index: i64) -> PyResult<Py<PyAny>> {
+        self.get_slot(py, index, slot_out_of_range(index))
     }
 
-    fn set(&self, index: isize, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        let buf = self.live()?;
-        let size = self.kind.size();
-        let i = slot_range(index, buf.len() / size)?;
-        let scalar = scalar_from_py(self.kind, value)?;
-        let mut bytes = [0u8; 8];
-        self.kind.encode(scalar, &mut bytes[..size]);
-        buf.write(i * size, &bytes[..size]).expect("slot checked in range");
-        Ok(())
+    fn set(&self, index: i64, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.set_slot(index, value, slot_out_of_range(index))
     }
 
     /// Every value is converted and checked before the first slot changes, so a bad entry
     /// leaves the storage untouched.
     fn set_values(&self, values: &Bound<'_, PyAny>) -> PyResult<()> {
         let buf = self.live()?;
-        let size = self.kind.size();
-        let mut encoded = Vec::new();
-        for value in values.try_iter()? {
-            let scalar = scalar_from_py(self.kind, &value?)?;
-            let start = encoded.len();
-            encoded.resize(start + size, 0);
-            self.kind.encode(scalar, &mut encoded[start..]);
-        }
+        let encoded = encode_all(self.kind, values)?;
         if encoded.len() > buf.len() {
             return Err(PyIndexError::new_err("more values than slots"));
         }
@@ -265,14 +271,9 @@ impl HostStorage {
 
     fn to_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let buf = self.live()?;
-        let size = self.kind.size();
         let mut bytes = vec![0u8; buf.len()];
         buf.read(0, &mut bytes).expect("whole buffer");
-        let items = bytes
-            .chunks_exact(size)
-            .map(|c| scalar_to_py(py, self.kind.decode(c)))
-            .collect::<PyResult<Vec<_>>>()?;
-        PyList::new(py, items)
+        decode_all(py, self.kind, &bytes)
     }
 
     fn __repr__(&self) -> String {
@@ -317,7 +318,7 @@ impl FileStorage {
         }
         let mut bytes = [0u8; 8];
         store.read_at(slot as u64 * size as u64, &mut bytes[..size])?;
-        scalar_to_py(py, self.kind.decode(&bytes[..size]))
+        decode_slot(py, self.kind, &bytes)
     }
 
     /// Convert `value` with the carrier write rules and store it in slot `slot`; the range
@@ -329,9 +330,7 @@ impl FileStorage {
         if slot < 0 || slot as u64 >= count as u64 {
             return Err(out_of_range(count));
         }
-        let scalar = scalar_from_py(self.kind, value)?;
-        let mut bytes = [0u8; 8];
-        self.kind.encode(scalar, &mut bytes[..size]);
+        let bytes = encode_slot(self.kind, value)?;
         store.write_at(slot as u64 * size as u64, &bytes[..size])?;
         Ok(())
     }
@@ -398,37 +397,18 @@ impl FileStorage {
         Ok(())
     }
 
-    fn get(&self, py: Python<'_>, index: isize) -> PyResult<Py<PyAny>> {
-        let store = self.live()?;
-        let size = self.kind.size();
-        let i = slot_range(index, self.slots(&store)?)?;
-        let mut bytes = [0u8; 8];
-        store.read_at((i * size) as u64, &mut bytes[..size])?;
-        scalar_to_py(py, self.kind.decode(&bytes[..size]))
+    fn get(&self, py: Python<'_>, index: i64) -> PyResult<Py<PyAny>> {
+        self.get_slot(py, index, slot_out_of_range(index))
     }
 
-    fn set(&self, index: isize, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        let store = self.live()?;
-        let size = self.kind.size();
-        let i = slot_range(index, self.slots(&store)?)?;
-        let scalar = scalar_from_py(self.kind, value)?;
-        let mut bytes = [0u8; 8];
-        self.kind.encode(scalar, &mut bytes[..size]);
-        store.write_at((i * size) as u64, &bytes[..size])?;
-        Ok(())
+    fn set(&self, index: i64, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.set_slot(index, value, slot_out_of_range(index))
     }
 
     /// Resize to exactly the values given and write them; every value is checked first.
     fn assign_values(&self, py: Python<'_>, values: &Bound<'_, PyAny>) -> PyResult<()> {
         let store = self.live()?;
-        let size = self.kind.size();
-        let mut encoded = Vec::new();
-        for value in values.try_iter()? {
-            let scalar = scalar_from_py(self.kind, &value?)?;
-            let start = encoded.len();
-            encoded.resize(start + size, 0);
-            self.kind.encode(scalar, &mut encoded[start..]);
-        }
+        let encoded = encode_all(self.kind, values)?;
         py.detach(|| -> std::io::Result<()> {
             store.set_len(encoded.len() as u64)?;
             store.write_at(0, &encoded)
@@ -438,15 +418,9 @@ impl FileStorage {
 
     fn to_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let store = self.live()?;
-        let size = self.kind.size();
-        let len = store.len_bytes()? as usize;
-        let mut bytes = vec![0u8; len];
+        let mut bytes = vec![0u8; store.len_bytes()? as usize];
         py.detach(|| store.read_at(0, &mut bytes))?;
-        let items = bytes
-            .chunks_exact(size)
-            .map(|c| scalar_to_py(py, self.kind.decode(c)))
-            .collect::<PyResult<Vec<_>>>()?;
-        PyList::new(py, items)
+        decode_all(py, self.kind, &bytes)
     }
 
     fn __repr__(&self) -> PyResult<String> {

@@ -44,6 +44,31 @@ def test_dlpack_methods_are_native(name):
     assert method is inspect.getattr_static(sw.Tensor.__mro__[1], name)
 
 
+def test_dlpack_signature_as_declared():
+    # __dlpack__(self, stream=None, *, max_version=None, dl_device=None, copy=None), enforced
+    # by the native method's own argument binding.
+    params = inspect.signature(sw.Tensor.__dlpack__).parameters
+    assert list(params) == ["self", "stream", "max_version", "dl_device", "copy"]
+    assert params["stream"].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+    assert all(params[n].kind is inspect.Parameter.KEYWORD_ONLY
+               for n in ("max_version", "dl_device", "copy"))
+    assert all(p.default is None for n, p in params.items() if n != "self")
+    t = sw.Tensor(sw.CPU(2), 0, layout(2))
+    assert managed(t.__dlpack__(stream=None)).dl_tensor.ndim == 1
+    # Keywords built at run time are not interned; they bind by value all the same.
+    keyword = "".join(["max_", "version"])
+    assert managed(t.__dlpack__(**{keyword: (1, 0)})).flags == 0
+    with pytest.raises(TypeError, match="positional"):
+        t.__dlpack__(None, (1, 0))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'version'"):
+        t.__dlpack__(version=(1, 0))
+    with pytest.raises(TypeError, match="multiple values for argument 'stream'"):
+        t.__dlpack__(None, stream=None)
+    with pytest.raises(TypeError):
+        sw.Tensor.__dlpack__(object())
+    assert t.carrier.version == 0
+
+
 def test_tensor_stays_slotted_and_weak_referenceable():
     t = sw.Tensor(sw.CPU(2), 0, layout(2))
     assert not hasattr(t, "__dict__")

@@ -166,8 +166,7 @@ fn into_capsule<M: ManagedAbi>(
 /// Step 1: the one-subtensor requirement, before any carrier is touched. Returns the
 /// subtensor count (at most 1), which `Tensor.is_mutable` also tests.
 fn require_single_subtensor(tensor: &Bound<'_, PyAny>, what: &str) -> PyResult<usize> {
-    let py = tensor.py();
-    let n = tensor.getattr(intern!(py, "_subtensors"))?.len()?;
+    let n = field(tensor, Field::Subtensors)?.len()?;
     if n > 1 {
         return Err(PyNotImplementedError::new_err(format!(
             "DLPack export ({what}) is not implemented for a multi-subtensor Tensor \
@@ -191,6 +190,99 @@ struct Builtins {
     /// `DType.Float32`, `DType.Int32`.
     float32: Py<PyAny>,
     int32: Py<PyAny>,
+    /// Direct reads of `Tensor`'s slots; `None` if they are not plain slots.
+    slots: Option<SlotReader>,
+}
+
+/// The Tensor fields an export reads (ARCHITECTURE.md, "Tensor fields").
+#[derive(Clone, Copy)]
+enum Field {
+    Subtensors,
+    Carrier,
+    Layout,
+    DType,
+    Offset,
+}
+
+/// Reads `Tensor`'s `__slots__` through their member descriptors.
+///
+/// `tensor._carrier` through `PyObject_GetAttr` is a generic attribute lookup: find the
+/// name in the type's method cache, find the member descriptor there, call its getter. The
+/// export reads five fields, so it keeps the five descriptors and calls their getter
+/// directly, which is the last step of that same lookup. It does so only for an instance of
+/// exactly `Tensor`, whose class dictionary holds exactly these descriptors for the life of
+/// the process (replacing a slot descriptor on the class would strand the Tensor's own
+/// storage); a subclass could shadow a field name, so subclass instances use `getattr`.
+struct SlotReader {
+    tensor_type: Py<PyAny>,
+    descriptors: [Py<PyAny>; 5],
+    get: ffi::descrgetfunc,
+}
+
+impl SlotReader {
+    fn load(tensor_type: &Bound<'_, PyAny>) -> PyResult<Option<Self>> {
+        let py = tensor_type.py();
+        let member_type = py.import("types")?.getattr("MemberDescriptorType")?;
+        let descriptor = |name: &str| -> PyResult<Option<Py<PyAny>>> {
+            let d = tensor_type.getattr(name)?;
+            Ok(d.get_type().is(&member_type).then(|| d.unbind()))
+        };
+        let (Some(subtensors), Some(carrier), Some(layout), Some(dtype), Some(offset)) = (
+            descriptor("_subtensors")?,
+            descriptor("_carrier")?,
+            descriptor("_layout")?,
+            descriptor("_dtype")?,
+            descriptor("_offset")?,
+        ) else {
+            return Ok(None);
+        };
+        // SAFETY: `member_type` is a live type object; PyType_GetSlot accepts static types
+        // from Python 3.10 and returns the slot's function pointer or NULL.
+        let raw = unsafe { ffi::PyType_GetSlot(member_type.as_ptr().cast(), ffi::Py_tp_descr_get) };
+        if raw.is_null() {
+            return Ok(None);
+        }
+        // SAFETY: the `Py_tp_descr_get` slot holds a `descrgetfunc`; the pointer is non-null.
+        let get: ffi::descrgetfunc = unsafe { std::mem::transmute(raw) };
+        Ok(Some(SlotReader {
+            tensor_type: tensor_type.clone().unbind(),
+            descriptors: [subtensors, carrier, layout, dtype, offset],
+            get,
+        }))
+    }
+}
+
+/// `tensor.<field>`: a direct slot read for a `Tensor`, `getattr` for anything else.
+fn field<'py>(tensor: &Bound<'py, PyAny>, which: Field) -> PyResult<Bound<'py, PyAny>> {
+    let py = tensor.py();
+    if let Some(slots) = builtins(py).and_then(|b| b.slots.as_ref()) {
+        // SAFETY: `tensor` is live, so reading its type pointer is valid.
+        let ty = unsafe { ffi::Py_TYPE(tensor.as_ptr()) };
+        if std::ptr::eq(ty.cast(), slots.tensor_type.as_ptr()) {
+            let descriptor = &slots.descriptors[which as usize];
+            // SAFETY: `get` is the member-descriptor getter and `descriptor` a member
+            // descriptor of `Tensor`; `tensor` is an instance of exactly that class, which
+            // the getter checks again. It returns a new reference, or NULL with an
+            // exception set (AttributeError for an unset slot), as `getattr` would.
+            let raw = unsafe {
+                (slots.get)(
+                    descriptor.as_ptr(),
+                    tensor.as_ptr(),
+                    slots.tensor_type.as_ptr(),
+                )
+            };
+            // SAFETY: `raw` is a new reference or NULL with an exception set.
+            return unsafe { Bound::from_owned_ptr_or_err(py, raw) };
+        }
+    }
+    let name = match which {
+        Field::Subtensors => intern!(py, "_subtensors"),
+        Field::Carrier => intern!(py, "_carrier"),
+        Field::Layout => intern!(py, "_layout"),
+        Field::DType => intern!(py, "_dtype"),
+        Field::Offset => intern!(py, "_offset"),
+    };
+    tensor.getattr(name)
 }
 
 static BUILTINS: PyOnceLock<Option<Builtins>> = PyOnceLock::new();
@@ -214,6 +306,7 @@ fn builtins(py: Python<'_>) -> Option<&'static Builtins> {
                     builtin_is_mutable: builtin.getattr("_is_mutable")?.unbind(),
                     float32: dtype.getattr("Float32")?.unbind(),
                     int32: dtype.getattr("Int32")?.unbind(),
+                    slots: SlotReader::load(&tensor)?,
                 })
             };
             load().ok()
@@ -222,16 +315,33 @@ fn builtins(py: Python<'_>) -> Option<&'static Builtins> {
 }
 
 /// Whether `type(obj).<name>` is exactly `function` (the attribute was not overridden).
+///
+/// This runs up to five times per export, so it is written against the C API directly: no
+/// new reference to the type, and a failed lookup (which only means "not the built-in") is
+/// cleared without materializing a `PyErr`.
 fn class_attr_is(obj: &Bound<'_, PyAny>, name: &Bound<'_, PyString>, function: &Py<PyAny>) -> bool {
-    obj.get_type()
-        .getattr(name)
-        .is_ok_and(|attr| attr.is(function))
+    // SAFETY: `obj` is a live object, so its type is live and borrowed for at least as long
+    // as `obj`; `name` is a live str. The GIL is held (we have a `Bound`).
+    // PyObject_GetAttr returns a new reference or NULL with an exception set.
+    let attr = unsafe { ffi::PyObject_GetAttr(ffi::Py_TYPE(obj.as_ptr()).cast(), name.as_ptr()) };
+    if attr.is_null() {
+        // SAFETY: an exception is set (GetAttr failed) and the GIL is held.
+        unsafe { ffi::PyErr_Clear() };
+        return false;
+    }
+    let same = std::ptr::eq(attr, function.as_ptr());
+    // SAFETY: `attr` is the new reference GetAttr returned; this releases it exactly once.
+    unsafe { ffi::Py_DECREF(attr) };
+    same
 }
 
 /// What resolving the carrier produced: its DLPack device and, for an export, its pointer.
 struct CarrierInfo {
     device: DLDevice,
     pointer: usize,
+    /// `bool(carrier._sw_released)` when the built-in path already read it (the mutability
+    /// shortcut reads the same attribute; nothing runs in between that could change it).
+    released: Option<bool>,
 }
 
 /// Step 2: resolve the carrier's DLPack support through its public `dlpack_info()` hook.
@@ -252,33 +362,41 @@ fn carrier_info(carrier: &Bound<'_, PyAny>, with_pointer: bool) -> PyResult<Carr
                 device_id: 0,
             };
             if !with_pointer {
-                return Ok(CarrierInfo { device, pointer: 0 });
+                return Ok(CarrierInfo {
+                    device,
+                    pointer: 0,
+                    released: None,
+                });
             }
-            if let Some(pointer) = builtin_cpu_pointer(carrier)? {
-                return Ok(CarrierInfo { device, pointer });
+            if let Some((pointer, released)) = builtin_cpu_pointer(carrier)? {
+                return Ok(CarrierInfo {
+                    device,
+                    pointer,
+                    released: Some(released),
+                });
             }
         }
     }
     hook_info(carrier, with_pointer)
 }
 
-/// `CPU.pointer()` without the Python call: `0 if released else storage.pointer()`.
-/// `None` if the carrier does not hold the expected Rust storage (then the hook runs).
-fn builtin_cpu_pointer(carrier: &Bound<'_, PyAny>) -> PyResult<Option<usize>> {
+/// `CPU.pointer()` without the Python call: `0 if released else storage.pointer()`, with the
+/// released flag. `None` if the carrier does not hold the expected Rust storage (then the
+/// hook runs).
+fn builtin_cpu_pointer(carrier: &Bound<'_, PyAny>) -> PyResult<Option<(usize, bool)>> {
     let py = carrier.py();
     if carrier.getattr(intern!(py, "_sw_released"))?.is_truthy()? {
-        return Ok(Some(0));
+        return Ok(Some((0, true)));
     }
     let storage = carrier.getattr(intern!(py, "_storage"))?;
     let Ok(storage) = storage.cast::<HostStorage>() else {
         return Ok(None);
     };
-    Ok(Some(
-        storage
-            .get()
-            .buffer()
-            .map_or(0, |buffer| buffer.as_ptr() as usize),
-    ))
+    let pointer = storage
+        .get()
+        .buffer()
+        .map_or(0, |buffer| buffer.as_ptr() as usize);
+    Ok(Some((pointer, false)))
 }
 
 /// The general path: call the hook through Python, so subclass overrides run.
@@ -317,6 +435,7 @@ fn hook_info(carrier: &Bound<'_, PyAny>, with_pointer: bool) -> PyResult<Carrier
             device_id,
         },
         pointer,
+        released: None,
     })
 }
 
@@ -380,6 +499,7 @@ fn is_mutable(
     tensor: &Bound<'_, PyAny>,
     carrier: &Bound<'_, PyAny>,
     subtensors: usize,
+    released: Option<bool>,
 ) -> PyResult<bool> {
     let py = tensor.py();
     let Some(b) = builtins(py) else {
@@ -396,7 +516,11 @@ fn is_mutable(
     {
         return carrier.call_method0(intern!(py, "is_mutable"))?.is_truthy();
     }
-    Ok(!carrier.getattr(intern!(py, "_sw_released"))?.is_truthy()?
+    let released = match released {
+        Some(released) => released,
+        None => carrier.getattr(intern!(py, "_sw_released"))?.is_truthy()?,
+    };
+    Ok(!released
         && carrier.getattr(intern!(py, "_sw_owner"))?.is_none()
         && carrier.getattr(intern!(py, "_mutable"))?.is_truthy()?)
 }
@@ -422,6 +546,18 @@ fn pair_argument<'py>(
     let Some(value) = value else { return Ok(None) };
     if value.is_none() {
         return Ok(None);
+    }
+    if let Ok(t) = value.cast_exact::<PyTuple>() {
+        // The common case (NumPy passes `max_version=(1, 0)`): an exact tuple cannot
+        // override item access, so read its items directly instead of through the sequence
+        // protocol.
+        let n = t.len();
+        if n != 2 {
+            return Err(PyValueError::new_err(format!(
+                "{arg} must have exactly two elements, got {n}"
+            )));
+        }
+        return Ok(Some((t.get_item(0)?, t.get_item(1)?)));
     }
     let items = if let Ok(t) = value.cast::<PyTuple>() {
         t.as_sequence().clone()
@@ -509,9 +645,13 @@ pub(crate) fn export(
     let subtensors = require_single_subtensor(tensor, "__dlpack__")?;
 
     // 2. carrier: hook, device, pointer; then the null-data check, which needs the extents.
-    let carrier = tensor.getattr(intern!(py, "_carrier"))?;
-    let CarrierInfo { device, pointer } = carrier_info(&carrier, true)?;
-    let (shape, strides) = leaf_modes(&tensor.getattr(intern!(py, "_layout"))?)?;
+    let carrier = field(tensor, Field::Carrier)?;
+    let CarrierInfo {
+        device,
+        pointer,
+        released,
+    } = carrier_info(&carrier, true)?;
+    let (shape, strides) = leaf_modes(&field(tensor, Field::Layout)?)?;
     if pointer == 0 && shape.iter().all(|&e| e > 0) {
         return Err(PyBufferError::new_err(
             "the carrier reports a null data pointer for a tensor with elements; a DLPack \
@@ -531,7 +671,7 @@ pub(crate) fn export(
     }
 
     // 4. dtype
-    let dtype = tensor.getattr(intern!(py, "_dtype"))?;
+    let dtype = field(tensor, Field::DType)?;
     let Some(export_dtype) = export_dtype(&dtype)? else {
         return Err(PyBufferError::new_err(format!(
             "DLPack export supports only the Float32 and Int32 dtypes, not {dtype}"
@@ -539,12 +679,12 @@ pub(crate) fn export(
     };
 
     // 5. build
-    let offset: u64 = tensor.getattr(intern!(py, "_offset"))?.extract()?;
+    let offset: u64 = field(tensor, Field::Offset)?.extract()?;
     let desc = TensorDesc::new(pointer, device, export_dtype, shape, strides, offset)
         .map_err(|e| PyBufferError::new_err(e.to_string()))?;
     if versioned {
         // Advisory read-only bit: exactly when the tensor is not publicly mutable right now.
-        let flags = if is_mutable(tensor, &carrier, subtensors)? {
+        let flags = if is_mutable(tensor, &carrier, subtensors, released)? {
             0
         } else {
             FLAG_READ_ONLY
@@ -578,7 +718,7 @@ fn dlpack_device(tensor: &Bound<'_, PyAny>) -> PyResult<(u32, i32)> {
 /// one-subtensor requirement and the carrier's `dlpack_info()` hook, never on the dtype.
 pub(crate) fn device(tensor: &Bound<'_, PyAny>) -> PyResult<(u32, i32)> {
     require_single_subtensor(tensor, "__dlpack_device__")?;
-    let carrier = tensor.getattr(intern!(tensor.py(), "_carrier"))?;
+    let carrier = field(tensor, Field::Carrier)?;
     let CarrierInfo { device, .. } = carrier_info(&carrier, false)?;
     Ok((device.device_type.0, device.device_id))
 }

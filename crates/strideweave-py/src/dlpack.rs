@@ -339,8 +339,9 @@ fn class_attr_is(obj: &Bound<'_, PyAny>, name: &Bound<'_, PyString>, function: &
 struct CarrierInfo {
     device: DLDevice,
     pointer: usize,
-    /// `bool(carrier._sw_released)` when the built-in path already read it (the mutability
-    /// shortcut reads the same attribute; nothing runs in between that could change it).
+    /// `bool(carrier._sw_released)` when the built-in path read it for the pointer. The
+    /// mutability shortcut reuses it, so the capsule's data pointer and its read-only flag
+    /// describe one observation of the carrier (and the attribute is read once per export).
     released: Option<bool>,
 }
 
@@ -494,7 +495,10 @@ fn export_dtype(dtype: &Bound<'_, PyAny>) -> PyResult<Option<ExportDType>> {
 ///
 /// The same attributes are read in the same short-circuit order, so the answer and any
 /// exception are the Python methods' own. The first overridden level is called through
-/// Python instead, and decides from there on.
+/// Python instead, and decides from there on. The checks run on every export (nothing is
+/// cached per class), so a method assigned to a class after its first export is honoured.
+/// As for `dlpack_info`, overrides are class attributes: a function stored on one carrier
+/// instance under a method's name is not a hook override.
 fn is_mutable(
     tensor: &Bound<'_, PyAny>,
     carrier: &Bound<'_, PyAny>,

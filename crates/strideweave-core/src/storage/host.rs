@@ -8,18 +8,52 @@ use std::ptr::NonNull;
 /// DLPack consumers that prefer 64-byte aligned data.
 pub const HOST_ALIGN: usize = 64;
 
-/// Alignment of mapped buffers: a page, so O_DIRECT block and file transfers can go straight
-/// from (or into) the carrier's memory without a bounce buffer.
+/// Alignment of heap buffers from 64 KiB up, and of every mapped buffer: a page, so O_DIRECT
+/// block and file transfers can go straight from (or into) the carrier's memory.
 pub const PAGE_ALIGN: usize = 4096;
 
-/// Owned buffers of at least this many bytes are anonymous mappings: page-aligned, and zeroed
-/// by the kernel on first touch instead of by a memset pass over the whole buffer.
-pub const MAP_THRESHOLD: usize = 64 * 1024;
+/// Heap buffers of at least this many bytes are page-aligned; below it the padding is not
+/// worth it.
+pub const PAGE_ALIGN_THRESHOLD: usize = 64 * 1024;
 
-/// Mapped buffers of at least this many bytes ask for transparent huge pages, as NumPy does:
-/// where THP is in `madvise` mode, first touch of a 256 MiB tensor otherwise takes 65536 page
-/// faults instead of 128, which dominates bulk moves into fresh destinations.
-pub const HUGE_PAGE_THRESHOLD: usize = 2 * 1024 * 1024;
+/// Where an owned buffer comes from. Anonymous mappings (transparent huge pages requested,
+/// as NumPy does) are zeroed by the kernel on first touch, with no memset pass, and where THP
+/// is in `madvise` mode first touch of a 256 MiB tensor takes 128 faults instead of 65536.
+/// The heap recycles freed blocks, so repeated allocations of the same size (the fresh
+/// results of compute operations) do not fault their pages in again. So: zeroed buffers from
+/// 64 KiB and every buffer from 32 MiB (where glibc would map it anyway) are mappings; smaller
+/// uninitialised (`empty`) buffers come from the heap.
+pub const MAP_THRESHOLD: usize = 32 * 1024 * 1024;
+
+/// Heap buffers of at least this many bytes get the huge-page advice too (NumPy's threshold).
+pub const HUGE_PAGE_THRESHOLD: usize = 4 * 1024 * 1024;
+
+/// Ask for transparent huge pages on the whole pages inside `[start, start + len)`, which
+/// this buffer owns. Advice only: failure (THP disabled) is harmless and ignored.
+fn advise_huge_pages(start: *mut u8, len: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        let first = (start as usize).next_multiple_of(PAGE_ALIGN);
+        let end = (start as usize + len) & !(PAGE_ALIGN - 1);
+        if end > first {
+            // SAFETY: [first, end) lies inside memory this buffer owns; the advice changes only
+            // how the kernel backs those pages, never their contents or validity.
+            unsafe { libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_HUGEPAGE) };
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (start, len);
+}
+
+const fn wants_mapping(len: usize, zeroed: bool) -> bool {
+    len >= MAP_THRESHOLD || (zeroed && len >= PAGE_ALIGN_THRESHOLD)
+}
+
+/// The alignment of a heap buffer of `len` bytes (a pure function of `len`, so `Drop`
+/// recomputes the exact allocation layout).
+const fn heap_alignment(len: usize) -> usize {
+    if len >= PAGE_ALIGN_THRESHOLD { PAGE_ALIGN } else { HOST_ALIGN }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Origin {
@@ -57,13 +91,16 @@ impl HostBuffer {
         if len == 0 {
             return Ok(Self { ptr: NonNull::<u64>::dangling().cast(), len: 0, origin: Origin::Heap });
         }
-        if len >= MAP_THRESHOLD {
+        if wants_mapping(len, zeroed) {
             return Self::map(len);
         }
-        let layout = AllocLayout::from_size_align(len, HOST_ALIGN).map_err(|_| out_of_memory())?;
+        let layout = AllocLayout::from_size_align(len, heap_alignment(len)).map_err(|_| out_of_memory())?;
         // SAFETY: layout has a non-zero size (len > 0 checked above).
         let raw = unsafe { if zeroed { alloc_zeroed(layout) } else { alloc(layout) } };
         let ptr = NonNull::new(raw).ok_or_else(out_of_memory)?;
+        if len >= HUGE_PAGE_THRESHOLD {
+            advise_huge_pages(raw, len);
+        }
         Ok(Self { ptr, len, origin: Origin::Heap })
     }
 
@@ -77,12 +114,7 @@ impl HostBuffer {
         if raw == libc::MAP_FAILED {
             return Err(out_of_memory());
         }
-        #[cfg(target_os = "linux")]
-        if len >= HUGE_PAGE_THRESHOLD {
-            // SAFETY: [raw, raw + len) is the mapping just created; the advice changes only how
-            // the kernel backs it. Failure (THP disabled) is harmless and ignored.
-            unsafe { libc::madvise(raw, len, libc::MADV_HUGEPAGE) };
-        }
+        advise_huge_pages(raw.cast(), len);
         debug_assert_eq!(raw as usize % PAGE_ALIGN, 0, "mappings are page-aligned");
         let ptr = NonNull::new(raw.cast::<u8>()).ok_or_else(out_of_memory)?;
         Ok(Self { ptr, len, origin: Origin::Mapped })
@@ -144,7 +176,7 @@ impl Drop for HostBuffer {
             Origin::Wrapped => {}
             Origin::Heap if self.len > 0 => {
                 // SAFETY: non-empty heap buffers were allocated in `new` with exactly this layout.
-                unsafe { dealloc(self.ptr.as_ptr(), AllocLayout::from_size_align_unchecked(self.len, HOST_ALIGN)) };
+                unsafe { dealloc(self.ptr.as_ptr(), AllocLayout::from_size_align_unchecked(self.len, heap_alignment(self.len))) };
             }
             Origin::Heap => {}
             Origin::Mapped => {
@@ -170,8 +202,9 @@ mod tests {
 
     #[test]
     fn large_buffers_are_mapped_page_aligned_and_zero() {
-        for len in [MAP_THRESHOLD, HUGE_PAGE_THRESHOLD + 12345] {
-            let b = HostBuffer::new(len, false).unwrap();
+        for (len, zeroed) in [(MAP_THRESHOLD, false), (PAGE_ALIGN_THRESHOLD + 12345, true)] {
+            let b = HostBuffer::new(len, zeroed).unwrap();
+            assert_eq!(b.origin, Origin::Mapped);
             assert_eq!(b.as_ptr() as usize % PAGE_ALIGN, 0);
             let mut out = vec![1u8; len];
             b.read(0, &mut out).unwrap();
@@ -179,6 +212,13 @@ mod tests {
             b.write(len - 4, &[7, 7, 7, 7]).unwrap();
             assert!(b.is_owned());
         }
+    }
+
+    #[test]
+    fn mid_sized_uninitialised_buffers_come_from_the_heap_page_aligned() {
+        let b = HostBuffer::new(PAGE_ALIGN_THRESHOLD, false).unwrap();
+        assert_eq!(b.origin, Origin::Heap);
+        assert_eq!(b.as_ptr() as usize % PAGE_ALIGN, 0);
     }
 
     #[test]

@@ -348,10 +348,18 @@ def test_scope_a_registration_to_a_block():
         with registered_move_operation(MyCPU, MyFile, Recorder):
             raise LookupError("boom")
     assert dispatch_move(MyCPU, MyFile) is sw.ElementwiseMoveOperation
-    with pytest.raises(ValueError):
-        with registered_move_operation(CPU, FileBacked, Recorder):
-            pass
+    with pytest.raises(ValueError, match="CPU.*FileBacked"):
+        registered_move_operation(CPU, FileBacked, Recorder)
     assert dispatch_move(CPU, FileBacked) is sw.CpuToFileBackedMoveOperation
+    scoped = registered_move_operation(MyCPU, MyFile, Recorder)
+    register_move_operation(MyCPU, MyFile, sw.ElementwiseMoveOperation)
+    try:
+        with pytest.raises(ValueError):
+            with scoped:
+                pass
+        assert dispatch_move(MyCPU, MyFile) is sw.ElementwiseMoveOperation
+    finally:
+        unregister_move_operation(MyCPU, MyFile)
 
 
 class PinnedToCpu(sw.MoveOperation):

@@ -304,6 +304,12 @@ class registered_move_operation(contextlib.AbstractContextManager):
         extension.require_no_definition(source_class, destination_class)
         self._pair = (source_class, destination_class)
         self._operation_class = operation_class
+        # Refuse a duplicate when the context is made, as register_move_operation would;
+        # entering re-checks, since the registry may change in between.
+        with _registry_lock:
+            if self._pair in _REGISTRY:
+                raise ValueError(f"a move operation is already registered for {_pair_name(*self._pair)}: "
+                                 f"{_REGISTRY[self._pair].__name__}")
 
     def __enter__(self) -> type:
         register_move_operation(*self._pair, self._operation_class)

@@ -107,3 +107,19 @@ def test_a_device_fault_during_a_move_loses_nothing(scratch_loop_device):
     import gc
     gc.collect()
     dev.close()
+
+
+def test_computation_on_block_tensors_is_refused(block_device_path):
+    dev = BlockDevice(block_device_path)
+    block = dev.allocate(4)
+    t = Tensor(block, 0, L(4, 1))
+    for compute in (lambda: sw.add(t, t), lambda: sw.sum(t), lambda: t * 2.0, lambda: sw.elementwise_mul(t, t)):
+        with pytest.raises(NotImplementedError, match="BlockDeviceCarrier"):
+            compute()
+    assert block.version == 0
+    del t
+    block.release()
+    del block
+    import gc
+    gc.collect()
+    dev.close()

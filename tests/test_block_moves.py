@@ -86,6 +86,28 @@ def test_other_pairs_with_a_block_carrier_are_refused_before_effects(block_devic
     dev.close()
 
 
+def test_the_block_refusal_comes_after_the_whole_validation_table(block_device_path):
+    dev = BlockDevice(block_device_path)
+    block = dev.allocate(4)
+    t = Tensor(block, 0, L(4, 1))
+    with pytest.raises(ValueError, match="too small"):
+        sw.move(t, Generic([0.0], dtype=D.Float32))
+    with pytest.raises(TypeError):
+        sw.move(t, Generic([0] * 4, dtype=D.Int32))
+    g = Tensor(Generic([0.0] * 6, dtype=D.Float32), 0, L(6, 1))
+    with pytest.raises(ValueError, match="too small"):
+        sw.move(g, dev.allocate(2))
+    with pytest.raises(NotImplementedError):
+        sw.move(t, Generic([0.0] * 4, dtype=D.Float32))
+    assert not block.is_released() and block.version == 0
+    del t, g
+    block.release()
+    del block
+    import gc
+    gc.collect()
+    dev.close()
+
+
 def test_a_device_fault_during_a_move_loses_nothing(scratch_loop_device):
     dev = BlockDevice(scratch_loop_device.path)
     pad = dev.allocate(1024)  # the first 4096 bytes

@@ -230,6 +230,8 @@ def test_reject_a_multi_subtensor_tensor_first():
         sw.move(t, "not even a carrier")
     with pytest.raises(NotImplementedError, match="multi-subtensor"):
         sw.move_async(t, CPU(4))
+    with pytest.raises(NotImplementedError, match="multi-subtensor"):
+        sw.move_async(t, [CPU(4)])  # even before the sequence rejection
     assert a.version == b.version == 0 and not a.is_released() and not b.is_released()
 
 

@@ -215,6 +215,13 @@ def test_reject_batched_movement_before_any_effect():
     assert not t.carrier.is_released() and dest.version == 0
 
 
+def test_a_released_source_is_reported_before_a_sequence_destination():
+    t = Tensor(CPU(2), 0, L(2, 1))
+    t.carrier.release()
+    with pytest.raises(RuntimeError, match="released"):
+        sw.move_async(t, [CPU(2)])
+
+
 def test_same_carrier_in_both_roles():
     t = Tensor(CPU(2), 0, L(2, 1))
     with pytest.raises(ValueError):

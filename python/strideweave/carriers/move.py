@@ -323,16 +323,29 @@ class registered_move_operation(contextlib.AbstractContextManager):
 # ===== routes ===================================================================================
 
 class _Route:
-    """A resolved exact-pair route: a legacy MoveOperation class, or a definition decision."""
+    """A resolved exact-pair route: a legacy MoveOperation class, or a definition decision.
+    `refusal` is the documented refusal of a pair no operation may serve (BlockDeviceCarrier
+    with anything but CPU), raised only after the whole validation table has passed."""
 
-    __slots__ = ("operation_class", "decision")
+    __slots__ = ("operation_class", "decision", "refusal")
 
-    def __init__(self, operation_class: type | None, decision: Any = None) -> None:
+    def __init__(self, operation_class: type | None, decision: Any = None, refusal: str | None = None) -> None:
         self.operation_class = operation_class
         self.decision = decision
+        self.refusal = refusal
+
+    def check_permitted(self) -> "_Route":
+        if self.refusal is not None:
+            raise NotImplementedError(self.refusal)
+        return self
 
 
 def _resolve(source_class: type, destination_class: type) -> _Route:
+    """The permitted route for an exact pair; NotImplementedError where movement is refused."""
+    return _lookup_route(source_class, destination_class).check_permitted()
+
+
+def _lookup_route(source_class: type, destination_class: type) -> _Route:
     key = (source_class, destination_class)
     route = _ROUTES.get(key)
     if route is None:
@@ -350,9 +363,9 @@ def _resolve_uncached(source_class: type, destination_class: type) -> _Route:
         operation_class = _REGISTRY.get((source_class, destination_class), ElementwiseMoveOperation)
     if (issubclass(source_class, BlockDeviceCarrier) or issubclass(destination_class, BlockDeviceCarrier)) \
             and operation_class not in _BLOCK_OPERATIONS:
-        raise NotImplementedError(f"no movement between {source_class.__name__} and "
-                                  f"{destination_class.__name__}: BlockDeviceCarrier moves only to "
-                                  "and from exact CPU carriers")
+        return _Route(operation_class, refusal=(
+            f"no movement between {source_class.__name__} and {destination_class.__name__}: "
+            "BlockDeviceCarrier moves only to and from exact CPU carriers"))
     return _Route(operation_class)
 
 
@@ -437,14 +450,13 @@ def _initiate(tensor: Any, destination: Any, *, lowered: bool = False, route: _R
               operation: MoveOperation | None = None, attach: bool = True) -> _MoveRequest:
     """Validate, resolve, claim, size and submit one move. Errors before submission raise
     here; errors after it become the handle's terminal failure."""
-    if isinstance(tensor, (list, tuple)) or isinstance(destination, (list, tuple)):
-        raise TypeError("move_async moves one Tensor into one destination carrier; sequences are not accepted")
+    # A sequence in either position fails the table's own rows (not a Tensor / not a Carrier).
     _validate(tensor, destination, lowered)
     source = tensor.carrier
     recording = attach and not lowered and _autograd.is_grad_enabled() and tensor.is_differentiable()
-    reverse = _resolve(type(destination), type(source)) if recording else None
+    reverse = _lookup_route(type(destination), type(source)) if recording else None
     if route is None:
-        route = _resolve(type(source), type(destination)) if operation is None else _Route(type(operation))
+        route = _lookup_route(type(source), type(destination)) if operation is None else _Route(type(operation))
     prepared = None
     if route.operation_class is not None:
         _check_pins(route.operation_class, source, destination)
@@ -457,6 +469,10 @@ def _initiate(tensor: Any, destination: Any, *, lowered: bool = False, route: _R
         else:
             raise ValueError(f"destination {type(destination).__name__} is too small: {size} slots for a "
                              f"layout cosize of {cosize}")
+    # Refusals come after the whole validation table, before any effect (reverse route first).
+    if reverse is not None:
+        reverse.check_permitted()
+    route.check_permitted()
     if route.decision is not None:
         prepared = extension.prepare_route(route.decision, tensor, destination)
         if prepared is None:

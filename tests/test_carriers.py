@@ -392,3 +392,43 @@ def test_filebacked_directory_removed_at_exit(tmp_path):
             "print(f.path.parent)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert not pathlib.Path(out.stdout.strip()).exists()
+
+
+@pytest.mark.parametrize("make", [lambda: CPU(1), lambda: Generic([0.0], dtype=D.Float32),
+                                  lambda: _grown(FileBacked(dtype=D.Float32))])
+def test_float32_write_rules_agree_across_carriers(make):
+    import decimal
+    import fractions
+
+    import numpy as np
+    c = make()
+    c[0] = np.float32(1.5)
+    assert c[0] == 1.5
+    c[0] = fractions.Fraction(1, 4)
+    assert c[0] == 0.25
+    c[0] = 1e300  # a finite double beyond binary32 rounds to infinity
+    assert c[0] == float("inf")
+    version = c.version
+    for bad in (np.bool_(True), decimal.Decimal("1.5"), True, "1", 1j, None):
+        with pytest.raises(TypeError):
+            c[0] = bad
+    with pytest.raises(OverflowError):
+        c[0] = 10**400
+    assert c.version == version
+
+
+def _grown(f):
+    f._allocate(1)
+    return f
+
+
+def test_generic_allocate_like_zero_fills_every_dtype():
+    assert Generic([1.0]).allocate_like(2)[1] == 0.0
+    assert Generic([1], dtype=D.Any).allocate_like(1)[0] == 0
+    assert Generic([True], dtype=D.Bool).allocate_like(1)[0] is False
+
+
+def test_filebacked_directory_name_is_hex():
+    import re
+    name = file_backed.filebacked_directory().name
+    assert re.fullmatch(r"\.strideweave-filebacked-[0-9a-f]+", name), name

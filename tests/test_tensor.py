@@ -284,6 +284,13 @@ def test_representation_checks_in_order():
     gone.release()
     with pytest.raises(RuntimeError):
         tensor_from_subtensors(PLANAR_FLOAT32_PAIR, [Subtensor(F, gone, 0, L(2, 1)), good[1]], adj)
+    # the ValueErrors of step 4 are listed before "released"
+    gone_int = CPU(4, dtype=D.Int32)
+    gone_int.release()
+    with pytest.raises(ValueError):
+        tensor_from_subtensors(PLANAR_FLOAT32_PAIR, [Subtensor(F, gone_int, 0, L(2, 1)), good[1]], adj)
+    with pytest.raises(ValueError):
+        tensor_from_subtensors(PLANAR_FLOAT32_PAIR, [Subtensor(F, gone, -1, L(2, 1)), good[1]], adj)
     g = Generic([0.0, 0.0], dtype=F)
     with pytest.raises(TypeError):
         tensor_from_subtensors(PLANAR_FLOAT32_PAIR, [good[0], Subtensor(F, g, 0, L(2, 1))], adj)

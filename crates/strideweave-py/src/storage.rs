@@ -14,7 +14,8 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 use pyo3::exceptions::{PyIndexError, PyMemoryError, PyOverflowError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyFloat, PyList};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyType};
 use strideweave_core::engine;
 use strideweave_core::storage::{ElemKind, FileStore, HostBuffer, Scalar};
 
@@ -43,20 +44,8 @@ pub fn scalar_from_py(kind: ElemKind, value: &Bound<'_, PyAny>) -> PyResult<Scal
             }
         }
         ElemKind::F32 | ElemKind::F64 => {
-            let number = if is_bool || value.is_instance_of::<pyo3::types::PyString>() {
-                None
-            } else {
-                value.extract::<f64>().ok()
-            };
-            match number {
-                Some(v) if kind == ElemKind::F32 => Ok(Scalar::F32(v as f32)),
-                Some(v) => Ok(Scalar::F64(v)),
-                None => Err(PyTypeError::new_err(format!(
-                    "a {} slot takes a real number, not {}",
-                    if kind == ElemKind::F32 { "Float32" } else { "Floating" },
-                    value.get_type().name()?
-                ))),
-            }
+            let v = real_number(value, kind)?;
+            Ok(if kind == ElemKind::F32 { Scalar::F32(v as f32) } else { Scalar::F64(v) })
         }
         ElemKind::I32 => {
             if is_bool || value.is_instance_of::<PyFloat>() {
@@ -82,6 +71,28 @@ pub fn scalar_from_py(kind: ElemKind, value: &Bound<'_, PyAny>) -> PyResult<Scal
                 .map_err(|_| PyOverflowError::new_err(format!("{wide} is out of Int32 range")))
         }
     }
+}
+
+static NUMBERS_REAL: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+/// A Float32/Floating slot value: a real number (`numbers.Real`, which excludes complex,
+/// Decimal and str) other than a bool, as the Generic carrier checks it too. An int beyond
+/// every double is an OverflowError; a double beyond binary32 rounds to infinity later.
+fn real_number(value: &Bound<'_, PyAny>, kind: ElemKind) -> PyResult<f64> {
+    let py = value.py();
+    let real = value.is_exact_instance_of::<PyFloat>()
+        || value.is_exact_instance_of::<PyInt>()
+        || (!value.is_instance_of::<PyBool>()
+            && value.is_instance(NUMBERS_REAL.import(py, "numbers", "Real")?.as_any())?);
+    if !real {
+        return Err(PyTypeError::new_err(format!(
+            "a {} slot takes a real number, not {}",
+            if kind == ElemKind::F32 { "Float32" } else { "Floating" },
+            value.get_type().name()?
+        )));
+    }
+    // PyFloat_AsDouble: __float__ (or __index__), OverflowError for a too-large int.
+    value.extract::<f64>()
 }
 
 pub fn scalar_to_py(py: Python<'_>, value: Scalar) -> PyResult<Py<PyAny>> {

@@ -238,10 +238,10 @@ class Evictable(Carrier):
             size = self._size
             fresh: Carrier | None = None
             if target.is_released() or target.size() < size:
-                # Allocation failure leaves everything as it was: nothing is owned yet.
-                # empty=True: the move overwrites every slot of [0, size), so zero-filling
-                # first would only double the memory traffic.
-                fresh = target.allocate_like(size, mutable=True, empty=True)
+                # Allocation failure leaves everything as it was: nothing is owned yet. The
+                # contract's call exactly (zeroed): large host buffers are kernel-zeroed
+                # mappings, so the zeroing costs no pass over memory.
+                fresh = target.allocate_like(size, mutable=True)
                 self._ownership.take(fresh)
                 destination = fresh
             else:

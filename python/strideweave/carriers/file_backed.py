@@ -5,6 +5,7 @@ import atexit
 import itertools
 import os
 import pathlib
+import secrets
 import shutil
 import tempfile
 import threading
@@ -31,8 +32,15 @@ def filebacked_directory() -> pathlib.Path:
     global _directory
     with _directory_lock:
         if _directory is None or not _directory.is_dir():
-            _directory = pathlib.Path(tempfile.mkdtemp(prefix=".strideweave-filebacked-",
-                                                       dir=os.environ.get("STRIDEWEAVE_FILEBACKED_PARENT")))
+            parent = pathlib.Path(os.environ.get("STRIDEWEAVE_FILEBACKED_PARENT") or tempfile.gettempdir())
+            while True:
+                candidate = parent / f".strideweave-filebacked-{secrets.token_hex(8)}"
+                try:
+                    candidate.mkdir(mode=0o700)
+                except FileExistsError:
+                    continue
+                break
+            _directory = candidate
             atexit.register(shutil.rmtree, str(_directory), True)
         return _directory
 

@@ -20,10 +20,11 @@ def coerce_slot_value(dtype: DType, value: Any) -> Any:
     if dtype is DType.Float32:
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise TypeError(f"a Float32 slot takes a real number, not {type(value).__name__}")
+        number = float(value)  # OverflowError for an int beyond every float, as in Rust storage
         try:
-            return _F32.unpack(_F32.pack(float(value)))[0]
-        except OverflowError:
-            return float("inf") if value > 0 else float("-inf")
+            return _F32.unpack(_F32.pack(number))[0]
+        except OverflowError:  # a finite double beyond binary32 rounds to infinity
+            return float("inf") if number > 0 else float("-inf")
     if dtype is DType.Int32:
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise TypeError(f"an Int32 slot takes an int, not {type(value).__name__}")
@@ -36,6 +37,15 @@ def coerce_slot_value(dtype: DType, value: Any) -> Any:
             raise TypeError(f"a Bool slot takes a bool, not {type(value).__name__}")
         return value
     return value  # Any and Floating hold any object
+
+
+def _fill_zero(dtype: DType) -> Any:
+    """What `allocate_like` zero-fills with: the dtype's storage zero, and a numeric zero for
+    the opaque categories, whose storage zero is None."""
+    zero = storage_zero(dtype)
+    if zero is not None:
+        return zero
+    return 0.0 if dtype is DType.Floating else 0
 
 
 class Generic(Carrier):
@@ -96,4 +106,4 @@ class Generic(Carrier):
                       empty: bool = False) -> "Generic":
         n = check_size_argument(size)
         dtype = self._dtype if dtype is None else check_factory_dtype(type(self), dtype, _GENERIC_DTYPES)
-        return type(self)([storage_zero(dtype)] * n, mutable=mutable, dtype=dtype)
+        return type(self)([_fill_zero(dtype)] * n, mutable=mutable, dtype=dtype)

@@ -66,14 +66,16 @@ def tensor_from_subtensors(logical_dtype: DType, subtensors: Sequence[Subtensor]
             raise TypeError(f"subtensors[{i}].offset must be an int, not {type(sub.offset).__name__}")
         if not isinstance(sub.layout, Layout):
             raise TypeError(f"subtensors[{i}].layout must be a Layout, not {type(sub.layout).__name__}")
+        # The contract lists the ValueErrors before "released"; the span check must follow
+        # the release check, since a released carrier has size 0 and would always overflow.
         if sub.storage_dtype is not schema[i]:
             raise ValueError(f"subtensors[{i}].storage_dtype must be {schema[i].name}")
-        if sub.carrier.is_released():
-            raise RuntimeError(f"subtensors[{i}].carrier is released")
         if sub.carrier.dtype() is not schema[i]:
             raise ValueError(f"subtensors[{i}].carrier stores {sub.carrier.dtype().name}, not {schema[i].name}")
         if sub.offset < 0:
             raise ValueError(f"subtensors[{i}].offset must be non-negative")
+        if sub.carrier.is_released():
+            raise RuntimeError(f"subtensors[{i}].carrier is released")
         if sub.offset + sub.layout.cosize > sub.carrier.size():
             raise ValueError(f"subtensors[{i}] span exceeds carrier size {sub.carrier.size()}")
     # 5. one exact carrier class

@@ -43,6 +43,10 @@ def test_event_has_exactly_the_fourteen_fields_and_is_immutable():
     assert ProfilerEvent(**dict(zip(FIELDS, values))) == e
     with pytest.raises(AttributeError):
         e.id = 5
+    with pytest.raises(AttributeError):
+        e.not_a_field = 1
+    with pytest.raises(AttributeError):
+        del e.name
     with pytest.raises(TypeError):
         ProfilerEvent(*values[:13])
     with pytest.raises(TypeError):

@@ -64,9 +64,13 @@ _ORPHAN_WAIT_S = 30.0
 _NEW, _CONSUMED, _ACTIVE, _EXITING, _EXITED, _DROPPED = range(6)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ProfilerEvent:
-    """One immutable profiling record; all 14 fields are required (see §9's field table)."""
+    """One immutable profiling record; all 14 fields are required (see §9's field table).
+
+    Not `slots=True`: on CPython 3.11 a frozen slotted dataclass answers the assignment of an
+    unknown attribute with a TypeError from its generated `__setattr__` instead of the
+    AttributeError every other immutable value here raises."""
 
     id: int
     parent_id: int | None

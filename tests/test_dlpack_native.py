@@ -139,7 +139,6 @@ def test_builtin_cpu_flag_follows_is_mutable(mutable):
     assert np.from_dlpack(t).flags.writeable is mutable
 
 
-@pytest.mark.skipif(not hasattr(sw, "Evictable"), reason="Evictable not available")
 def test_owned_tier_flag_turns_back_when_disowned():
     primary = sw.CPU(3)
     t = sw.Tensor(primary, 0, layout(3))

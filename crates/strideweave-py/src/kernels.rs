@@ -63,7 +63,7 @@ fn disjoint(out: &HostBuffer, inputs: &[&HostBuffer]) -> PyResult<()> {
     let (o0, o1) = (out.as_ptr() as usize, out.as_ptr() as usize + out.len());
     for b in inputs {
         let (b0, b1) = (b.as_ptr() as usize, b.as_ptr() as usize + b.len());
-        if out.len() > 0 && b.len() > 0 && o0 < b1 && b0 < o1 {
+        if !out.is_empty() && !b.is_empty() && o0 < b1 && b0 < o1 {
             return Err(PyValueError::new_err("out: output storage overlaps an input"));
         }
     }

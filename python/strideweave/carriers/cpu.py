@@ -5,7 +5,7 @@ from typing import Any, Iterable
 
 from strideweave import _native
 from strideweave.carriers._builtin import RustBackedCarrier
-from strideweave.carriers.base import check_bool_argument, check_factory_dtype, check_size_argument
+from strideweave.carriers.base import check_factory_dtype, check_size_argument
 from strideweave.carriers.dtype import STORAGE_KIND, DType, storage_zero
 
 __all__ = ["CPU"]

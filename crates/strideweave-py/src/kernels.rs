@@ -70,6 +70,24 @@ fn disjoint(out: &HostBuffer, inputs: &[&HostBuffer]) -> PyResult<()> {
     Ok(())
 }
 
+/// The common frame of every one-input kernel: both storages checked as live f32 buffers, the
+/// output disjoint from the input, then `kernel(input, output)` with the GIL released.
+fn run_unary(
+    py: Python<'_>,
+    a: &Bound<'_, HostStorage>,
+    out: &Bound<'_, HostStorage>,
+    kernel: impl FnOnce(&[f32], &mut [f32]) -> Result<(), KernelError> + Send,
+) -> PyResult<()> {
+    let (ab, ob) = (f32_buffer("a", a)?, f32_buffer("out", out)?);
+    disjoint(&ob, &[&ab])?;
+    py.detach(|| {
+        // SAFETY: as in `binary_f32`: checked f32 buffers, output disjoint from the input.
+        let (x, z) = unsafe { (read_view(&ab), write_view(&ob)) };
+        kernel(x, z)
+    })
+    .map_err(kernel_err)
+}
+
 /// `out[c] = a[c] op b[c]`, `op` in {"add", "mul"}.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
@@ -129,14 +147,9 @@ fn copy_f32(
     out: &Bound<'_, HostStorage>,
     out_strides: Vec<usize>,
 ) -> PyResult<()> {
-    let (ab, ob) = (f32_buffer("a", a)?, f32_buffer("out", out)?);
-    disjoint(&ob, &[&ab])?;
-    py.detach(|| {
-        // SAFETY: as in `binary_f32`: checked f32 buffers, output disjoint from the input.
-        let (x, z) = unsafe { (read_view(&ab), write_view(&ob)) };
+    run_unary(py, a, out, |x, z| {
         kernels::copy_f32(&extents, Operand::new(x, a_offset, &a_strides), z, &out_strides)
     })
-    .map_err(kernel_err)
 }
 
 /// `out[c] = a[c]·scalar`, rounded once to f32.
@@ -153,14 +166,9 @@ fn scale_f32(
     out: &Bound<'_, HostStorage>,
     out_strides: Vec<usize>,
 ) -> PyResult<()> {
-    let (ab, ob) = (f32_buffer("a", a)?, f32_buffer("out", out)?);
-    disjoint(&ob, &[&ab])?;
-    py.detach(|| {
-        // SAFETY: as in `binary_f32`: checked f32 buffers, output disjoint from the input.
-        let (x, z) = unsafe { (read_view(&ab), write_view(&ob)) };
+    run_unary(py, a, out, |x, z| {
         kernels::scale_f32(&extents, Operand::new(x, a_offset, &a_strides), scalar, z, &out_strides)
     })
-    .map_err(kernel_err)
 }
 
 /// `out[out_strides·c] += a[c]`; repeated output slots accumulate.
@@ -175,14 +183,9 @@ fn scatter_add_f32(
     out: &Bound<'_, HostStorage>,
     out_strides: Vec<usize>,
 ) -> PyResult<()> {
-    let (ab, ob) = (f32_buffer("a", a)?, f32_buffer("out", out)?);
-    disjoint(&ob, &[&ab])?;
-    py.detach(|| {
-        // SAFETY: as in `binary_f32`: checked f32 buffers, output disjoint from the input.
-        let (x, z) = unsafe { (read_view(&ab), write_view(&ob)) };
+    run_unary(py, a, out, |x, z| {
         kernels::scatter_add_f32(&extents, Operand::new(x, a_offset, &a_strides), z, &out_strides)
     })
-    .map_err(kernel_err)
 }
 
 /// Total over every coordinate, accumulated in f64 and rounded to f32 (returned as a float).

@@ -464,21 +464,28 @@ unsafe fn run<T: Copy>(src: *const u8, dst: *mut u8, modes: &[Mode]) {
             // SAFETY: (sp + j*m1.s, dp + j*m1.d) is a visited slot pair's run start.
             unsafe { inner(src.offset(sp + j * m1.s), dst.offset(dp + j * m1.d), m0) };
         }
-        let mut k = 0;
-        loop {
-            let Some(m) = outer.get(k) else { return };
-            idx[k] += 1;
-            sp += m.s;
-            dp += m.d;
-            if idx[k] < m.n {
-                break;
-            }
-            sp -= m.s * m.n as isize;
-            dp -= m.d * m.n as isize;
-            idx[k] = 0;
-            k += 1;
+        if !advance(&mut idx, outer, &mut sp, &mut dp) {
+            return;
         }
     }
+}
+
+/// One odometer step over `modes` (first mode fastest): bump the coordinate `idx` and the
+/// source/destination slot offsets `sp`/`dp` that track it. False once every coordinate has
+/// been visited.
+fn advance(idx: &mut [usize], modes: &[Mode], sp: &mut isize, dp: &mut isize) -> bool {
+    for (k, m) in modes.iter().enumerate() {
+        idx[k] += 1;
+        *sp += m.s;
+        *dp += m.d;
+        if idx[k] < m.n {
+            return true;
+        }
+        *sp -= m.s * m.n as isize;
+        *dp -= m.d * m.n as isize;
+        idx[k] = 0;
+    }
+    false
 }
 
 /// Element sizes without a matching integer type: one small memcpy per element.
@@ -492,19 +499,8 @@ unsafe fn run_bytes(src: *const u8, dst: *mut u8, modes: &[Mode], es: usize) {
     loop {
         // SAFETY: (sp, dp) is a visited slot pair; the caller guarantees validity/disjointness.
         unsafe { std::ptr::copy_nonoverlapping(src.offset(sp * es_i), dst.offset(dp * es_i), es) };
-        let mut k = 0;
-        loop {
-            let Some(m) = modes.get(k) else { return };
-            idx[k] += 1;
-            sp += m.s;
-            dp += m.d;
-            if idx[k] < m.n {
-                break;
-            }
-            sp -= m.s * m.n as isize;
-            dp -= m.d * m.n as isize;
-            idx[k] = 0;
-            k += 1;
+        if !advance(&mut idx, modes, &mut sp, &mut dp) {
+            return;
         }
     }
 }

@@ -112,18 +112,12 @@ class ElementwiseMoveOperation(MoveOperation):
         if src.kind != dst.kind:
             return None
         layout, offset = request.layout, request.tensor.offset
-        size = _ITEM_SIZE[src.kind]
         if isinstance(src, _native.HostStorage) and isinstance(dst, _native.HostStorage):
-            return lambda then: _native.submit_layout_copy(
-                src.pointer(), offset, dst.pointer(), 0, list(layout.leaf_shape), list(layout.leaf_stride),
-                size, then, src_slots=src.count, dst_slots=dst.count)
+            return lambda then: _native.submit_layout(
+                src, offset, dst, 0, list(layout.leaf_shape), list(layout.leaf_stride), then)
         # A file is involved: carrying the whole cosize span (holes included) is allowed and
         # turns the fallback into one positioned transfer.
-        plan = _span_plan(src, offset, dst, request.cosize)
-        if plan is None:
-            return None
-        _, submit, args = plan
-        return lambda then: submit(*args, then)
+        return lambda then: _native.submit_span(src, offset, dst, 0, request.cosize, then)
 
 
 class _BulkSpanMove(MoveOperation):
@@ -131,16 +125,15 @@ class _BulkSpanMove(MoveOperation):
     (holes included) in one positioned transfer, on an engine worker when not overridden."""
 
     def _copy(self, tensor: Tensor, destination: Carrier, output: Tensor, element_count: int) -> None:
-        blocking, _, args = _span_plan(tensor.carrier._sw_storage(), tensor.offset,
-                                       destination._sw_storage(), element_count)
-        blocking(*args)
+        _native.copy_span(tensor.carrier._sw_storage(), tensor.offset, destination._sw_storage(), 0,
+                          element_count)
 
     def _sw_async(self, request: "_MoveRequest") -> Callable | None:
         if type(self)._copy is not _BulkSpanMove._copy:
             return None
-        _, submit, args = _span_plan(request.source._sw_storage(), request.tensor.offset,
-                                     request.destination._sw_storage(), request.cosize)
-        return lambda then: submit(*args, then)
+        src, offset = request.source._sw_storage(), request.tensor.offset
+        dst, count = request.destination._sw_storage(), request.cosize
+        return lambda then: _native.submit_span(src, offset, dst, 0, count, then)
 
 
 class CpuToFileBackedMoveOperation(_BulkSpanMove):
@@ -184,9 +177,8 @@ class CpuToBlockDeviceMoveOperation(_BlockBulkMove):
     destination_class = BlockDeviceCarrier
 
     def _copy(self, tensor: Tensor, destination: Carrier, output: Tensor, element_count: int) -> None:
-        src = tensor.carrier._sw_storage()
         handle, device_offset, _ = destination._sw_block_extent()
-        handle.write_from(src.pointer() + tensor.offset * 4, device_offset, element_count * 4)
+        handle.write_from(tensor.carrier._sw_storage(), tensor.offset * 4, device_offset, element_count * 4)
 
 
 class BlockDeviceToCpuMoveOperation(_BlockBulkMove):
@@ -196,32 +188,11 @@ class BlockDeviceToCpuMoveOperation(_BlockBulkMove):
     destination_class = CPU
 
     def _copy(self, tensor: Tensor, destination: Carrier, output: Tensor, element_count: int) -> None:
-        dst = destination._sw_storage()
         handle, device_offset, _ = tensor.carrier._sw_block_extent()
-        handle.read_into(dst.pointer(), device_offset + tensor.offset * 4, element_count * 4)
+        handle.read_into(destination._sw_storage(), 0, device_offset + tensor.offset * 4, element_count * 4)
 
 
 _BLOCK_OPERATIONS = (CpuToBlockDeviceMoveOperation, BlockDeviceToCpuMoveOperation)
-_ITEM_SIZE = {"f32": 4, "i32": 4, "f64": 8, "bool": 1}
-
-
-def _span_plan(src: Any, offset: int, dst: Any, count: int) -> tuple[Callable, Callable, tuple] | None:
-    """How to copy `count` slots from `src` slot `offset` to `dst` slot 0: the blocking engine
-    function, its engine-submitted twin (which takes a trailing `then`), and their arguments.
-    None for a pair of storages no span function serves."""
-    size = _ITEM_SIZE[src.kind]
-    nbytes, src_byte = count * size, offset * size
-    host, file = _native.HostStorage, _native.FileStorage
-    if isinstance(src, host) and isinstance(dst, file):
-        return _native.host_to_file, _native.submit_host_to_file, (dst.fileno(), 0, src.pointer() + src_byte, nbytes)
-    if isinstance(src, file) and isinstance(dst, host):
-        return _native.file_to_host, _native.submit_file_to_host, (src.fileno(), src_byte, dst.pointer(), nbytes)
-    if isinstance(src, file) and isinstance(dst, file):
-        return _native.file_to_file, _native.submit_file_to_file, (src.fileno(), src_byte, dst.fileno(), 0, nbytes)
-    if isinstance(src, host) and isinstance(dst, host):
-        return (_native.copy_host_to_host, _native.submit_copy_host_to_host,
-                (src.pointer() + src_byte, dst.pointer(), nbytes))
-    return None
 
 
 # ===== the legacy registry ======================================================================

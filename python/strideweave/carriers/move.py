@@ -18,7 +18,7 @@ from typing import Any, Callable
 from strideweave import _autograd, _native, profiler
 from strideweave._autograd import Operation
 from strideweave.carriers import extension
-from strideweave.carriers.base import ACTIVE_CLAIM, Carrier
+from strideweave.carriers.base import ACTIVE_CLAIM, STATE_LOCK, Carrier, drop_claims, take_claims
 from strideweave.carriers.block_device import BlockDeviceCarrier
 from strideweave.carriers.cpu import CPU
 from strideweave.carriers.file_backed import FileBacked
@@ -332,6 +332,13 @@ def _resolve_uncached(source_class: type, destination_class: type) -> _Route:
         return _Route(None, decision)
     with _registry_lock:
         operation_class = _REGISTRY.get((source_class, destination_class), ElementwiseMoveOperation)
+    return _operation_route(operation_class, source_class, destination_class)
+
+
+def _operation_route(operation_class: type, source_class: type, destination_class: type) -> _Route:
+    """The route of one MoveOperation class for a pair, registered or called directly
+    (`op.forward`): a block device pair only admits the block operations, whichever way the
+    operation was reached (tensor-and-carriers.md §4 refuses the rest before any effect)."""
     if (issubclass(source_class, BlockDeviceCarrier) or issubclass(destination_class, BlockDeviceCarrier)) \
             and operation_class not in _BLOCK_OPERATIONS:
         return _Route(operation_class, refusal=(
@@ -360,8 +367,14 @@ class _MoveState:
 
 
 class _MoveRequest:
+    """One move between initiation and its terminal commit; it is also the claim its carriers
+    hold. `prepared` keeps a provider's PreparedTransfer (and whatever it captured) alive until
+    the commit; `open_destination` is the destination while a provider's own threads may still
+    write it (from submit until its completion reports done)."""
+
     __slots__ = ("tensor", "source", "destination", "layout", "cosize", "handle", "node", "recorded",
-                 "token", "grown", "lowered", "committed", "output", "__weakref__")
+                 "token", "grown", "lowered", "committed", "output", "prepared", "open_destination",
+                 "__weakref__")
 
     def __init__(self, tensor: Tensor, destination: Carrier, lowered: bool) -> None:
         self.tensor = tensor
@@ -377,6 +390,8 @@ class _MoveRequest:
         self.lowered = lowered
         self.committed = False
         self.output: Tensor | None = None
+        self.prepared: Any = None
+        self.open_destination: Carrier | None = None
 
 
 def _validate(tensor: Any, destination: Any, lowered: bool) -> None:
@@ -427,7 +442,8 @@ def _initiate(tensor: Any, destination: Any, *, lowered: bool = False, route: _R
     recording = attach and not lowered and _autograd.is_grad_enabled() and tensor.is_differentiable()
     reverse = _lookup_route(type(destination), type(source)) if recording else None
     if route is None:
-        route = _lookup_route(type(source), type(destination)) if operation is None else _Route(type(operation))
+        route = (_lookup_route(type(source), type(destination)) if operation is None
+                 else _operation_route(type(operation), type(source), type(destination)))
     prepared = None
     if route.operation_class is not None:
         _check_pins(route.operation_class, source, destination)
@@ -456,10 +472,16 @@ def _initiate(tensor: Any, destination: Any, *, lowered: bool = False, route: _R
     else:
         op = MoveOperation()
     implementation = type(op) if prepared is None else type(route.decision.route.provider)
+    request.prepared = prepared
+    # The claims are checked and taken in one step: of two racing requests (or a request and
+    # a release) exactly one gets past here, and the other raises RuntimeError.
+    take_claims(request, ((source, "source", "move"), (destination, "destination", "move into")))
     if not lowered:
-        request.token = profiler._move_submit_begin(type(source), type(destination), implementation)
-    source._sw_claim = request
-    destination._sw_claim = request
+        try:
+            request.token = profiler._move_submit_begin(type(source), type(destination), implementation)
+        except BaseException:
+            drop_claims(request, (source, destination))
+            raise
     try:
         if grow:
             if extension.is_definition_backed(destination):
@@ -470,15 +492,20 @@ def _initiate(tensor: Any, destination: Any, *, lowered: bool = False, route: _R
         # Valid by construction (live destination of at least cosize slots, offset 0).
         request.output = Tensor._from_subtensors(
             tensor.dtype(), (Subtensor(tensor.dtype(), destination, 0, tensor.layout),), ())
+        if recording:
+            request.node = op
+            request.recorded = _autograd.record_inputs(op, (tensor,))
+            op._sw_move = _MoveState(source, destination, tensor.layout, reverse)
     except BaseException:
         _restore(request)
+        if request.node is not None:
+            request.node._sw_clear()
         profiler._move_submit_abort(request.token)
         raise
-    if recording:
-        request.node = op
-        request.recorded = _autograd.record_inputs(op, (tensor,))
-        op._sw_move = _MoveState(source, destination, tensor.layout, reverse)
-    _submit(request, op, prepared)
+    try:
+        _submit(request, op, prepared)
+    except BaseException as exc:  # noqa: BLE001 - past the claims, every failure is terminal
+        _commit(request, exc)
     if not lowered:
         profiler._move_submit_end(request.token, request.handle)
     return request
@@ -486,7 +513,14 @@ def _initiate(tensor: Any, destination: Any, *, lowered: bool = False, route: _R
 
 def _submit(request: _MoveRequest, op: MoveOperation, prepared: Any) -> None:
     if prepared is not None:
-        outcome = _run_claimed(request, prepared.submit)
+        # A provider may hand the copy to its own threads and report through a completion:
+        # until that completion is done, their writes into the destination are the move's own.
+        request.open_destination = request.destination
+
+        def submit() -> Any:
+            with _autograd.no_grad():  # provider transfers create no visible node
+                return prepared.submit()
+        outcome = _run_claimed(request, submit)
         if isinstance(outcome, BaseException):
             _commit(request, outcome)
         elif outcome is None:
@@ -532,8 +566,9 @@ def _run_claimed(request: _MoveRequest, fn: Callable) -> Any:
 
 def _restore(request: _MoveRequest) -> None:
     """Undo the request's effects after a failure: claims, and a destination it grew."""
-    request.source._sw_claim = None
-    request.destination._sw_claim = None
+    request.open_destination = None
+    request.prepared = None
+    drop_claims(request, (request.source, request.destination))
     if request.grown and hasattr(request.destination, "_allocate"):
         with contextlib.suppress(Exception):
             request.destination._allocate(0)
@@ -542,9 +577,11 @@ def _restore(request: _MoveRequest) -> None:
 def _commit(request: _MoveRequest, error: BaseException | None) -> None:
     """The one terminal boundary of a request (runs exactly once, on whichever thread
     finishes the transfer)."""
-    if request.committed:
-        return
-    request.committed = True
+    with STATE_LOCK:
+        if request.committed:
+            return
+        request.committed = True
+    request.open_destination = None
     if error is None:
         try:
             _publish_and_release(request)
@@ -557,6 +594,7 @@ def _commit(request: _MoveRequest, error: BaseException | None) -> None:
         profiler._move_complete(request.token, False)
         request.handle._fail(error)
         return
+    request.prepared = None
     profiler._move_complete(request.token, True)
     request.handle._succeed(request.output)
 
@@ -565,18 +603,24 @@ def _publish_and_release(request: _MoveRequest) -> None:
     output = request.output
     if request.node is not None:
         _autograd.attach_result(request.node, output, request.recorded)
-    request.destination._sw_claim = None
-    request.source._sw_claim = None
     source = request.source
-    if request.lowered and source._sw_owner is not None:
-        owner, source._sw_owner = source._sw_owner, None
-        try:
+    # The source is released while this request still claims it (as its own transfer, so the
+    # release passes the claim check): dropping the claims first would let another move take
+    # the source in between and make this release fail.
+    saved, ACTIVE_CLAIM.request = ACTIVE_CLAIM.request, request
+    try:
+        if request.lowered and source._sw_owner is not None:
+            owner, source._sw_owner = source._sw_owner, None
+            try:
+                source.release()
+            except BaseException:
+                source._sw_owner = owner
+                raise
+        else:
             source.release()
-        except BaseException:
-            source._sw_owner = owner
-            raise
-    else:
-        source.release()
+    finally:
+        ACTIVE_CLAIM.request = saved
+    drop_claims(request, (request.destination, request.source))
 
 
 # ===== public entry points =======================================================================

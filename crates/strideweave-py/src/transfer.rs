@@ -16,6 +16,7 @@
 
 use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError, PyValueError};
@@ -106,6 +107,47 @@ where
     });
     Ok(())
 }
+
+// ---- progress ----
+
+/// Bytes done and in total of one transfer, updated by the job after every chunk and read
+/// by any thread (an `AwaitMove`'s `bytes_done`, a progress bar).
+#[pyclass(frozen, module = "strideweave._native")]
+pub struct TransferProgress {
+    done: AtomicU64,
+    total: AtomicU64,
+}
+
+#[pymethods]
+impl TransferProgress {
+    #[new]
+    fn new() -> Self {
+        TransferProgress { done: AtomicU64::new(0), total: AtomicU64::new(0) }
+    }
+
+    #[getter]
+    fn done(&self) -> u64 {
+        self.done.load(Ordering::Relaxed)
+    }
+
+    #[getter]
+    fn total(&self) -> u64 {
+        self.total.load(Ordering::Relaxed)
+    }
+
+    /// Set both figures (the framework's own record for transfers it does not run here).
+    fn set(&self, done: u64, total: u64) {
+        self.total.store(total, Ordering::Relaxed);
+        self.done.store(done.min(total), Ordering::Relaxed);
+    }
+
+    fn __repr__(&self) -> String {
+        format!("TransferProgress(done={}, total={})", self.done(), self.total())
+    }
+}
+
+/// Chunks of this size are the unit of progress (the core's positioned-I/O chunk).
+const PROGRESS_CHUNK: usize = copy::IO_CHUNK;
 
 // ---- the storages a job holds ----
 
@@ -207,14 +249,30 @@ impl SpanJob {
         Ok(SpanJob { src, src_byte: bytes[0], dst, dst_byte: bytes[1], nbytes })
     }
 
-    fn run(self) -> Result<(), JobError> {
-        if self.nbytes == 0 {
-            return Ok(());
+    /// Runs the span in chunks of `PROGRESS_CHUNK`, counting each into `progress`.
+    fn run(self, progress: Option<Arc<Py<TransferProgress>>>) -> Result<(), JobError> {
+        let cell = progress.as_ref().map(|p| p.get());
+        if let Some(cell) = cell {
+            cell.total.store(self.nbytes, Ordering::Relaxed);
         }
-        let n = self.nbytes as usize;
+        let mut done = 0u64;
+        while done < self.nbytes {
+            let n = (self.nbytes - done).min(PROGRESS_CHUNK as u64);
+            self.run_piece(done, n)?;
+            done += n;
+            if let Some(cell) = cell {
+                cell.done.store(done, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies bytes `[at, at + len)` of the span.
+    fn run_piece(&self, at: u64, len: u64) -> Result<(), JobError> {
+        let (src_byte, dst_byte, n) = (self.src_byte + at, self.dst_byte + at, len as usize);
         let io = |err: io::Error, what: &str| JobError::Io {
             err,
-            context: format!("while {what} {} bytes", self.nbytes),
+            context: format!("while {what} {len} bytes at byte {at} of a {}-byte span", self.nbytes),
         };
         match (&self.src, &self.dst) {
             (Endpoint::Host(s), Endpoint::Host(d)) => {
@@ -222,28 +280,23 @@ impl SpanJob {
                 // keeps alive through its `Arc`s; they are disjoint (distinct buffers, or checked
                 // non-overlapping in one). Concurrent writers are excluded by the move claims.
                 unsafe {
-                    copy::copy_span_host_to_host(
-                        s.as_ptr().add(self.src_byte as usize),
-                        d.as_ptr().add(self.dst_byte as usize),
-                        n,
-                    )
+                    copy::copy_span_host_to_host(s.as_ptr().add(src_byte as usize), d.as_ptr().add(dst_byte as usize), n)
                 };
                 Ok(())
             }
             (Endpoint::Host(s), Endpoint::File(f)) => {
                 // SAFETY: the range is inside the live buffer held by this job's `Arc`.
-                let src = unsafe { std::slice::from_raw_parts(s.as_ptr().add(self.src_byte as usize), n) };
-                copy::file_write_from_host(f.file(), self.dst_byte, src).map_err(|e| io(e, "writing"))
+                let src = unsafe { std::slice::from_raw_parts(s.as_ptr().add(src_byte as usize), n) };
+                copy::file_write_from_host(f.file(), dst_byte, src).map_err(|e| io(e, "writing"))
             }
             (Endpoint::File(f), Endpoint::Host(d)) => {
                 // SAFETY: the range is inside the live buffer held by this job's `Arc`; the move
                 // claims keep every other reader and writer off the destination meanwhile.
-                let dst = unsafe { std::slice::from_raw_parts_mut(d.as_ptr().add(self.dst_byte as usize), n) };
-                copy::file_read_into_host(f.file(), self.src_byte, dst).map_err(|e| io(e, "reading"))
+                let dst = unsafe { std::slice::from_raw_parts_mut(d.as_ptr().add(dst_byte as usize), n) };
+                copy::file_read_into_host(f.file(), src_byte, dst).map_err(|e| io(e, "reading"))
             }
             (Endpoint::File(a), Endpoint::File(b)) => {
-                copy::file_copy(a.file(), self.src_byte, b.file(), self.dst_byte, self.nbytes)
-                    .map_err(|e| io(e, "copying"))
+                copy::file_copy(a.file(), src_byte, b.file(), dst_byte, len).map_err(|e| io(e, "copying"))
             }
         }
     }
@@ -337,11 +390,14 @@ fn copy_span(
     count: i64,
 ) -> PyResult<()> {
     let job = SpanJob::new(src, src_slot, dst, dst_slot, count)?;
-    run_blocking(py, move || job.run())
+    run_blocking(py, move || job.run(None))
 }
 
-/// `copy_span` on an engine worker; then `then(None)` or `then(exc)` with the GIL.
+/// `copy_span` on an engine worker; then `then(None)` or `then(exc)` with the GIL. With
+/// `progress`, the bytes copied so far are counted into it chunk by chunk.
 #[pyfunction]
+#[pyo3(signature = (src, src_slot, dst, dst_slot, count, then, *, progress=None))]
+#[allow(clippy::too_many_arguments)]
 fn submit_span(
     src: &Bound<'_, PyAny>,
     src_slot: i64,
@@ -349,9 +405,11 @@ fn submit_span(
     dst_slot: i64,
     count: i64,
     then: &Bound<'_, PyAny>,
+    progress: Option<Py<TransferProgress>>,
 ) -> PyResult<()> {
     let job = SpanJob::new(src, src_slot, dst, dst_slot, count)?;
-    submit_job(then, move || job.run())
+    let progress = progress.map(Arc::new);
+    submit_job(then, move || job.run(progress))
 }
 
 /// Copies every slot the flattened layout (`leaf_extents`, `leaf_strides`) addresses,
@@ -387,6 +445,7 @@ fn submit_layout(
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<TransferProgress>()?;
     m.add_function(wrap_pyfunction!(copy_span, m)?)?;
     m.add_function(wrap_pyfunction!(submit_span, m)?)?;
     m.add_function(wrap_pyfunction!(copy_layout, m)?)?;

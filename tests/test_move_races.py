@@ -298,3 +298,49 @@ def test_a_failed_transfer_leaves_no_claim_behind():
     t[0] = 3.0  # source writable again: unclaimed
     dest[1] = 4.0
     assert unclaimed(dest) and unclaimed(t.carrier)
+
+
+# ----- tensor writes racing the start of a move -------------------------------------------------
+
+def test_tensor_writes_racing_a_move_either_land_in_the_result_or_raise():
+    # Each writer hammers its own slot with a distinct value until it is refused. A write that
+    # returned normally happened before the move claimed the source, so the moved values must
+    # hold it, and the source version must count every such write exactly once.
+    n = 1 << 14  # small enough to be copied inline, on the mover's thread
+    writers = THREADS - 1
+    for _ in range(ROUNDS // 3):
+        t = Tensor(CPU(n), 0, flat(n))
+        dest = CPU(n)
+        successes = [0] * writers
+        start = threading.Barrier(writers + 1)
+
+        wrong = []
+
+        def write(k):
+            start.wait()
+            while True:
+                try:
+                    t[k] = float(k + 1)
+                except RuntimeError:
+                    return
+                except BaseException as exc:  # noqa: BLE001 - any other error is a defect
+                    wrong.append(exc)
+                    return
+                successes[k] += 1
+
+        def move():
+            start.wait()
+            return sw.move(t, dest)
+
+        threads = [threading.Thread(target=write, args=(k,)) for k in range(writers)]
+        for th in threads:
+            th.start()
+        moved = move()
+        for th in threads:
+            th.join(30)
+        assert not wrong, wrong[:3]
+        values = moved.tolist()
+        for k in range(writers):
+            assert values[k] == (float(k + 1) if successes[k] else 0.0), (k, successes[k])
+        assert t.carrier.is_released()
+        assert unclaimed(dest)

@@ -116,6 +116,10 @@ def check_index(carrier: "Carrier", index: Any) -> int:
         raise TypeError(f"carrier index must be an integer, not {type(index).__name__}") from None
     size = carrier.size()
     if i < 0 or i >= size:
+        # Released meanwhile (by `__index__`, or by another thread's release, whose hook
+        # runs outside the state lock): that, not the range, is the error.
+        if carrier._sw_released or carrier._sw_claim is RELEASING:
+            raise RuntimeError(f"{type(carrier).__name__} carrier is released")
         raise IndexError(f"carrier index {i} is outside [0, {size})")
     return i
 
@@ -248,8 +252,7 @@ class Carrier:
         return self.get_value(check_index(self, i))
 
     def __setitem__(self, i: Any, v: Any) -> None:
-        index = check_index(self, i)
-        self._sw_store_checked(lambda: self.set_value(index, v))
+        self._sw_write_slot(i, lambda index: self.set_value(index, v))
 
     def release(self) -> None:
         with STATE_LOCK:
@@ -331,12 +334,14 @@ class Carrier:
             raise RuntimeError(f"{type(self).__name__} carrier is not mutable")
         self._sw_check_unclaimed("write to")
 
-    def _sw_store_checked(self, store: Any) -> None:
-        """A public write: the writability checks, `store()` and the version count as one step
-        under the state lock, so no claim or release can slip in between check and store."""
+    def _sw_write_slot(self, i: Any, store: Any) -> None:
+        """A public write of slot `i`: the index checks, the writability checks, `store(index)`
+        and the version count as one step under the state lock, so no claim or release can
+        slip in between a check and the store."""
         with STATE_LOCK:
+            index = check_index(self, i)
             self._sw_check_writable()
-            store()
+            store(index)
             self._sw_count_write()
 
     def _sw_count_write(self) -> None:

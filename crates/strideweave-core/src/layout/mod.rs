@@ -4,12 +4,14 @@
 //! * [`tree`]: the immutable integer tree shared by `Shape` and `Stride`.
 //! * [`Shape`], [`Stride`]: validated trees (extents ≥ 1, strides ≥ 0).
 //! * [`layout::Layout`]: congruent shape + stride with cached size, cosize and leaf modes.
+//! * [`plan`]: the one loop planner (filter, order, coalesce, bounds) every strided walk uses.
 //! * Keys: [`Coord`] for Rust callers, and the [`KeyNode`] / [`KeySeq`] traits so that the
 //!   Python binding can walk a Python key in place without first converting it.
 
 pub mod injective;
 #[allow(clippy::module_inception)]
 pub mod layout;
+pub mod plan;
 pub mod tree;
 
 #[cfg(test)]

@@ -1,0 +1,206 @@
+//! The one loop planner: how to walk the flattened leaf modes of a layout, shared by every
+//! operand of a copy or a kernel, in as few and as long loops as possible.
+//!
+//! Every strided walk in the crate (the layout copies of `copy.rs`, the compute kernels of
+//! `kernels.rs`) visits the same coordinate space through one stride list per operand. Before
+//! walking, [`LoopPlan::new`] applies, in CuTe's vocabulary:
+//!
+//! - **filter**: leaves of extent 1 address nothing new and are dropped; so are leaves every
+//!   operand walks with stride 0 when the caller says revisiting a slot pair is pointless (a
+//!   copy writes the same value again; a reduction must not skip them);
+//! - **order**: the remaining leaves are sorted (stably) by a caller-chosen key, smallest
+//!   innermost, so the innermost loop streams through memory;
+//! - **coalesce**: a leaf that every operand continues exactly where the previous one ends
+//!   (`stride = previous stride × previous extent`) is merged into it, so a compact layout
+//!   of any depth becomes one run.
+//!
+//! [`addressed_range`] is the bounds half: the lowest and highest slot a layout reaches, from
+//! which every caller checks its buffers before the first element is touched.
+
+use std::fmt;
+
+/// Why a walk was refused before touching memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlanError {
+    /// A stride list's length differs from the number of leaf extents.
+    RankMismatch { extents: usize, strides: usize },
+    /// A leaf extent is negative.
+    NegativeExtent { leaf: usize, extent: i64 },
+    /// Some addressed slot index does not fit 64 bits.
+    Overflow,
+}
+
+impl fmt::Display for PlanError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::RankMismatch { extents, strides } => {
+                write!(f, "leaf_strides has {strides} entries but leaf_extents has {extents}")
+            }
+            Self::NegativeExtent { leaf, extent } => write!(f, "leaf_extents[{leaf}] is negative ({extent})"),
+            Self::Overflow => write!(f, "addressed slots overflow the address space"),
+        }
+    }
+}
+
+impl std::error::Error for PlanError {}
+
+/// Checks that `strides` matches `extents` in length and that no extent is negative.
+pub fn check_modes(extents: &[i64], strides: &[i64]) -> Result<(), PlanError> {
+    if extents.len() != strides.len() {
+        return Err(PlanError::RankMismatch { extents: extents.len(), strides: strides.len() });
+    }
+    if let Some((leaf, &extent)) = extents.iter().enumerate().find(|(_, &e)| e < 0) {
+        return Err(PlanError::NegativeExtent { leaf, extent });
+    }
+    Ok(())
+}
+
+/// The smallest and largest slot index, relative to the offset, that a layout with these
+/// flattened leaf `extents` and `strides` addresses; `None` when it addresses nothing.
+pub fn addressed_range(extents: &[i64], strides: &[i64]) -> Result<Option<(i64, i64)>, PlanError> {
+    check_modes(extents, strides)?;
+    if extents.contains(&0) {
+        return Ok(None);
+    }
+    let (mut lo, mut hi) = (0i64, 0i64);
+    for (&e, &s) in extents.iter().zip(strides) {
+        let reach = (e - 1).checked_mul(s).ok_or(PlanError::Overflow)?;
+        if reach < 0 {
+            lo = lo.checked_add(reach).ok_or(PlanError::Overflow)?;
+        } else {
+            hi = hi.checked_add(reach).ok_or(PlanError::Overflow)?;
+        }
+    }
+    Ok(Some((lo, hi)))
+}
+
+/// The walk shared by `N` operands: loop levels (innermost first) with one stride per operand.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoopPlan<const N: usize> {
+    /// Trip count of each level; a zero anywhere means the walk visits nothing.
+    pub extents: Vec<usize>,
+    /// Per operand, the stride of each level in elements.
+    pub strides: [Vec<isize>; N],
+}
+
+impl<const N: usize> LoopPlan<N> {
+    /// Filter, order and coalesce the leaf modes (see the module docs). `key` orders the
+    /// levels, smallest innermost; `drop_revisits` filters levels every operand walks with
+    /// stride 0.
+    pub fn new<K: Ord>(
+        extents: &[usize],
+        strides: [&[isize]; N],
+        drop_revisits: bool,
+        key: impl Fn([isize; N]) -> K,
+    ) -> Self {
+        let stride_of = |leaf: usize| -> [isize; N] { std::array::from_fn(|k| strides[k][leaf]) };
+        let mut order: Vec<usize> = (0..extents.len())
+            .filter(|&leaf| extents[leaf] != 1)
+            .filter(|&leaf| !(drop_revisits && stride_of(leaf).iter().all(|&s| s == 0)))
+            .collect();
+        order.sort_by_key(|&leaf| key(stride_of(leaf)));
+        let mut plan = LoopPlan { extents: Vec::with_capacity(order.len()), strides: std::array::from_fn(|_| Vec::new()) };
+        for leaf in order {
+            let (e, s) = (extents[leaf], stride_of(leaf));
+            if let Some(&prev) = plan.extents.last() {
+                let continues = (0..N).all(|k| {
+                    let p = *plan.strides[k].last().expect("one stride per level");
+                    isize::try_from(prev).ok().and_then(|n| p.checked_mul(n)) == Some(s[k])
+                });
+                if continues {
+                    *plan.extents.last_mut().expect("non-empty") = prev * e;
+                    continue;
+                }
+            }
+            plan.extents.push(e);
+            for k in 0..N {
+                plan.strides[k].push(s[k]);
+            }
+        }
+        plan
+    }
+
+    /// True when some level has no coordinates, so the walk visits nothing.
+    pub fn is_empty(&self) -> bool {
+        self.extents.contains(&0)
+    }
+
+    /// Calls `body(offsets)` once per coordinate of the levels `first..` (the first of them
+    /// fastest), with every operand's slot offset; levels `..first` are the caller's inner
+    /// loops. Nothing is called when the walk is empty.
+    pub fn odometer(&self, first: usize, offsets: [isize; N], mut body: impl FnMut([isize; N])) {
+        if self.is_empty() {
+            return;
+        }
+        let outer = &self.extents[first.min(self.extents.len())..];
+        let mut counter = vec![0usize; outer.len()];
+        let mut bases = offsets;
+        loop {
+            body(bases);
+            let mut d = 0;
+            loop {
+                if d == outer.len() {
+                    return;
+                }
+                counter[d] += 1;
+                for k in 0..N {
+                    bases[k] += self.strides[k][first + d];
+                }
+                if counter[d] < outer[d] {
+                    break;
+                }
+                for k in 0..N {
+                    bases[k] -= self.strides[k][first + d] * outer[d] as isize;
+                }
+                counter[d] = 0;
+                d += 1;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_compact_hierarchical_layout_coalesces_to_one_run() {
+        let plan = LoopPlan::<2>::new(&[2, 3, 4], [&[1, 2, 6], &[1, 2, 6]], true, |s| s[1].unsigned_abs());
+        assert_eq!(plan.extents, vec![24]);
+        assert_eq!(plan.strides, [vec![1], vec![1]]);
+    }
+
+    #[test]
+    fn filter_drops_unit_extents_and_optionally_revisits() {
+        let plan = LoopPlan::<2>::new(&[1, 5, 3], [&[7, 0, 1], &[9, 0, 1]], true, |s| s[1]);
+        assert_eq!(plan.extents, vec![3]);
+        let kept = LoopPlan::<2>::new(&[1, 5, 3], [&[7, 0, 1], &[9, 0, 1]], false, |s| s[1]);
+        assert_eq!(kept.extents, vec![5, 3]);
+    }
+
+    #[test]
+    fn order_puts_the_smallest_key_innermost_and_keeps_ties_stable() {
+        let plan = LoopPlan::<1>::new(&[3, 4], [&[4, 1]], false, |s| s[0]);
+        assert_eq!(plan.extents, vec![12]); // reordered, then contiguous: one run
+        let gapped = LoopPlan::<1>::new(&[3, 4], [&[10, 1]], false, |s| s[0]);
+        assert_eq!((gapped.extents, gapped.strides), (vec![4, 3], [vec![1, 10]]));
+    }
+
+    #[test]
+    fn the_odometer_visits_every_coordinate_once() {
+        let plan = LoopPlan::<2>::new(&[2, 3], [&[1, 10], &[3, 1]], false, |_| 0);
+        let mut seen = Vec::new();
+        plan.odometer(0, [0, 0], |b| seen.push(b));
+        assert_eq!(seen, vec![[0, 0], [1, 3], [10, 1], [11, 4], [20, 2], [21, 5]]);
+        let empty = LoopPlan::<1>::new(&[2, 0], [&[1, 2]], false, |_| 0);
+        empty.odometer(0, [0], |_| panic!("an empty walk visits nothing"));
+    }
+
+    #[test]
+    fn addressed_range_covers_negative_strides_and_refuses_overflow() {
+        assert_eq!(addressed_range(&[3, 2], &[-1, 5]), Ok(Some((-2, 5))));
+        assert_eq!(addressed_range(&[3, 0], &[1, 5]), Ok(None));
+        assert_eq!(addressed_range(&[2, 2], &[i64::MAX, 1]), Err(PlanError::Overflow));
+        assert!(matches!(addressed_range(&[2], &[1, 2]), Err(PlanError::RankMismatch { .. })));
+    }
+}

@@ -8,4 +8,5 @@ pub mod dlpack;
 pub mod engine;
 pub mod kernels;
 pub mod layout;
+pub mod model;
 pub mod storage;

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use super::error::{ModelError, Result};
 use super::host::HostStore;
 use super::state::{CarrierState, OwnerToken};
+use crate::storage::block::{BlockDevice, Extent};
 use crate::storage::{ElemKind, FileStore, Scalar};
 
 /// Exact-class identity of a carrier, for route lookup. Routes match classes by identity:
@@ -41,6 +42,8 @@ pub enum BulkStorage {
     Host(Arc<HostStore>),
     /// A file of native-endian slots.
     File(Arc<FileStore>),
+    /// One extent of a block device.
+    Block(Arc<BlockDevice>, Extent),
 }
 
 /// A flat array of slots of one element kind.

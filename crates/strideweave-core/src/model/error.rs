@@ -4,7 +4,8 @@
 //! binding crate maps causes to exception classes in one place. For reference, the
 //! specification's classes are: `Released`, `Owned`, `Claimed`, `NotMutable` →
 //! RuntimeError; `DTypeMismatch` → TypeError; `SameCarrier`, `TooSmall`, `WindowOutOfRange`,
-//! `Layout` → ValueError; `SlotOutOfRange` → IndexError; `NotExportable` → BufferError.
+//! `Layout` → ValueError; `SlotOutOfRange` → IndexError; `NotExportable` → BufferError;
+//! `NoRoute` → NotImplementedError.
 
 use std::sync::Arc;
 
@@ -69,6 +70,12 @@ pub enum ModelError {
         #[source]
         source: Arc<std::io::Error>,
     },
+    /// No transfer exists for this exact carrier pair (the spec's NotImplementedError).
+    #[error("no move route from {from} carrier to {to} carrier")]
+    NoRoute { from: String, to: String },
+    /// A block device refused an operation.
+    #[error("block device failed while {context}: {message}")]
+    Device { context: &'static str, message: String },
     /// Host memory could not be allocated.
     #[error("cannot allocate {bytes} bytes of host memory")]
     OutOfMemory { bytes: usize },

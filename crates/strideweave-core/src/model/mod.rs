@@ -5,14 +5,12 @@
 //!   [`ClaimGuard`] whose drop rolls a claim back.
 //! * [`carrier`]: the [`Carrier`] trait foreign carriers implement, and [`CarrierExt`], the
 //!   checked operations every carrier gets.
-//! * [`host`], [`file`]: the built-in [`HostCarrier`] and [`FileCarrier`].
+//! * [`host`], [`file`], [`block`]: the built-in [`HostCarrier`], [`FileCarrier`] and
+//!   [`BlockCarrier`].
 //! * [`tensor`]: [`Tensor`] and [`Subtensor`].
 //! * [`movement`]: [`move_tensor`], [`move_async`] and [`MoveHandle`].
 //! * [`export`]: [`Tensor::to_dlpack`].
 //! * [`error`]: [`ModelError`], one variant per cause.
-//!
-//! The block-device carrier is not part of this model yet; the Python package drives
-//! `storage::block` directly.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -29,6 +27,7 @@
 //! assert_eq!(t2.values_f32().unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
 //! ```
 
+pub mod block;
 pub mod carrier;
 pub mod error;
 pub mod export;
@@ -45,6 +44,7 @@ mod race_tests;
 #[cfg(test)]
 mod test_support;
 
+pub use block::BlockCarrier;
 pub use carrier::{BulkStorage, Carrier, CarrierExt, ClassKey};
 pub use error::ModelError;
 pub use file::FileCarrier;

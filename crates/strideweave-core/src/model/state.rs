@@ -18,7 +18,7 @@ use super::error::{ModelError, Result};
 
 /// Identity of one pending move's claim.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct ClaimId(NonZeroU64);
+pub struct ClaimId(pub(crate) NonZeroU64);
 
 /// Identity of a composite carrier that owns others (an Evictable tier, say).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

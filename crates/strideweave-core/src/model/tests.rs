@@ -314,3 +314,74 @@ proptest! {
         prop_assert_eq!(move_tensor(&t3, &foreign).unwrap().values_f32().unwrap(), expect);
     }
 }
+
+/// A regular file posing as a 64 KiB block device with 512-byte blocks (buffered I/O).
+fn test_device() -> Arc<crate::storage::block::BlockDevice> {
+    use crate::storage::block::{BlockDevice, Geometry};
+    let path = std::env::temp_dir().join(format!("sw-model-dev-{}-{}", std::process::id(), ClaimId::fresh().0));
+    std::fs::write(&path, vec![0xABu8; 65536]).unwrap();
+    let file = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    Arc::new(BlockDevice::from_file(file, Geometry::new(65536, 512, 512).unwrap(), false))
+}
+
+#[test]
+fn host_and_block_carriers_move_in_bulk_and_release_frees_the_extent() {
+    let dev = test_device();
+    let values: Vec<f32> = (0..10).map(|v| v as f32).collect();
+    let l = layout(&[2, 3], &[1, 3]); // cosize 8
+    let t = Tensor::new(host(&values), 2, l.clone()).unwrap();
+    let expect: Vec<f32> = (0..6).map(|k| values[2 + l.index_of_int(k) as usize]).collect();
+    let block: Arc<dyn Carrier> = BlockCarrier::empty(&dev);
+    let h = move_async(&t, &block).unwrap();
+    assert_eq!(h.route(), RouteKind::HostToBlock);
+    let on_block = h.wait().unwrap();
+    assert_eq!(block.size(), 8);
+    assert_eq!(on_block.values_f32().unwrap(), expect);
+    assert_eq!(dev.live_extents().len(), 1);
+    let back = host(&[0.0; 8]);
+    let h = move_async(&on_block, &back).unwrap();
+    assert_eq!(h.route(), RouteKind::BlockToHost);
+    assert_eq!(h.wait().unwrap().values_f32().unwrap(), expect);
+    assert!(block.is_released());
+    assert!(dev.live_extents().is_empty(), "releasing the block carrier freed its extent");
+}
+
+#[test]
+fn other_pairs_with_a_block_carrier_are_refused_before_any_effect() {
+    let dev = test_device();
+    let file = FileCarrier::temp(ElemKind::F32).unwrap();
+    file.allocate(2).unwrap();
+    let file: Arc<dyn Carrier> = file;
+    let t = Tensor::canonical(file.clone(), &[2]).unwrap();
+    let block: Arc<dyn Carrier> = BlockCarrier::empty(&dev);
+    assert!(matches!(move_tensor(&t, &block), Err(ModelError::NoRoute { .. })));
+    assert_eq!(block.size(), 0);
+    assert!(dev.live_extents().is_empty());
+    assert_untouched(&file, 0, &[0.0, 0.0]);
+    // The validation table still comes first: a too-small fixed destination is TooSmall.
+    let tb = Tensor::canonical(BlockCarrier::zeros(&dev, 4).unwrap(), &[4]).unwrap();
+    let (_, tiny) = vec_carrier(VecCarrier::new(&[0.0]));
+    assert!(matches!(move_tensor(&tb, &tiny), Err(ModelError::TooSmall { .. })));
+    let (_, roomy) = vec_carrier(VecCarrier::new(&[0.0; 4]));
+    assert!(matches!(move_tensor(&tb, &roomy), Err(ModelError::NoRoute { .. })));
+    assert!(!tb.carrier().is_released() && !tb.carrier().state().is_claimed());
+}
+
+#[test]
+fn a_device_failure_mid_move_rolls_back() {
+    let dev = test_device();
+    let block: Arc<dyn Carrier> = BlockCarrier::zeros(&dev, 3).unwrap();
+    let src = host(&[1.0, 2.0, 3.0]);
+    let t = Tensor::canonical(src.clone(), &[3]).unwrap();
+    dev.close();
+    let err = move_async(&t, &block).unwrap().wait().unwrap_err();
+    assert!(matches!(err, ModelError::Device { .. }), "{err:?}");
+    assert_untouched(&src, 0, &[1.0, 2.0, 3.0]);
+    assert!(!block.is_released() && !block.state().is_claimed());
+    // Growth that fails (the device is closed) leaves the empty destination unclaimed.
+    let empty: Arc<dyn Carrier> = BlockCarrier::empty(&dev);
+    assert!(matches!(move_tensor(&t, &empty), Err(ModelError::Device { .. })));
+    assert!(!empty.state().is_claimed() && empty.size() == 0);
+    assert_untouched(&src, 0, &[1.0, 2.0, 3.0]);
+}

@@ -56,9 +56,13 @@ pub(crate) fn initiate(tensor: &Tensor, destination: &Arc<dyn Carrier>) -> Resul
     }
     // The pinned-class row: every built-in route is keyed by its exact pair, so the
     // resolved route always matches it; custom routes would check their pins here.
-    let _kind: RouteKind = route::route_kind(source.class_key(), destination.class_key());
+    let kind = route::route_kind(source.class_key(), destination.class_key());
     let cosize = layout.cosize() as usize;
     check_room(&**destination, cosize)?;
+    // A pair without a transfer is refused after the validation table, before any effect.
+    if kind == RouteKind::Unsupported {
+        return Err(ModelError::NoRoute { from: name(&**source), to: name(&**destination) });
+    }
 
     // The checks above are re-made atomically by the claims; they ran first only to report
     // in the specified order.

@@ -7,6 +7,8 @@
 //! | `HostCarrier` → `FileCarrier` | bulk span: the `cosize` slots from the offset, holes included |
 //! | `FileCarrier` → `HostCarrier` | bulk span, as above |
 //! | `HostCarrier` → `HostCarrier` | the elementwise copy as one layout gather (`copy.rs`) |
+//! | `HostCarrier` ↔ `BlockCarrier` | bulk span through the device's aligned I/O |
+//! | any other pair with a `BlockCarrier` | refused: [`ModelError::NoRoute`] |
 //! | any other pair | elementwise: `dst[layout(k)] = src[offset + layout(k)]` through the slot hooks |
 //!
 //! A resolved route holds its storages by `Arc`, so the bytes stay valid for the transfer
@@ -16,10 +18,12 @@ use std::sync::Arc;
 
 use super::super::carrier::{BulkStorage, Carrier, ClassKey};
 use super::super::error::{ModelError, Result};
+use super::super::block::BlockCarrier;
 use super::super::file::FileCarrier;
 use super::super::host::{HostCarrier, HostStore};
 use crate::copy;
 use crate::layout::Layout;
+use crate::storage::block::{BlockDevice, Extent};
 use crate::storage::FileStore;
 
 /// Which built-in transfer a move runs.
@@ -28,7 +32,11 @@ pub enum RouteKind {
     HostToFile,
     FileToHost,
     HostToHost,
+    HostToBlock,
+    BlockToHost,
     Elementwise,
+    /// No transfer exists for the pair; the move is refused.
+    Unsupported,
 }
 
 /// A transfer ready to run: its kind and the storages it holds.
@@ -36,6 +44,8 @@ pub(crate) enum Route {
     HostToFile(Arc<HostStore>, Arc<FileStore>),
     FileToHost(Arc<FileStore>, Arc<HostStore>),
     HostToHost(Arc<HostStore>, Arc<HostStore>),
+    HostToBlock(Arc<HostStore>, Arc<BlockDevice>, Extent),
+    BlockToHost(Arc<BlockDevice>, Extent, Arc<HostStore>),
     Elementwise,
 }
 
@@ -43,10 +53,14 @@ pub(crate) enum Route {
 pub fn route_kind(source: ClassKey, destination: ClassKey) -> RouteKind {
     let host = ClassKey::of::<HostCarrier>();
     let file = ClassKey::of::<FileCarrier>();
+    let block = ClassKey::of::<BlockCarrier>();
     match (source, destination) {
         (s, d) if s == host && d == file => RouteKind::HostToFile,
         (s, d) if s == file && d == host => RouteKind::FileToHost,
         (s, d) if s == host && d == host => RouteKind::HostToHost,
+        (s, d) if s == host && d == block => RouteKind::HostToBlock,
+        (s, d) if s == block && d == host => RouteKind::BlockToHost,
+        (s, d) if s == block || d == block => RouteKind::Unsupported,
         _ => RouteKind::Elementwise,
     }
 }
@@ -62,6 +76,12 @@ pub(crate) fn resolve(src: &dyn Carrier, dst: &dyn Carrier) -> Route {
         (RouteKind::HostToHost, Some(BulkStorage::Host(s)), Some(BulkStorage::Host(d))) if !Arc::ptr_eq(&s, &d) => {
             Route::HostToHost(s, d)
         }
+        (RouteKind::HostToBlock, Some(BulkStorage::Host(s)), Some(BulkStorage::Block(dev, e))) => {
+            Route::HostToBlock(s, dev, e)
+        }
+        (RouteKind::BlockToHost, Some(BulkStorage::Block(dev, e)), Some(BulkStorage::Host(d))) => {
+            Route::BlockToHost(dev, e, d)
+        }
         _ => Route::Elementwise,
     }
 }
@@ -72,6 +92,8 @@ impl Route {
             Route::HostToFile(..) => RouteKind::HostToFile,
             Route::FileToHost(..) => RouteKind::FileToHost,
             Route::HostToHost(..) => RouteKind::HostToHost,
+            Route::HostToBlock(..) => RouteKind::HostToBlock,
+            Route::BlockToHost(..) => RouteKind::BlockToHost,
             Route::Elementwise => RouteKind::Elementwise,
         }
     }
@@ -113,6 +135,18 @@ pub(crate) fn execute(route: &Route, job: &Job<'_>) -> Result<()> {
             let mut buf = dst.write();
             copy::file_read_into_host(src.file(), (job.offset * es) as u64, &mut buf.as_mut_slice()[..end])
                 .map_err(|e| ModelError::io("reading the span from the source file", e))
+        }
+        Route::HostToBlock(src, dev, extent) => {
+            let (start, end) = byte_span(job.offset, cosize, es, src.len_bytes())?;
+            let buf = src.read();
+            dev.write(extent.offset, &buf.as_slice()[start..end])
+                .map_err(|e| ModelError::Device { context: "writing the span to the device", message: e.to_string() })
+        }
+        Route::BlockToHost(dev, extent, dst) => {
+            let (_, end) = byte_span(0, cosize, es, dst.len_bytes())?;
+            let mut buf = dst.write();
+            dev.read(extent.offset + (job.offset * es) as u64, &mut buf.as_mut_slice()[..end])
+                .map_err(|e| ModelError::Device { context: "reading the span from the device", message: e.to_string() })
         }
         Route::HostToHost(src, dst) => {
             byte_span(job.offset, cosize, es, src.len_bytes())?;

@@ -52,7 +52,42 @@ pub enum BulkStorage {
 /// [`CarrierExt`]. Slot hooks receive indices the framework has already checked against
 /// [`size`](Carrier::size), and values of the carrier's [`elem_kind`](Carrier::elem_kind).
 /// Hooks must not call back into this carrier's framework operations (the state is locked
-/// during a write).
+/// during a write). `allocate` is the framework's hook too: calling it directly bypasses the
+/// claim checks, so leave it to moves.
+///
+/// A foreign carrier in a dozen lines; it moves like any other (elementwise, since no
+/// built-in route names its class):
+///
+/// ```
+/// use std::sync::Arc;
+/// use parking_lot::Mutex;
+/// use strideweave_core::model::{move_tensor, Carrier, CarrierExt, CarrierState, HostCarrier, ModelError, Tensor};
+/// use strideweave_core::storage::{ElemKind, Scalar};
+///
+/// struct Doubles { state: CarrierState, slots: Mutex<Vec<f64>> }
+///
+/// impl Carrier for Doubles {
+///     fn state(&self) -> &CarrierState { &self.state }
+///     fn elem_kind(&self) -> ElemKind { ElemKind::F64 }
+///     fn size(&self) -> usize { self.slots.lock().len() }
+///     fn read_slot(&self, i: usize) -> Result<Scalar, ModelError> { Ok(Scalar::F64(self.slots.lock()[i])) }
+///     fn write_slot(&self, i: usize, v: Scalar) -> Result<(), ModelError> {
+///         if let Scalar::F64(x) = v { self.slots.lock()[i] = x }
+///         Ok(())
+///     }
+///     fn is_mutable_hook(&self) -> bool { true }
+///     fn release_storage(&self) { self.slots.lock().clear() }
+/// }
+///
+/// let mine: Arc<dyn Carrier> = Arc::new(Doubles { state: CarrierState::new("Doubles"), slots: Mutex::new(vec![0.5, 1.5]) });
+/// mine.set(1, Scalar::F64(2.5)).unwrap();           // checked and counted by the framework
+/// assert!(mine.set(2, Scalar::F64(0.0)).is_err());   // out of range: nothing changes
+/// let t = Tensor::canonical(mine.clone(), &[2]).unwrap();
+/// let host: Arc<dyn Carrier> = HostCarrier::zeros(ElemKind::F64, 2).unwrap();
+/// let moved = move_tensor(&t, &host).unwrap();
+/// assert_eq!(moved.get(1).unwrap(), Scalar::F64(2.5));
+/// assert!(mine.is_released());
+/// ```
 pub trait Carrier: Send + Sync + 'static {
     /// The framework state embedded in the carrier.
     fn state(&self) -> &CarrierState;

@@ -5,11 +5,11 @@
 //!   [`ClaimGuard`] whose drop rolls a claim back.
 //! * [`carrier`]: the [`Carrier`] trait foreign carriers implement, and [`CarrierExt`], the
 //!   checked operations every carrier gets.
-//! * [`host`], [`file`], [`block`]: the built-in [`HostCarrier`], [`FileCarrier`] and
+//! * [`host`], [`mod@file`], [`block`]: the built-in [`HostCarrier`], [`FileCarrier`] and
 //!   [`BlockCarrier`].
 //! * [`tensor`]: [`Tensor`] and [`Subtensor`].
 //! * [`movement`]: [`move_tensor`], [`move_async`] and [`MoveHandle`].
-//! * [`export`]: [`Tensor::to_dlpack`].
+//! * [`export`]: DLPack export with [`Tensor::to_dlpack`].
 //! * [`error`]: [`ModelError`], one variant per cause.
 //!
 //! ```

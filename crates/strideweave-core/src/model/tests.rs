@@ -385,3 +385,81 @@ fn a_device_failure_mid_move_rolls_back() {
     assert!(!empty.state().is_claimed() && empty.size() == 0);
     assert_untouched(&src, 0, &[1.0, 2.0, 3.0]);
 }
+
+#[derive(Clone, Copy, Debug)]
+enum StateOp {
+    Write,
+    Release,
+    Claim,
+    DropClaim,
+    CommitRelease,
+    Adopt,
+    Disown,
+}
+
+fn state_op() -> impl Strategy<Value = StateOp> {
+    prop_oneof![
+        Just(StateOp::Write),
+        Just(StateOp::Release),
+        Just(StateOp::Claim),
+        Just(StateOp::DropClaim),
+        Just(StateOp::CommitRelease),
+        Just(StateOp::Adopt),
+        Just(StateOp::Disown),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Any sequence of transitions agrees with a plain model of the state machine: a write
+    /// lands only on a live, unowned, unclaimed carrier; release is refused while owned or
+    /// claimed and is idempotent; a claim needs a live, unowned, unclaimed carrier; a
+    /// dropped claim leaves nothing behind; a committed one releases.
+    #[test]
+    fn carrier_state_follows_its_model(ops in prop::collection::vec(state_op(), 1..40)) {
+        let c = host(&[0.0]);
+        let owner = OwnerToken::fresh();
+        let (mut version, mut released, mut owned) = (0u64, false, false);
+        let mut claim: Option<ClaimGuard> = None;
+        for op in ops {
+            match op {
+                StateOp::Write => {
+                    let ok = c.set(0, Scalar::F32(version as f32 + 1.0)).is_ok();
+                    prop_assert_eq!(ok, !released && !owned && claim.is_none());
+                    if ok { version += 1; }
+                }
+                StateOp::Release => {
+                    let ok = c.release().is_ok();
+                    prop_assert_eq!(ok, !owned && claim.is_none());
+                    released |= ok;
+                }
+                StateOp::Claim => {
+                    let got = c.state().try_claim(&c, ClaimId::fresh(), Role::Source);
+                    prop_assert_eq!(got.is_ok(), !released && !owned && claim.is_none());
+                    if let Ok(g) = got { claim = Some(g); }
+                }
+                StateOp::DropClaim => claim = None,
+                StateOp::CommitRelease => {
+                    if let Some(g) = claim.take() {
+                        g.commit_release();
+                        released = true;
+                    }
+                }
+                StateOp::Adopt => {
+                    let ok = c.state().adopt(owner).is_ok();
+                    prop_assert_eq!(ok, !released && !owned && claim.is_none());
+                    owned |= ok;
+                }
+                StateOp::Disown => {
+                    prop_assert_eq!(c.state().disown(owner), owned);
+                    owned = false;
+                }
+            }
+            prop_assert_eq!(c.version(), version);
+            prop_assert_eq!(c.is_released(), released);
+            prop_assert_eq!(c.is_owned(), owned);
+            prop_assert_eq!(c.state().is_claimed(), claim.is_some());
+        }
+    }
+}

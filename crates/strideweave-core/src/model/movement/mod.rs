@@ -2,7 +2,7 @@
 //! [`move_async`] (returns a [`MoveHandle`] at once; the transfer runs on the engine's
 //! worker pool).
 //!
-//! Both run the same request ([`request`]): validation in the specification's order,
+//! Both run the same request (`request.rs`): validation in the specification's order,
 //! claims on both carriers taken atomically with their checks, growth of an empty
 //! allocatable destination to the layout's cosize, the transfer of the exact pair's route
 //! ([`route`]), and one terminal commit — publish the result, then release the source — or

@@ -103,13 +103,12 @@ impl HostCarrier {
             let store = c.store().expect("fresh carrier is live");
             let mut buf = store.write();
             let size = kind.size();
-            let mut slot = [0u8; 8];
-            for (i, &v) in values.iter().enumerate() {
+            // Encode straight into the fresh buffer, one slot-sized chunk per value.
+            for (&v, slot) in values.iter().zip(buf.as_mut_slice().chunks_exact_mut(size)) {
                 if super::carrier::scalar_kind(v) != kind {
                     return Err(ModelError::ValueKind { value: v, kind });
                 }
-                kind.encode(v, &mut slot);
-                buf.write_mut(i * size, &slot[..size]).expect("inside the fresh buffer");
+                kind.encode(v, slot);
             }
         }
         Ok(c)

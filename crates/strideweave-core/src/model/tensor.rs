@@ -93,7 +93,9 @@ impl Tensor {
     /// subtensor must have the same shape; at least one is required.
     pub fn from_subtensors(dtype: ElemKind, subtensors: Vec<Subtensor>) -> Result<Self> {
         let Some(first) = subtensors.first() else {
-            return Err(ModelError::MultiSubtensor { operation: "a tensor", count: 0 });
+            return Err(ModelError::Layout(crate::layout::LayoutError::Value(
+                "a tensor needs at least one subtensor".into(),
+            )));
         };
         let shape = first.layout.shape().clone();
         if let Some(bad) = subtensors.iter().find(|s| *s.layout.shape() != shape) {

@@ -145,6 +145,7 @@ fn a_multi_subtensor_tensor_is_refused_first() {
     assert!(matches!(move_tensor(&t, &ints), Err(ModelError::MultiSubtensor { count: 2, .. })));
     assert!(matches!(t.to_dlpack(), Err(ModelError::MultiSubtensor { .. })));
     assert!(matches!(t.get(0), Err(ModelError::MultiSubtensor { .. })));
+    assert!(matches!(Tensor::from_subtensors(ElemKind::F32, vec![]), Err(ModelError::Layout(_))));
 }
 
 #[test]

@@ -102,5 +102,5 @@ fn main() {
         drop(f);
         std::fs::remove_file(&path).unwrap();
     });
-    row(&format!("move_tensor {} MiB host->file", n * 4 >> 20), ours, theirs, "File::write_all");
+    row(&format!("move_tensor {} MiB host->file", (n * 4) >> 20), ours, theirs, "File::write_all");
 }

@@ -52,7 +52,10 @@ pub enum BulkStorage {
 /// [`CarrierExt`]. Slot hooks receive indices the framework has already checked against
 /// [`size`](Carrier::size), and values of the carrier's [`elem_kind`](Carrier::elem_kind).
 /// Hooks must not call back into this carrier's framework operations (the state is locked
-/// during a write). `allocate` is the framework's hook too: calling it directly bypasses the
+/// during a write). A binding whose hooks take a global lock (Python's GIL) must hold that
+/// lock whenever it calls a framework operation that can reach a hook, or release it before
+/// every framework call, so the state mutex and the global lock are always taken in one
+/// order. `allocate` is the framework's hook too: calling it directly bypasses the
 /// claim checks, so leave it to moves.
 ///
 /// A foreign carrier in a dozen lines; it moves like any other (elementwise, since no

@@ -116,8 +116,15 @@ impl HostCarrier {
 
     /// A mutable `f32` carrier holding `values`.
     pub fn from_f32(values: &[f32]) -> Arc<Self> {
-        let scalars: Vec<Scalar> = values.iter().map(|&v| Scalar::F32(v)).collect();
-        Self::from_scalars(ElemKind::F32, &scalars).expect("f32 values suit an f32 carrier")
+        let c = Self::zeros(ElemKind::F32, values.len()).expect("host allocation");
+        {
+            let store = c.store().expect("fresh carrier is live");
+            let mut buf = store.write();
+            for (&v, slot) in values.iter().zip(buf.as_mut_slice().chunks_exact_mut(4)) {
+                slot.copy_from_slice(&v.to_ne_bytes());
+            }
+        }
+        c
     }
 
     /// The shared store, `None` once released.

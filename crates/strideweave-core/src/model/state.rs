@@ -64,6 +64,20 @@ struct Inner {
 
 /// The framework state every carrier shares. A carrier embeds one and returns it from
 /// [`Carrier::state`]; only the framework changes it.
+///
+/// ```
+/// use std::sync::Arc;
+/// use strideweave_core::model::{Carrier, CarrierExt, ClaimId, HostCarrier, ModelError, Role};
+///
+/// let c: Arc<dyn Carrier> = HostCarrier::from_f32(&[1.0]);
+/// let claim = c.state().try_claim(&c, ClaimId::fresh(), Role::Source).unwrap();
+/// assert!(matches!(c.release(), Err(ModelError::Claimed { .. })));
+/// drop(claim); // an uncommitted claim rolls back
+/// assert!(!c.state().is_claimed());
+/// let claim = c.state().try_claim(&c, ClaimId::fresh(), Role::Source).unwrap();
+/// claim.commit_release(); // ends the claim and releases in one step
+/// assert!(c.is_released());
+/// ```
 #[derive(Debug)]
 pub struct CarrierState {
     /// The carrier's class name, for error messages.

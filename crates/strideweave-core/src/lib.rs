@@ -8,4 +8,10 @@ pub mod dlpack;
 pub mod engine;
 pub mod kernels;
 pub mod layout;
+pub mod model;
 pub mod storage;
+
+/// The crate README's examples run as doc tests, so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

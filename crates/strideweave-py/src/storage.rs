@@ -195,7 +195,10 @@ impl HostStorage {
         let bytes = encode_slot(self.kind, value)?;
         let guard = self.buffer.read();
         let buf = guard.as_ref().ok_or_else(released)?;
-        buf.write(slot as usize * size, &bytes[..size])
+        // SAFETY: HostBuffer's access contract. Public slot writes hold the GIL, so they are
+        // serialised with each other; the only writers that run without it are a pending
+        // move's copies, and the carrier layer refuses public writes to a claimed carrier.
+        unsafe { buf.write(slot as usize * size, &bytes[..size]) }
             .ok_or_else(|| out_of_range(buf.len() / size))
     }
 }
@@ -284,7 +287,9 @@ impl HostStorage {
         if encoded.len() > buf.len() {
             return Err(PyIndexError::new_err("more values than slots"));
         }
-        buf.write(0, &encoded).expect("length checked");
+        // SAFETY: as in `set_slot`: this fill runs with the GIL held on a carrier no pending
+        // move claims (factories fill fresh storage before anyone else can see it).
+        unsafe { buf.write(0, &encoded) }.expect("length checked");
         Ok(())
     }
 

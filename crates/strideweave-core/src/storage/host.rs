@@ -65,8 +65,17 @@ enum Origin {
 /// A byte buffer in host memory.
 ///
 /// Owned buffers are freed on drop; wrapped buffers (a caller's pointer) are never
-/// initialised or freed. The buffer is `Send + Sync`: concurrent access is coordinated by the
-/// carrier object model (pending moves claim their carriers), exactly as for `CPU.pointer()`.
+/// initialised or freed.
+///
+/// # Access contract
+/// The buffer is `Send + Sync`, and through a shared reference it offers only safe *reads*
+/// ([`HostBuffer::read`]). Writing needs either `&mut self` ([`HostBuffer::write_mut`], safe)
+/// or the `unsafe` [`HostBuffer::write`], whose caller promises that nothing else reads or
+/// writes the written range during the call. Without that rule two threads holding one
+/// `Arc<HostBuffer>` could race on the same bytes from safe code, which is undefined
+/// behaviour. Callers that share a buffer either keep it behind a lock (the core's
+/// `model::HostStore` wraps it in an `RwLock`) or uphold the contract by their own protocol
+/// (the Python carriers: writes hold the GIL and a pending move's claim refuses them).
 #[derive(Debug)]
 pub struct HostBuffer {
     ptr: NonNull<u8>,
@@ -77,7 +86,10 @@ pub struct HostBuffer {
 // SAFETY: HostBuffer is a plain region of memory with no thread affinity; synchronisation of
 // reads and writes is the responsibility of the callers (see the type docs).
 unsafe impl Send for HostBuffer {}
-// SAFETY: as above; &HostBuffer hands out raw pointers only.
+// SAFETY: a shared reference allows only reads of the bytes (`read`) and raw pointers;
+// every write through `&HostBuffer` is `unsafe` and its caller guarantees exclusive access to
+// the range (see the type's access contract), so `&HostBuffer` cannot cause a data race from
+// safe code.
 unsafe impl Sync for HostBuffer {}
 
 fn out_of_memory() -> TryReserveError {
@@ -157,16 +169,48 @@ impl HostBuffer {
         Some(())
     }
 
-    /// Write `data` at `byte_off`; `None` when the range is out of bounds.
-    pub fn write(&self, byte_off: usize, data: &[u8]) -> Option<()> {
+    /// Write `data` at `byte_off` through a shared reference; `None` when the range is out
+    /// of bounds.
+    ///
+    /// # Safety
+    /// No other thread may read or write `[byte_off, byte_off + data.len())` of this buffer
+    /// (through [`read`](Self::read), [`as_ptr`](Self::as_ptr) or another `write`) while the
+    /// call runs. Prefer [`write_mut`](Self::write_mut), where the borrow checker proves it.
+    pub unsafe fn write(&self, byte_off: usize, data: &[u8]) -> Option<()> {
         let end = byte_off.checked_add(data.len())?;
         if end > self.len {
             return None;
         }
         // SAFETY: the destination range is inside the buffer (checked above); `data` is a
-        // distinct Rust slice.
+        // distinct Rust slice; the caller guarantees nobody else touches the range meanwhile.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(byte_off), data.len()) };
         Some(())
+    }
+
+    /// Write `data` at `byte_off`; `None` when the range is out of bounds. The exclusive
+    /// borrow proves no other access to the buffer can run meanwhile.
+    pub fn write_mut(&mut self, byte_off: usize, data: &[u8]) -> Option<()> {
+        // SAFETY: `&mut self` is the only reference to this buffer for the call.
+        unsafe { self.write(byte_off, data) }
+    }
+
+    /// The whole buffer as a byte slice.
+    pub fn as_slice(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: the buffer owns (or, wrapped, was promised) `len` readable bytes at `ptr`;
+        // writes through `&self` are excluded for the slice's lifetime by the access contract.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The whole buffer as a mutable byte slice.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        if self.len == 0 {
+            return &mut [];
+        }
+        // SAFETY: as for `as_slice`, and `&mut self` makes the slice the only access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 }
 
@@ -203,13 +247,13 @@ mod tests {
     #[test]
     fn large_buffers_are_mapped_page_aligned_and_zero() {
         for (len, zeroed) in [(MAP_THRESHOLD, false), (PAGE_ALIGN_THRESHOLD + 12345, true)] {
-            let b = HostBuffer::new(len, zeroed).unwrap();
+            let mut b = HostBuffer::new(len, zeroed).unwrap();
             assert_eq!(b.origin, Origin::Mapped);
             assert_eq!(b.as_ptr() as usize % PAGE_ALIGN, 0);
             let mut out = vec![1u8; len];
             b.read(0, &mut out).unwrap();
             assert!(out.iter().all(|&x| x == 0));
-            b.write(len - 4, &[7, 7, 7, 7]).unwrap();
+            b.write_mut(len - 4, &[7, 7, 7, 7]).unwrap();
             assert!(b.is_owned());
         }
     }
@@ -223,10 +267,11 @@ mod tests {
 
     #[test]
     fn out_of_bounds_access_is_refused() {
-        let b = HostBuffer::new(8, true).unwrap();
-        assert!(b.write(6, &[1, 2, 3]).is_none());
+        let mut b = HostBuffer::new(8, true).unwrap();
+        assert!(b.write_mut(6, &[1, 2, 3]).is_none());
         assert!(b.read(usize::MAX, &mut [0u8; 2]).is_none());
-        b.write(4, &[9, 9, 9, 9]).unwrap();
+        b.write_mut(4, &[9, 9, 9, 9]).unwrap();
+        assert_eq!(&b.as_slice()[4..], &[9; 4]);
         let mut out = [0u8; 4];
         b.read(4, &mut out).unwrap();
         assert_eq!(out, [9; 4]);

@@ -1,7 +1,8 @@
 //! Storage backends: typed element kinds, aligned host buffers and raw files.
 //!
 //! These types know bytes and element encodings only. Versions, ownership and release
-//! semantics belong to the carrier object model in Python.
+//! semantics belong to the carrier object model: `crate::model` for Rust users, the
+//! `strideweave.carriers` package for Python.
 
 mod elem;
 mod file;

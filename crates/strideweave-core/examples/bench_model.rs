@@ -1,0 +1,106 @@
+//! Side-by-side timings of the Rust object model against what a Rust user would otherwise
+//! write (a slice copy, a slice index, `std::fs` I/O). Prints figures and ratios; asserts
+//! nothing about time. `benches/bench_core_model.py` runs it under `make bench`.
+//!
+//! `cargo run --release -p strideweave-core --example bench_model [-- --quick]`
+
+use std::hint::black_box;
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Instant;
+
+use strideweave_core::model::{move_async, move_tensor, Carrier, FileCarrier, HostCarrier, Tensor};
+use strideweave_core::storage::{ElemKind, Scalar};
+
+/// Median seconds per call of `f` over `rounds` batches of `per_batch` calls.
+fn time_per_call(rounds: usize, per_batch: usize, mut f: impl FnMut()) -> f64 {
+    let mut samples: Vec<f64> = (0..rounds)
+        .map(|_| {
+            let t = Instant::now();
+            for _ in 0..per_batch {
+                f();
+            }
+            t.elapsed().as_secs_f64() / per_batch as f64
+        })
+        .collect();
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
+
+fn row(what: &str, ours: f64, theirs: f64, baseline: &str) {
+    println!(
+        "{what:<44} {:>10.2} us  vs {baseline:<26} {:>10.2} us  ratio {:>6.2}x",
+        ours * 1e6,
+        theirs * 1e6,
+        ours / theirs
+    );
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let rounds = if quick { 5 } else { 21 };
+
+    // Host -> host move of 1024 f32. A move releases its source, so every call builds fresh
+    // carriers; the plain-Rust side does the same: two fresh Vec<f32> and a copy.
+    let values: Vec<f32> = (0..1024).map(|v| v as f32).collect();
+    let setup = || {
+        let t = Tensor::canonical(HostCarrier::from_f32(&values), &[1024]).unwrap();
+        let dst: Arc<dyn Carrier> = HostCarrier::zeros(ElemKind::F32, 1024).unwrap();
+        (t, dst)
+    };
+    let blocking = time_per_call(rounds, 200, || {
+        let (t, dst) = setup();
+        black_box(move_tensor(&t, &dst).unwrap());
+    });
+    let asynchronous = time_per_call(rounds, 200, || {
+        let (t, dst) = setup();
+        black_box(move_async(&t, &dst).unwrap().wait().unwrap());
+    });
+    let theirs = time_per_call(rounds, 200, || {
+        let src = black_box(values.clone());
+        let mut dst = vec![0f32; 1024];
+        dst.copy_from_slice(&src);
+        black_box(dst);
+    });
+    row("new carriers + move_tensor, 1024 f32", blocking, theirs, "2 Vecs + copy_from_slice");
+    row("new carriers + move_async+wait, 1024 f32", asynchronous, theirs, "2 Vecs + copy_from_slice");
+
+    // Element access.
+    let t = Tensor::canonical(HostCarrier::from_f32(&values), &[1024]).unwrap();
+    let plain = values.clone();
+    let ours = time_per_call(rounds, 20_000, || {
+        black_box(t.get(black_box(517)).unwrap());
+    });
+    let theirs = time_per_call(rounds, 20_000, || {
+        black_box(plain[black_box(517)]);
+    });
+    row("Tensor::get", ours, theirs, "slice[i]");
+    let mut plain = values.clone();
+    let ours = time_per_call(rounds, 20_000, || {
+        t.set(black_box(517), Scalar::F32(1.0)).unwrap();
+    });
+    let theirs = time_per_call(rounds, 20_000, || {
+        plain[black_box(517)] = black_box(1.0);
+    });
+    row("Tensor::set", ours, theirs, "slice[i] = v");
+
+    // Bulk host -> file of 64 MiB (16 MiB quick), a fresh file per call (removed on drop),
+    // against creating, writing and removing a file of the same bytes with std::fs.
+    let n = if quick { 4 << 20 } else { 16 << 20 };
+    let bytes = vec![0u8; n * 4];
+    let dir = std::env::temp_dir();
+    let bulk_rounds = if quick { 3 } else { 7 };
+    let ours = time_per_call(bulk_rounds, 1, || {
+        let t = Tensor::canonical(HostCarrier::zeros(ElemKind::F32, n).unwrap(), &[n as i64]).unwrap();
+        let file: Arc<dyn Carrier> = FileCarrier::temp(ElemKind::F32).unwrap();
+        black_box(move_tensor(&t, &file).unwrap());
+    });
+    let theirs = time_per_call(bulk_rounds, 1, || {
+        let path = dir.join(format!("sw-bench-{}.bin", std::process::id()));
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.write_all(black_box(&bytes)).unwrap();
+        drop(f);
+        std::fs::remove_file(&path).unwrap();
+    });
+    row(&format!("move_tensor {} MiB host->file", (n * 4) >> 20), ours, theirs, "File::write_all");
+}

@@ -1,0 +1,233 @@
+//! The `Carrier` trait — the seam through which any storage, built-in or foreign (a
+//! Python-defined carrier, say), plugs into the object model — and the framework-owned
+//! operations every carrier gets.
+//!
+//! A carrier implements storage hooks only: its size, element kind, raw slot reads and
+//! writes, and optionally bulk storage access, a release hook and allocation. The checks
+//! the specification orders (released, index range, mutability, ownership, claims) and the
+//! version counting live in [`CarrierExt`], which is implemented for every carrier and
+//! cannot be overridden, so no carrier can forget a check or count a write twice.
+
+use std::any::TypeId;
+use std::sync::Arc;
+
+use super::error::{ModelError, Result};
+use super::host::HostStore;
+use super::state::{CarrierState, OwnerToken};
+use crate::storage::block::{BlockDevice, Extent};
+use crate::storage::{ElemKind, FileStore, Scalar};
+
+/// Exact-class identity of a carrier, for route lookup. Routes match classes by identity:
+/// nothing is inherited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ClassKey {
+    /// A Rust type.
+    Rust(TypeId),
+    /// A foreign class (for instance a Python type), identified by its binding.
+    Foreign(u64),
+}
+
+impl ClassKey {
+    /// The key of Rust type `T`.
+    pub fn of<T: ?Sized + 'static>() -> Self {
+        ClassKey::Rust(TypeId::of::<T>())
+    }
+}
+
+/// Storage a transfer may access in bulk instead of slot by slot. A running transfer holds
+/// these by `Arc`, so the bytes outlive a concurrent release of the carrier's handle.
+#[derive(Clone, Debug)]
+pub enum BulkStorage {
+    /// Host memory behind a lock (see [`HostStore`]).
+    Host(Arc<HostStore>),
+    /// A file of native-endian slots.
+    File(Arc<FileStore>),
+    /// One extent of a block device.
+    Block(Arc<BlockDevice>, Extent),
+}
+
+/// A flat array of slots of one element kind.
+///
+/// Implementors supply storage only; the framework's checked operations are in
+/// [`CarrierExt`]. Slot hooks receive indices the framework has already checked against
+/// [`size`](Carrier::size), and values of the carrier's [`elem_kind`](Carrier::elem_kind).
+/// Hooks must not call back into this carrier's framework operations (the state is locked
+/// during a write). A binding whose hooks take a global lock (Python's GIL) must hold that
+/// lock whenever it calls a framework operation that can reach a hook, or release it before
+/// every framework call, so the state mutex and the global lock are always taken in one
+/// order. `allocate` is the framework's hook too: calling it directly bypasses the
+/// claim checks, so leave it to moves.
+///
+/// A foreign carrier in a dozen lines; it moves like any other (elementwise, since no
+/// built-in route names its class):
+///
+/// ```
+/// use std::sync::Arc;
+/// use parking_lot::Mutex;
+/// use strideweave_core::model::{move_tensor, Carrier, CarrierExt, CarrierState, HostCarrier, ModelError, Tensor};
+/// use strideweave_core::storage::{ElemKind, Scalar};
+///
+/// struct Doubles { state: CarrierState, slots: Mutex<Vec<f64>> }
+///
+/// impl Carrier for Doubles {
+///     fn state(&self) -> &CarrierState { &self.state }
+///     fn elem_kind(&self) -> ElemKind { ElemKind::F64 }
+///     fn size(&self) -> usize { self.slots.lock().len() }
+///     fn read_slot(&self, i: usize) -> Result<Scalar, ModelError> { Ok(Scalar::F64(self.slots.lock()[i])) }
+///     fn write_slot(&self, i: usize, v: Scalar) -> Result<(), ModelError> {
+///         if let Scalar::F64(x) = v { self.slots.lock()[i] = x }
+///         Ok(())
+///     }
+///     fn is_mutable_hook(&self) -> bool { true }
+///     fn release_storage(&self) { self.slots.lock().clear() }
+/// }
+///
+/// let mine: Arc<dyn Carrier> = Arc::new(Doubles { state: CarrierState::new("Doubles"), slots: Mutex::new(vec![0.5, 1.5]) });
+/// mine.set(1, Scalar::F64(2.5)).unwrap();           // checked and counted by the framework
+/// assert!(mine.set(2, Scalar::F64(0.0)).is_err());   // out of range: nothing changes
+/// let t = Tensor::canonical(mine.clone(), &[2]).unwrap();
+/// let host: Arc<dyn Carrier> = HostCarrier::zeros(ElemKind::F64, 2).unwrap();
+/// let moved = move_tensor(&t, &host).unwrap();
+/// assert_eq!(moved.get(1).unwrap(), Scalar::F64(2.5));
+/// assert!(mine.is_released());
+/// ```
+pub trait Carrier: Send + Sync + 'static {
+    /// The framework state embedded in the carrier.
+    fn state(&self) -> &CarrierState;
+
+    /// The element kind of every slot (the carrier's dtype).
+    fn elem_kind(&self) -> ElemKind;
+
+    /// Number of slots; 0 once released.
+    fn size(&self) -> usize;
+
+    /// Read slot `i` (`i < size()`).
+    fn read_slot(&self, i: usize) -> Result<Scalar>;
+
+    /// Write slot `i` (`i < size()`, `v` of the carrier's kind). No version change: the
+    /// framework counts public writes, and a move's fill is not one.
+    fn write_slot(&self, i: usize, v: Scalar) -> Result<()>;
+
+    /// Whether the carrier accepts public writes at all (the spec's `_is_mutable`).
+    fn is_mutable_hook(&self) -> bool {
+        false
+    }
+
+    /// Bulk access to the storage, if the carrier has one the built-in routes understand.
+    fn bulk_storage(&self) -> Option<BulkStorage> {
+        None
+    }
+
+    /// Free the storage; called once, after the framework marked the carrier released.
+    fn release_storage(&self) {}
+
+    /// Whether [`allocate`](Carrier::allocate) can grow an empty carrier.
+    fn can_allocate(&self) -> bool {
+        false
+    }
+
+    /// Resize to exactly `slots` slots (new slots read as zero). A move grows an empty
+    /// destination with it, and shrinks it back to 0 when the move fails.
+    fn allocate(&self, slots: usize) -> Result<()> {
+        let _ = slots;
+        Err(ModelError::NotAllocatable { carrier: self.state().class_name().to_string() })
+    }
+
+    /// Exact-class identity for route lookup. Foreign carriers return
+    /// [`ClassKey::Foreign`] with their binding's identity of the class.
+    fn class_key(&self) -> ClassKey {
+        ClassKey::of::<Self>()
+    }
+}
+
+/// The framework-owned operations of every carrier, with the specification's checks in
+/// order. Implemented for all carriers; not meant to be implemented by hand.
+pub trait CarrierExt: Carrier {
+    /// The version: 0 at construction, +1 per successful public write.
+    fn version(&self) -> u64 {
+        self.state().version()
+    }
+
+    fn is_released(&self) -> bool {
+        self.state().is_released()
+    }
+
+    fn is_owned(&self) -> bool {
+        self.state().is_owned()
+    }
+
+    /// Live, unowned and mutable by its hook.
+    fn is_mutable(&self) -> bool {
+        !self.is_released() && !self.is_owned() && self.is_mutable_hook()
+    }
+
+    /// `carrier[i]`: released → `Released`; outside `[0, size)` → `SlotOutOfRange`.
+    fn get(&self, i: i64) -> Result<Scalar> {
+        self.state().check_live()?;
+        let slot = checked_slot(i, self.size())?;
+        self.read_slot(slot)
+    }
+
+    /// `carrier[i] = v`: released, range, then owned / not mutable → `NotMutable`, claimed
+    /// by a pending move → `Claimed`, a value of another kind → `ValueKind`. On success the
+    /// version rises by one; on failure nothing changes.
+    fn set(&self, i: i64, v: Scalar) -> Result<()> {
+        write_checked(self, None, i, v)
+    }
+
+    /// A write by the owning composite carrier, which bypasses the ownership check only.
+    fn set_as_owner(&self, owner: OwnerToken, i: i64, v: Scalar) -> Result<()> {
+        write_checked(self, Some(owner), i, v)
+    }
+
+    /// Release the storage: idempotent; owned → `Owned`; claimed by a pending move →
+    /// `Claimed`. The release hook runs after the carrier is marked released, so nobody can
+    /// start using the storage while the hook frees it.
+    fn release(&self) -> Result<()> {
+        if self.state().mark_released()? {
+            self.release_storage();
+        }
+        Ok(())
+    }
+}
+
+impl<C: Carrier + ?Sized> CarrierExt for C {}
+
+/// `i` as a slot index of a carrier with `size` slots.
+pub(crate) fn checked_slot(i: i64, size: usize) -> Result<usize> {
+    match usize::try_from(i) {
+        Ok(slot) if slot < size => Ok(slot),
+        _ => Err(ModelError::SlotOutOfRange { index: i, size }),
+    }
+}
+
+fn write_checked<C: Carrier + ?Sized>(c: &C, owner: Option<OwnerToken>, i: i64, v: Scalar) -> Result<()> {
+    let mut gate = c.state().begin_write()?;
+    let slot = checked_slot(i, c.size())?;
+    if let Some(token) = owner {
+        gate = gate.as_owner(token);
+    }
+    gate.check_writable(c.is_mutable_hook())?;
+    let kind = c.elem_kind();
+    if scalar_kind(v) != kind {
+        return Err(ModelError::ValueKind { value: v, kind });
+    }
+    c.write_slot(slot, v)?;
+    gate.commit();
+    Ok(())
+}
+
+/// The element kind a scalar encodes to.
+pub fn scalar_kind(v: Scalar) -> ElemKind {
+    match v {
+        Scalar::F32(_) => ElemKind::F32,
+        Scalar::F64(_) => ElemKind::F64,
+        Scalar::I32(_) => ElemKind::I32,
+        Scalar::Bool(_) => ElemKind::Bool,
+    }
+}
+
+/// Whether two carrier handles are the same object.
+pub fn same_carrier(a: &Arc<dyn Carrier>, b: &Arc<dyn Carrier>) -> bool {
+    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
+}

@@ -1,0 +1,98 @@
+//! The object model's error type, one variant per cause.
+//!
+//! Variants say *why* an operation failed, not which Python exception it becomes; the
+//! binding crate maps causes to exception classes in one place. For reference, the
+//! specification's classes are: `Released`, `Owned`, `Claimed`, `NotMutable` →
+//! RuntimeError; `DTypeMismatch` → TypeError; `SameCarrier`, `TooSmall`, `WindowOutOfRange`,
+//! `Layout` → ValueError; `SlotOutOfRange` → IndexError; `NotExportable` → BufferError;
+//! `NoRoute` → NotImplementedError.
+
+use std::sync::Arc;
+
+use thiserror::Error;
+
+use crate::layout::LayoutError;
+use crate::storage::{ElemKind, Scalar};
+
+/// Why an object-model operation failed. Nothing changed when one is returned (no value,
+/// version, claim, release state or file), unless the variant says otherwise.
+#[derive(Debug, Clone, Error)]
+#[non_exhaustive]
+pub enum ModelError {
+    /// The carrier's storage has been released.
+    #[error("{carrier} carrier is released")]
+    Released { carrier: String },
+    /// The carrier is owned by a composite carrier and only the owner may mutate, release
+    /// or move it.
+    #[error("{carrier} carrier is owned by another carrier")]
+    Owned { carrier: String },
+    /// A pending move holds the carrier: mutation, release and another move are refused
+    /// until it reaches its terminal commit.
+    #[error("cannot {action} {carrier} carrier: it participates in a pending move")]
+    Claimed { carrier: String, action: &'static str },
+    /// The carrier does not accept public writes.
+    #[error("{carrier} carrier is not mutable")]
+    NotMutable { carrier: String },
+    /// A slot index outside `[0, size)`.
+    #[error("carrier index {index} is outside [0, {size})")]
+    SlotOutOfRange { index: i64, size: usize },
+    /// A value whose kind is not the slot's element kind.
+    #[error("a {value:?} value does not suit a {kind:?} slot")]
+    ValueKind { value: Scalar, kind: ElemKind },
+    /// A tensor's window (offset + cosize) does not fit its carrier.
+    #[error("tensor window [{offset}, {offset} + {cosize}) exceeds the carrier's {size} slots")]
+    WindowOutOfRange { offset: usize, cosize: usize, size: usize },
+    /// Layout algebra refused a key or a construction.
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+    /// The destination's element kind differs from the tensor's dtype.
+    #[error("destination {carrier} carrier holds {found:?} but the tensor's dtype is {expected:?}")]
+    DTypeMismatch { carrier: String, expected: ElemKind, found: ElemKind },
+    /// An operation defined for single-subtensor tensors got a multi-subtensor one.
+    #[error("{operation} needs a single-subtensor tensor; this one has {count} subtensors")]
+    MultiSubtensor { operation: &'static str, count: usize },
+    /// The move's destination is the tensor's own carrier.
+    #[error("destination is the tensor's own carrier")]
+    SameCarrier,
+    /// The destination holds fewer slots than the layout's cosize and cannot allocate.
+    #[error("destination {carrier} carrier is too small: it has {size} slots, the layout's cosize is {needed}")]
+    TooSmall { carrier: String, size: usize, needed: usize },
+    /// `allocate` on a carrier that cannot grow.
+    #[error("{carrier} carrier cannot allocate")]
+    NotAllocatable { carrier: String },
+    /// The tensor cannot be exported through DLPack.
+    #[error("DLPack export refused: {reason}")]
+    NotExportable { reason: String },
+    /// The operating system refused an I/O operation.
+    #[error("I/O failed while {context}: {source}")]
+    Io {
+        context: &'static str,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    /// No transfer exists for this exact carrier pair (the spec's NotImplementedError).
+    #[error("no move route from {from} carrier to {to} carrier")]
+    NoRoute { from: String, to: String },
+    /// A block device refused an operation.
+    #[error("block device failed while {context}: {message}")]
+    Device { context: &'static str, message: String },
+    /// Host memory could not be allocated.
+    #[error("cannot allocate {bytes} bytes of host memory")]
+    OutOfMemory { bytes: usize },
+    /// A transfer's code panicked; the move was rolled back.
+    #[error("the transfer panicked: {message}")]
+    TransferPanicked { message: String },
+    /// A foreign carrier's hook reported a failure in its own words.
+    #[error("{carrier} carrier: {message}")]
+    Hook { carrier: String, message: String },
+}
+
+impl ModelError {
+    /// An I/O error with what was being done when it happened.
+    pub fn io(context: &'static str, source: std::io::Error) -> Self {
+        ModelError::Io { context, source: Arc::new(source) }
+    }
+}
+
+/// The object model's result type.
+pub type Result<T, E = ModelError> = std::result::Result<T, E>;

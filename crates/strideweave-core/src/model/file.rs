@@ -1,0 +1,153 @@
+//! `FileCarrier`: slots in a file this process created, over [`FileStore`].
+//!
+//! Positioned I/O needs no shared cursor, so element access and transfers share the store
+//! by `Arc` without a lock. A file carrier starts empty and can allocate, so a move into it
+//! sizes it to the layout's cosize (and shrinks it back to empty if the move fails).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use super::carrier::{BulkStorage, Carrier};
+use super::error::{ModelError, Result};
+use super::state::CarrierState;
+use crate::storage::{ElemKind, FileStore, Scalar};
+
+/// A carrier whose slots are a file of native-endian values. The file is removed when the
+/// carrier is released or dropped.
+///
+/// ```
+/// use strideweave_core::model::{Carrier, CarrierExt, FileCarrier};
+/// use strideweave_core::storage::{ElemKind, Scalar};
+///
+/// let f = FileCarrier::temp(ElemKind::I32).unwrap();
+/// assert_eq!(f.size(), 0);
+/// f.allocate(4).unwrap();
+/// f.set(3, Scalar::I32(-7)).unwrap();
+/// assert_eq!(f.get(3).unwrap(), Scalar::I32(-7));
+/// let path = f.path().to_path_buf();
+/// f.release().unwrap();
+/// assert!(!path.exists());
+/// ```
+#[derive(Debug)]
+pub struct FileCarrier {
+    state: CarrierState,
+    kind: ElemKind,
+    path: PathBuf,
+    store: RwLock<Option<Arc<FileStore>>>,
+    slots: AtomicUsize,
+}
+
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+impl FileCarrier {
+    /// Create `path` (which must not exist) as an empty carrier of `kind`.
+    pub fn create(path: &Path, kind: ElemKind) -> Result<Arc<Self>> {
+        let store = FileStore::create_new(path).map_err(|e| ModelError::io("creating the carrier's file", e))?;
+        Ok(Arc::new(FileCarrier {
+            state: CarrierState::new("FileCarrier"),
+            kind,
+            path: path.to_path_buf(),
+            store: RwLock::new(Some(Arc::new(store))),
+            slots: AtomicUsize::new(0),
+        }))
+    }
+
+    /// An empty carrier in a fresh file under the system's temporary directory.
+    pub fn temp(kind: ElemKind) -> Result<Arc<Self>> {
+        let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let name = format!("strideweave-{}-{n}-{nanos}.slots", std::process::id());
+        Self::create(&std::env::temp_dir().join(name), kind)
+    }
+
+    /// The file's path (removed once the carrier is released).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The shared store, `None` once released.
+    pub fn store(&self) -> Option<Arc<FileStore>> {
+        self.store.read().clone()
+    }
+
+    fn live(&self) -> Result<Arc<FileStore>> {
+        self.store().ok_or_else(|| ModelError::Released { carrier: "FileCarrier".into() })
+    }
+
+    fn byte_off(&self, i: usize) -> u64 {
+        (i as u64) * self.kind.size() as u64
+    }
+}
+
+impl Carrier for FileCarrier {
+    fn state(&self) -> &CarrierState {
+        &self.state
+    }
+
+    fn elem_kind(&self) -> ElemKind {
+        self.kind
+    }
+
+    fn size(&self) -> usize {
+        self.slots.load(Ordering::Acquire)
+    }
+
+    fn read_slot(&self, i: usize) -> Result<Scalar> {
+        let mut bytes = [0u8; 8];
+        let size = self.kind.size();
+        self.live()?
+            .read_at(self.byte_off(i), &mut bytes[..size])
+            .map_err(|e| ModelError::io("reading a slot", e))?;
+        Ok(self.kind.decode(&bytes[..size]))
+    }
+
+    fn write_slot(&self, i: usize, v: Scalar) -> Result<()> {
+        let mut bytes = [0u8; 8];
+        self.kind.encode(v, &mut bytes);
+        self.live()?
+            .write_at(self.byte_off(i), &bytes[..self.kind.size()])
+            .map_err(|e| ModelError::io("writing a slot", e))
+    }
+
+    fn is_mutable_hook(&self) -> bool {
+        true
+    }
+
+    fn bulk_storage(&self) -> Option<BulkStorage> {
+        self.store().map(BulkStorage::File)
+    }
+
+    fn release_storage(&self) {
+        if let Some(store) = self.store.write().take() {
+            self.slots.store(0, Ordering::Release);
+            // Removing the name is best effort: the handle closes when the last transfer
+            // holding the store drops it.
+            let _ = store.unlink();
+        }
+    }
+
+    fn can_allocate(&self) -> bool {
+        true
+    }
+
+    fn allocate(&self, slots: usize) -> Result<()> {
+        let bytes = (slots as u64).checked_mul(self.kind.size() as u64)
+            .ok_or(ModelError::OutOfMemory { bytes: usize::MAX })?;
+        self.live()?.set_len(bytes).map_err(|e| ModelError::io("resizing the carrier's file", e))?;
+        self.slots.store(slots, Ordering::Release);
+        Ok(())
+    }
+}
+
+impl Drop for FileCarrier {
+    fn drop(&mut self) {
+        if let Some(store) = self.store.get_mut().take() {
+            let _ = store.unlink();
+        }
+    }
+}

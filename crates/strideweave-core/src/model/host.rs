@@ -1,0 +1,191 @@
+//! `HostCarrier`: slots in host memory, over [`HostBuffer`].
+//!
+//! The bytes live in a [`HostStore`]: the buffer behind a reader-writer lock, shared by
+//! `Arc` between the carrier, running transfers and DLPack exports. Element reads take the
+//! read lock, writes the write lock, a transfer holds the source's read lock and the
+//! destination's write lock for the copy — so every access the Rust side makes is free of
+//! data races, whatever threads do. (Memory handed to a DLPack consumer is outside Rust's
+//! control; the consumer's accesses are its own responsibility, as with any raw pointer.)
+
+use std::sync::Arc;
+
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use super::carrier::{BulkStorage, Carrier};
+use super::error::{ModelError, Result};
+use super::state::CarrierState;
+use crate::storage::{ElemKind, HostBuffer, Scalar};
+
+/// A host buffer shared between a carrier and the transfers and exports using it.
+#[derive(Debug)]
+pub struct HostStore {
+    buf: RwLock<HostBuffer>,
+    /// The buffer's length, readable without the lock (a transfer may hold it for long).
+    len: usize,
+    /// The buffer's address, fixed for its life; recorded only (DLPack), never dereferenced
+    /// outside the lock.
+    addr: usize,
+}
+
+impl HostStore {
+    /// Wrap an owned buffer.
+    pub fn new(buf: HostBuffer) -> Self {
+        let (len, addr) = (buf.len(), buf.as_ptr() as usize);
+        HostStore { buf: RwLock::new(buf), len, addr }
+    }
+
+    /// Length in bytes.
+    pub fn len_bytes(&self) -> usize {
+        self.len
+    }
+
+    /// The address of the first byte (for DLPack descriptors).
+    pub fn addr(&self) -> usize {
+        self.addr
+    }
+
+    /// Shared access: reads may run concurrently.
+    pub fn read(&self) -> RwLockReadGuard<'_, HostBuffer> {
+        self.buf.read()
+    }
+
+    /// Exclusive access for writing.
+    pub fn write(&self) -> RwLockWriteGuard<'_, HostBuffer> {
+        self.buf.write()
+    }
+}
+
+/// A carrier whose slots are host memory.
+///
+/// ```
+/// use strideweave_core::model::{CarrierExt, HostCarrier};
+/// use strideweave_core::storage::{ElemKind, Scalar};
+///
+/// let c = HostCarrier::from_f32(&[1.0, 2.0, 3.0]);
+/// c.set(1, Scalar::F32(5.0)).unwrap();
+/// assert_eq!(c.get(1).unwrap(), Scalar::F32(5.0));
+/// assert_eq!(c.version(), 1);
+/// c.release().unwrap();
+/// assert!(c.get(0).is_err());
+/// assert_eq!(c.elem_kind_name(), ElemKind::F32.name());
+/// ```
+#[derive(Debug)]
+pub struct HostCarrier {
+    state: CarrierState,
+    kind: ElemKind,
+    mutable: bool,
+    store: RwLock<Option<Arc<HostStore>>>,
+}
+
+impl HostCarrier {
+    /// `slots` zeroed slots of `kind`, publicly mutable.
+    pub fn zeros(kind: ElemKind, slots: usize) -> Result<Arc<Self>> {
+        Self::with_mutability(kind, slots, true)
+    }
+
+    /// `slots` zeroed slots of `kind`; `mutable = false` refuses public writes (a move can
+    /// still read it, but not fill it).
+    pub fn with_mutability(kind: ElemKind, slots: usize, mutable: bool) -> Result<Arc<Self>> {
+        let bytes = slots.checked_mul(kind.size()).ok_or(ModelError::OutOfMemory { bytes: usize::MAX })?;
+        let buf = HostBuffer::new(bytes, true).map_err(|_| ModelError::OutOfMemory { bytes })?;
+        Ok(Arc::new(HostCarrier {
+            state: CarrierState::new("HostCarrier"),
+            kind,
+            mutable,
+            store: RwLock::new(Some(Arc::new(HostStore::new(buf)))),
+        }))
+    }
+
+    /// A mutable carrier holding `values` (which must all be of one kind, `kind`).
+    pub fn from_scalars(kind: ElemKind, values: &[Scalar]) -> Result<Arc<Self>> {
+        let c = Self::zeros(kind, values.len())?;
+        {
+            let store = c.store().expect("fresh carrier is live");
+            let mut buf = store.write();
+            let size = kind.size();
+            // Encode straight into the fresh buffer, one slot-sized chunk per value.
+            for (&v, slot) in values.iter().zip(buf.as_mut_slice().chunks_exact_mut(size)) {
+                if super::carrier::scalar_kind(v) != kind {
+                    return Err(ModelError::ValueKind { value: v, kind });
+                }
+                kind.encode(v, slot);
+            }
+        }
+        Ok(c)
+    }
+
+    /// A mutable `f32` carrier holding `values`.
+    pub fn from_f32(values: &[f32]) -> Arc<Self> {
+        let c = Self::zeros(ElemKind::F32, values.len()).expect("host allocation");
+        {
+            let store = c.store().expect("fresh carrier is live");
+            let mut buf = store.write();
+            for (&v, slot) in values.iter().zip(buf.as_mut_slice().chunks_exact_mut(4)) {
+                slot.copy_from_slice(&v.to_ne_bytes());
+            }
+        }
+        c
+    }
+
+    /// The shared store, `None` once released.
+    pub fn store(&self) -> Option<Arc<HostStore>> {
+        self.store.read().clone()
+    }
+
+    /// The element kind's name (`"f32"`, …).
+    pub fn elem_kind_name(&self) -> &'static str {
+        self.kind.name()
+    }
+
+    fn live(&self) -> Result<Arc<HostStore>> {
+        self.store().ok_or_else(|| ModelError::Released { carrier: "HostCarrier".into() })
+    }
+}
+
+impl Carrier for HostCarrier {
+    fn state(&self) -> &CarrierState {
+        &self.state
+    }
+
+    fn elem_kind(&self) -> ElemKind {
+        self.kind
+    }
+
+    fn size(&self) -> usize {
+        self.store.read().as_ref().map_or(0, |s| s.len_bytes() / self.kind.size())
+    }
+
+    fn read_slot(&self, i: usize) -> Result<Scalar> {
+        let store = self.live()?;
+        let size = self.kind.size();
+        let mut bytes = [0u8; 8];
+        store
+            .read()
+            .read(i * size, &mut bytes[..size])
+            .ok_or(ModelError::SlotOutOfRange { index: i as i64, size: store.len_bytes() / size })?;
+        Ok(self.kind.decode(&bytes[..size]))
+    }
+
+    fn write_slot(&self, i: usize, v: Scalar) -> Result<()> {
+        let store = self.live()?;
+        let size = self.kind.size();
+        let mut bytes = [0u8; 8];
+        self.kind.encode(v, &mut bytes);
+        let written = store.write().write_mut(i * size, &bytes[..size]);
+        written.ok_or(ModelError::SlotOutOfRange { index: i as i64, size: store.len_bytes() / size })
+    }
+
+    fn is_mutable_hook(&self) -> bool {
+        self.mutable
+    }
+
+    fn bulk_storage(&self) -> Option<BulkStorage> {
+        self.store().map(BulkStorage::Host)
+    }
+
+    /// Drops the carrier's handle; the memory is freed when the last transfer or DLPack
+    /// export holding the store lets go.
+    fn release_storage(&self) {
+        drop(self.store.write().take());
+    }
+}

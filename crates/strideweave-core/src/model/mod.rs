@@ -1,0 +1,54 @@
+//! The object model in pure Rust: carriers with atomic state, tensors over them, moves
+//! between carriers, and DLPack export — usable without Python.
+//!
+//! * [`state`]: [`CarrierState`] (version, released, owner, pending claim) and the
+//!   [`ClaimGuard`] whose drop rolls a claim back.
+//! * [`carrier`]: the [`Carrier`] trait foreign carriers implement, and [`CarrierExt`], the
+//!   checked operations every carrier gets.
+//! * [`host`], [`mod@file`], [`block`]: the built-in [`HostCarrier`], [`FileCarrier`] and
+//!   [`BlockCarrier`].
+//! * [`tensor`]: [`Tensor`] and [`Subtensor`].
+//! * [`movement`]: [`move_tensor`], [`move_async`] and [`MoveHandle`].
+//! * [`export`]: DLPack export with [`Tensor::to_dlpack`].
+//! * [`error`]: [`ModelError`], one variant per cause.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use strideweave_core::model::{move_async, Carrier, CarrierExt, FileCarrier, HostCarrier, Tensor};
+//! use strideweave_core::storage::ElemKind;
+//!
+//! let host = HostCarrier::from_f32(&[1.0, 2.0, 3.0, 4.0]);
+//! let t = Tensor::canonical(host.clone(), &[2, 2]).unwrap();
+//! let file: Arc<dyn Carrier> = FileCarrier::temp(ElemKind::F32).unwrap();
+//! let on_file = move_async(&t, &file).unwrap().wait().unwrap();
+//! assert!(host.is_released());
+//! let back: Arc<dyn Carrier> = HostCarrier::zeros(ElemKind::F32, 4).unwrap();
+//! let t2 = move_async(&on_file, &back).unwrap().wait().unwrap();
+//! assert_eq!(t2.values_f32().unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
+//! ```
+
+pub mod block;
+pub mod carrier;
+pub mod error;
+pub mod export;
+pub mod file;
+pub mod host;
+pub mod movement;
+pub mod state;
+pub mod tensor;
+
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod race_tests;
+#[cfg(test)]
+mod test_support;
+
+pub use block::BlockCarrier;
+pub use carrier::{BulkStorage, Carrier, CarrierExt, ClassKey};
+pub use error::ModelError;
+pub use file::FileCarrier;
+pub use host::{HostCarrier, HostStore};
+pub use movement::{move_async, move_tensor, route_kind, MoveHandle, MoveOutcome, RouteKind};
+pub use state::{CarrierState, ClaimGuard, ClaimId, OwnerToken, Role};
+pub use tensor::{Subtensor, Tensor};

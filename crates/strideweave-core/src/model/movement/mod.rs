@@ -1,0 +1,114 @@
+//! Moving a tensor into a caller-supplied carrier: [`move_tensor`] (blocking) and
+//! [`move_async`] (returns a [`MoveHandle`] at once; the transfer runs on the engine's
+//! worker pool).
+//!
+//! Both run the same request (`request.rs`): validation in the specification's order,
+//! claims on both carriers taken atomically with their checks, growth of an empty
+//! allocatable destination to the layout's cosize, the transfer of the exact pair's route
+//! ([`route`]), and one terminal commit — publish the result, then release the source — or
+//! a rollback that leaves the source live, shrinks a grown destination and frees both
+//! claims. A pending move refuses every conflicting write, release and move of its carriers
+//! with [`ModelError::Claimed`].
+
+mod request;
+pub mod route;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::carrier::Carrier;
+use super::error::{ModelError, Result};
+use super::tensor::Tensor;
+use crate::engine::{pool, Completion};
+
+pub use route::{route_kind, RouteKind};
+
+/// The outcome a move records once.
+pub type MoveOutcome = Result<Tensor, ModelError>;
+
+/// A pending or finished move. Clones observe the same single outcome; dropping every
+/// handle neither cancels nor blocks the move.
+#[derive(Clone, Debug)]
+pub struct MoveHandle {
+    cell: Arc<Completion<MoveOutcome>>,
+    route: RouteKind,
+}
+
+impl MoveHandle {
+    /// Whether the move has reached its terminal outcome. Never blocks.
+    pub fn is_done(&self) -> bool {
+        self.cell.is_done()
+    }
+
+    /// Block until the move finishes; the moved tensor or the recorded failure (the same
+    /// outcome for every caller).
+    pub fn wait(&self) -> MoveOutcome {
+        self.cell.wait().clone()
+    }
+
+    /// [`wait`](Self::wait) giving up after `timeout` with `None`.
+    pub fn wait_timeout(&self, timeout: Duration) -> Option<MoveOutcome> {
+        self.cell.wait_timeout(timeout).cloned()
+    }
+
+    /// Run `callback` once with the outcome: on the finishing thread, or at once if done.
+    pub fn on_done<F: FnOnce(&MoveOutcome) + Send + 'static>(&self, callback: F) {
+        self.cell.on_done(callback)
+    }
+
+    /// The route the move runs.
+    pub fn route(&self) -> RouteKind {
+        self.route
+    }
+}
+
+/// Move `tensor` into `destination` and wait: returns the tensor backed by `destination`
+/// at offset 0 with the same layout, after releasing the source carrier. The transfer runs
+/// on the calling thread. Validation failures return before anything changes.
+///
+/// ```
+/// use std::sync::Arc;
+/// use strideweave_core::model::{move_tensor, Carrier, CarrierExt, FileCarrier, HostCarrier, Tensor};
+/// use strideweave_core::storage::ElemKind;
+///
+/// let src = HostCarrier::from_f32(&[1.0, 2.0, 3.0]);
+/// let t = Tensor::canonical(src.clone(), &[3]).unwrap();
+/// let file: Arc<dyn Carrier> = FileCarrier::temp(ElemKind::F32).unwrap();
+/// let moved = move_tensor(&t, &file).unwrap();
+/// assert_eq!(moved.values_f32().unwrap(), vec![1.0, 2.0, 3.0]);
+/// assert!(src.is_released());
+/// assert_eq!(file.size(), 3); // grown to the layout's cosize
+/// ```
+pub fn move_tensor(tensor: &Tensor, destination: &Arc<dyn Carrier>) -> MoveOutcome {
+    request::initiate(tensor, destination)?.run()
+}
+
+/// Validate and start moving `tensor` into `destination`; the transfer and the terminal
+/// commit run on an engine worker. Validation and claim failures return `Err` at once,
+/// without a handle; a transfer failure becomes the handle's outcome.
+///
+/// ```
+/// use std::sync::Arc;
+/// use strideweave_core::model::{move_async, Carrier, FileCarrier, HostCarrier, Tensor};
+/// use strideweave_core::storage::ElemKind;
+///
+/// let t = Tensor::canonical(HostCarrier::from_f32(&[4.0, 5.0]), &[2]).unwrap();
+/// let file: Arc<dyn Carrier> = FileCarrier::temp(ElemKind::F32).unwrap();
+/// let handle = move_async(&t, &file).unwrap();
+/// assert_eq!(handle.wait().unwrap().values_f32().unwrap(), vec![4.0, 5.0]);
+/// ```
+pub fn move_async(tensor: &Tensor, destination: &Arc<dyn Carrier>) -> Result<MoveHandle> {
+    let pending = request::initiate(tensor, destination)?;
+    let route = pending.route_kind();
+    let cell = Arc::new(Completion::new());
+    let done = cell.clone();
+    pool::submit(move || {
+        // `run` contains the transfer's panics; this catches one from a carrier's release or
+        // allocate hook, so the handle still reaches an outcome (the claims' guards have
+        // rolled back during the unwind).
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pending.run()))
+            .unwrap_or_else(|_| Err(ModelError::TransferPanicked { message: "a carrier hook panicked".into() }));
+        done.commit(outcome);
+    });
+    Ok(MoveHandle { cell, route })
+}

@@ -1,0 +1,310 @@
+//! Carrier state — version, release, ownership and the pending-move claim — and its atomic
+//! transitions.
+//!
+//! Every transition checks the state it depends on and changes it inside one critical
+//! section of a `parking_lot` mutex, so of two racing calls exactly one wins: a move that
+//! claims a carrier and a `release()` of it cannot both succeed, nor can two moves of one
+//! source. A claim is an RAII [`ClaimGuard`]: dropping it without a commit gives the claim
+//! back, so no failure path (an error, an early return, a panic) leaves a carrier claimed.
+
+use std::num::NonZeroU64;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, MutexGuard};
+
+use super::carrier::Carrier;
+use super::error::{ModelError, Result};
+
+/// Identity of one pending move's claim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ClaimId(pub(crate) NonZeroU64);
+
+/// Identity of a composite carrier that owns others (an Evictable tier, say).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct OwnerToken(NonZeroU64);
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+fn fresh_id() -> NonZeroU64 {
+    // A u64 counter cannot wrap in the life of a process; `max(1)` keeps the type honest.
+    NonZeroU64::new(NEXT_ID.fetch_add(1, Ordering::Relaxed).max(1)).expect("non-zero")
+}
+
+impl ClaimId {
+    /// A claim identity no other claim has.
+    pub fn fresh() -> Self {
+        ClaimId(fresh_id())
+    }
+}
+
+impl OwnerToken {
+    /// An owner identity no other owner has.
+    pub fn fresh() -> Self {
+        OwnerToken(fresh_id())
+    }
+}
+
+/// Which side of a move a claim is for; the checks differ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// The tensor's carrier: must be live and not owned.
+    Source,
+    /// The receiving carrier: must be live, not owned and publicly mutable.
+    Destination,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    version: u64,
+    released: bool,
+    owner: Option<OwnerToken>,
+    claim: Option<ClaimId>,
+}
+
+/// The framework state every carrier shares. A carrier embeds one and returns it from
+/// [`Carrier::state`]; only the framework changes it.
+///
+/// ```
+/// use std::sync::Arc;
+/// use strideweave_core::model::{Carrier, CarrierExt, ClaimId, HostCarrier, ModelError, Role};
+///
+/// let c: Arc<dyn Carrier> = HostCarrier::from_f32(&[1.0]);
+/// let claim = c.state().try_claim(&c, ClaimId::fresh(), Role::Source).unwrap();
+/// assert!(matches!(c.release(), Err(ModelError::Claimed { .. })));
+/// drop(claim); // an uncommitted claim rolls back
+/// assert!(!c.state().is_claimed());
+/// let claim = c.state().try_claim(&c, ClaimId::fresh(), Role::Source).unwrap();
+/// claim.commit_release(); // ends the claim and releases in one step
+/// assert!(c.is_released());
+/// ```
+#[derive(Debug)]
+pub struct CarrierState {
+    /// The carrier's class name, for error messages.
+    name: Box<str>,
+    inner: Mutex<Inner>,
+}
+
+impl CarrierState {
+    /// Fresh state: version 0, live, unowned, unclaimed.
+    pub fn new(class_name: &str) -> Self {
+        CarrierState { name: class_name.into(), inner: Mutex::new(Inner::default()) }
+    }
+
+    /// The class name errors report.
+    pub fn class_name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn version(&self) -> u64 {
+        self.inner.lock().version
+    }
+
+    pub fn is_released(&self) -> bool {
+        self.inner.lock().released
+    }
+
+    pub fn is_owned(&self) -> bool {
+        self.inner.lock().owner.is_some()
+    }
+
+    pub fn is_claimed(&self) -> bool {
+        self.inner.lock().claim.is_some()
+    }
+
+    /// The pending move holding this carrier, if any.
+    pub fn claim(&self) -> Option<ClaimId> {
+        self.inner.lock().claim
+    }
+
+    fn released_err(&self) -> ModelError {
+        ModelError::Released { carrier: self.name.to_string() }
+    }
+
+    fn claimed_err(&self, action: &'static str) -> ModelError {
+        ModelError::Claimed { carrier: self.name.to_string(), action }
+    }
+
+    /// `Released` unless live.
+    pub fn check_live(&self) -> Result<()> {
+        if self.inner.lock().released { Err(self.released_err()) } else { Ok(()) }
+    }
+
+    /// Begin a public write: fails with `Released` now; the caller then checks the index and
+    /// calls [`WriteGate::check_writable`]. The state stays locked until the gate drops, so
+    /// a claim or a release cannot slip in between the checks and the write.
+    pub fn begin_write(&self) -> Result<WriteGate<'_>> {
+        let inner = self.inner.lock();
+        if inner.released {
+            return Err(self.released_err());
+        }
+        Ok(WriteGate { state: self, inner, owner_ok: None })
+    }
+
+    /// Public release: `Owned` if owned, `Claimed` if a pending move holds the carrier,
+    /// `Ok(false)` if already released (release is idempotent), else marks it released and
+    /// returns `Ok(true)`: the caller then frees the storage, outside the lock.
+    pub fn mark_released(&self) -> Result<bool> {
+        let mut inner = self.inner.lock();
+        if inner.owner.is_some() {
+            return Err(ModelError::Owned { carrier: self.name.to_string() });
+        }
+        if inner.claim.is_some() {
+            return Err(self.claimed_err("release"));
+        }
+        if inner.released {
+            return Ok(false);
+        }
+        inner.released = true;
+        Ok(true)
+    }
+
+    /// Make `owner` the carrier's owner: it must be live, unowned and unclaimed.
+    pub fn adopt(&self, owner: OwnerToken) -> Result<()> {
+        let mut inner = self.inner.lock();
+        if inner.released {
+            return Err(self.released_err());
+        }
+        if inner.owner.is_some() {
+            return Err(ModelError::Owned { carrier: self.name.to_string() });
+        }
+        if inner.claim.is_some() {
+            return Err(self.claimed_err("adopt"));
+        }
+        inner.owner = Some(owner);
+        Ok(())
+    }
+
+    /// Give up ownership; `false` if `owner` was not the owner.
+    pub fn disown(&self, owner: OwnerToken) -> bool {
+        let mut inner = self.inner.lock();
+        if inner.owner == Some(owner) {
+            inner.owner = None;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Claim the carrier for move `id` in `role`, checking in the same critical section:
+    /// released → `Released`; owned → `Owned` (source) or `NotMutable` (destination);
+    /// claimed → `Claimed`; a destination whose `mutable` hook said no → `NotMutable`.
+    pub fn try_claim(&self, carrier: &Arc<dyn Carrier>, id: ClaimId, role: Role) -> Result<ClaimGuard> {
+        debug_assert!(std::ptr::eq(carrier.state(), self), "the carrier must own this state");
+        let mutable = role == Role::Source || carrier.is_mutable_hook();
+        let mut inner = self.inner.lock();
+        if inner.released {
+            return Err(self.released_err());
+        }
+        if inner.owner.is_some() {
+            return Err(match role {
+                Role::Source => ModelError::Owned { carrier: self.name.to_string() },
+                Role::Destination => ModelError::NotMutable { carrier: self.name.to_string() },
+            });
+        }
+        if inner.claim.is_some() {
+            return Err(self.claimed_err("move"));
+        }
+        if !mutable {
+            return Err(ModelError::NotMutable { carrier: self.name.to_string() });
+        }
+        inner.claim = Some(id);
+        Ok(ClaimGuard { carrier: Some(carrier.clone()), id })
+    }
+
+    fn drop_claim(&self, id: ClaimId) {
+        let mut inner = self.inner.lock();
+        if inner.claim == Some(id) {
+            inner.claim = None;
+        }
+    }
+}
+
+/// An open public write: the carrier's state stays locked while it lives.
+pub struct WriteGate<'a> {
+    state: &'a CarrierState,
+    inner: MutexGuard<'a, Inner>,
+    owner_ok: Option<OwnerToken>,
+}
+
+impl WriteGate<'_> {
+    /// Let the owner `token` write even though the carrier is owned.
+    pub fn as_owner(mut self, token: OwnerToken) -> Self {
+        self.owner_ok = Some(token);
+        self
+    }
+
+    /// The write checks after the index check: owned by someone else or not mutable →
+    /// `NotMutable`; claimed by a pending move → `Claimed`.
+    pub fn check_writable(&self, mutable_hook: bool) -> Result<()> {
+        let name = || self.state.name.to_string();
+        if self.inner.owner.is_some() && self.inner.owner != self.owner_ok {
+            return Err(ModelError::NotMutable { carrier: name() });
+        }
+        if !mutable_hook {
+            return Err(ModelError::NotMutable { carrier: name() });
+        }
+        if self.inner.claim.is_some() {
+            return Err(self.state.claimed_err("write to"));
+        }
+        Ok(())
+    }
+
+    /// Count the successful write: the version rises by exactly one.
+    pub fn commit(mut self) {
+        self.inner.version += 1;
+    }
+}
+
+/// A pending move's hold on one carrier. Dropping it gives the claim back (rollback);
+/// [`ClaimGuard::commit_release`] ends it by releasing the carrier in the same critical
+/// section, so nobody can slip in between the claim ending and the release.
+pub struct ClaimGuard {
+    carrier: Option<Arc<dyn Carrier>>,
+    id: ClaimId,
+}
+
+impl std::fmt::Debug for ClaimGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClaimGuard").field("id", &self.id).finish()
+    }
+}
+
+impl ClaimGuard {
+    pub fn id(&self) -> ClaimId {
+        self.id
+    }
+
+    /// The claimed carrier.
+    pub fn carrier(&self) -> &Arc<dyn Carrier> {
+        self.carrier.as_ref().expect("live until consumed")
+    }
+
+    /// End the claim normally (the destination of a committed move).
+    pub fn finish(self) {
+        drop(self)
+    }
+
+    /// End the claim by releasing the carrier (the source of a committed move): marks it
+    /// released and drops the claim atomically, then runs the carrier's release hook.
+    pub fn commit_release(mut self) {
+        let carrier = self.carrier.take().expect("live until consumed");
+        let newly = {
+            let mut inner = carrier.state().inner.lock();
+            debug_assert_eq!(inner.claim, Some(self.id));
+            inner.claim = None;
+            !std::mem::replace(&mut inner.released, true)
+        };
+        if newly {
+            carrier.release_storage();
+        }
+    }
+}
+
+impl Drop for ClaimGuard {
+    fn drop(&mut self) {
+        if let Some(carrier) = self.carrier.take() {
+            carrier.state().drop_claim(self.id);
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! `Tensor`: a dtype and one or more subtensors, each a carrier, an offset and a layout.
+//!
+//! Element `k` of a single-subtensor tensor is slot `offset + layout(k)` of its carrier.
+//! Tensors are cheap handles (`Clone` shares the subtensors); values live in carriers, whose
+//! state decides who may read, write, release or move them.
+
+use std::sync::Arc;
+
+use super::carrier::{Carrier, CarrierExt};
+use super::error::{ModelError, Result};
+use crate::layout::{Coord, Layout, Shape};
+use crate::storage::{ElemKind, Scalar};
+
+/// One carrier window of a tensor.
+#[derive(Clone)]
+pub struct Subtensor {
+    carrier: Arc<dyn Carrier>,
+    offset: usize,
+    layout: Layout,
+}
+
+impl std::fmt::Debug for Subtensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subtensor")
+            .field("carrier", &self.carrier.state().class_name())
+            .field("offset", &self.offset)
+            .field("layout", &format_args!("{}:{}", self.layout.shape(), self.layout.stride()))
+            .finish()
+    }
+}
+
+impl Subtensor {
+    /// A window of `carrier`: `offset + cosize` must fit in its slots.
+    pub fn new(carrier: Arc<dyn Carrier>, offset: usize, layout: Layout) -> Result<Self> {
+        carrier.state().check_live()?;
+        let cosize = layout.cosize() as usize;
+        let size = carrier.size();
+        if offset.checked_add(cosize).is_none_or(|end| end > size) {
+            return Err(ModelError::WindowOutOfRange { offset, cosize, size });
+        }
+        Ok(Subtensor { carrier, offset, layout })
+    }
+
+    pub fn carrier(&self) -> &Arc<dyn Carrier> {
+        &self.carrier
+    }
+
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+}
+
+/// A tensor over carriers.
+///
+/// ```
+/// use strideweave_core::layout::{Layout, Shape, Stride};
+/// use strideweave_core::model::{HostCarrier, Tensor};
+/// use strideweave_core::storage::Scalar;
+///
+/// let c = HostCarrier::from_f32(&[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+/// // A 2 x 3 column-major view: element (i, j) is slot i + 2 j.
+/// let layout = Layout::new(Shape::flat(&[2, 3]).unwrap(), Stride::flat(&[1, 2]).unwrap()).unwrap();
+/// let t = Tensor::new(c, 0, layout).unwrap();
+/// assert_eq!(t.get(3).unwrap(), Scalar::F32(3.0));
+/// t.set(5, Scalar::F32(-1.0)).unwrap();
+/// assert_eq!(t.values_f32().unwrap(), vec![0.0, 1.0, 2.0, 3.0, 4.0, -1.0]);
+/// ```
+#[derive(Clone, Debug)]
+pub struct Tensor {
+    dtype: ElemKind,
+    subtensors: Arc<[Subtensor]>,
+}
+
+impl Tensor {
+    /// A single-subtensor tensor whose dtype is the carrier's element kind.
+    pub fn new(carrier: Arc<dyn Carrier>, offset: usize, layout: Layout) -> Result<Self> {
+        let dtype = carrier.elem_kind();
+        Ok(Tensor { dtype, subtensors: Arc::new([Subtensor::new(carrier, offset, layout)?]) })
+    }
+
+    /// A tensor over `carrier` at offset 0 with the canonical (first-mode-fastest) layout
+    /// of `extents`.
+    pub fn canonical(carrier: Arc<dyn Carrier>, extents: &[i64]) -> Result<Self> {
+        let layout = Layout::canonical(&Shape::flat(extents)?)?;
+        Self::new(carrier, 0, layout)
+    }
+
+    /// A tensor of several subtensors (for instance the planes of a compound dtype). Every
+    /// subtensor must have the same shape; at least one is required.
+    pub fn from_subtensors(dtype: ElemKind, subtensors: Vec<Subtensor>) -> Result<Self> {
+        let Some(first) = subtensors.first() else {
+            return Err(ModelError::Layout(crate::layout::LayoutError::Value(
+                "a tensor needs at least one subtensor".into(),
+            )));
+        };
+        let shape = first.layout.shape().clone();
+        if let Some(bad) = subtensors.iter().find(|s| *s.layout.shape() != shape) {
+            return Err(ModelError::Layout(crate::layout::LayoutError::Value(format!(
+                "subtensor shapes differ: {shape} and {}",
+                bad.layout.shape()
+            ))));
+        }
+        Ok(Tensor { dtype, subtensors: subtensors.into() })
+    }
+
+    pub fn dtype(&self) -> ElemKind {
+        self.dtype
+    }
+
+    pub fn subtensors(&self) -> &[Subtensor] {
+        &self.subtensors
+    }
+
+    /// The single subtensor, or `MultiSubtensor` naming `operation`.
+    pub fn single(&self, operation: &'static str) -> Result<&Subtensor> {
+        match &*self.subtensors {
+            [one] => Ok(one),
+            many => Err(ModelError::MultiSubtensor { operation, count: many.len() }),
+        }
+    }
+
+    /// The carrier of subtensor 0.
+    pub fn carrier(&self) -> &Arc<dyn Carrier> {
+        &self.subtensors[0].carrier
+    }
+
+    /// The offset of subtensor 0.
+    pub fn offset(&self) -> usize {
+        self.subtensors[0].offset
+    }
+
+    /// The layout of subtensor 0.
+    pub fn layout(&self) -> &Layout {
+        &self.subtensors[0].layout
+    }
+
+    /// Logical number of elements.
+    pub fn size(&self) -> i64 {
+        self.layout().size()
+    }
+
+    /// Whether a public write could succeed now (every subtensor's carrier is mutable).
+    pub fn is_mutable(&self) -> bool {
+        self.subtensors.iter().all(|s| s.carrier.is_mutable())
+    }
+
+    fn slot_of_int(&self, k: i64) -> Result<(&Subtensor, i64)> {
+        let s = self.single("element access")?;
+        let index = s.layout.try_index_of_int(k)?;
+        Ok((s, s.offset as i64 + index))
+    }
+
+    fn slot_of_coord(&self, coord: &Coord) -> Result<(&Subtensor, i64)> {
+        let s = self.single("element access")?;
+        let index = s.layout.index_of_coord(coord)?;
+        Ok((s, s.offset as i64 + index))
+    }
+
+    /// Element at ordinal `k` (first mode fastest).
+    pub fn get(&self, k: i64) -> Result<Scalar> {
+        let (s, slot) = self.slot_of_int(k)?;
+        s.carrier.get(slot)
+    }
+
+    /// Element at a hierarchical coordinate.
+    pub fn get_coord(&self, coord: &Coord) -> Result<Scalar> {
+        let (s, slot) = self.slot_of_coord(coord)?;
+        s.carrier.get(slot)
+    }
+
+    /// Write the element at ordinal `k` (a public write: checked, counted in the version).
+    pub fn set(&self, k: i64, v: Scalar) -> Result<()> {
+        let (s, slot) = self.slot_of_int(k)?;
+        s.carrier.set(slot, v)
+    }
+
+    /// Write the element at a hierarchical coordinate.
+    pub fn set_coord(&self, coord: &Coord, v: Scalar) -> Result<()> {
+        let (s, slot) = self.slot_of_coord(coord)?;
+        s.carrier.set(slot, v)
+    }
+
+    /// Every element in ordinal order.
+    pub fn values(&self) -> Result<Vec<Scalar>> {
+        (0..self.size()).map(|k| self.get(k)).collect()
+    }
+
+    /// Every element of an `f32` tensor in ordinal order.
+    pub fn values_f32(&self) -> Result<Vec<f32>> {
+        self.values()?
+            .into_iter()
+            .map(|v| match v {
+                Scalar::F32(x) => Ok(x),
+                other => Err(ModelError::ValueKind { value: other, kind: ElemKind::F32 }),
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,114 @@
+//! A configurable foreign carrier for the object model's tests: slots in a `Vec<f32>`,
+//! with an optional gate that holds every slot read (so a move stays pending as long as a
+//! test needs), injected write failures and panics, and a slow release hook.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+use super::carrier::Carrier;
+use super::error::{ModelError, Result};
+use super::state::CarrierState;
+use crate::storage::{ElemKind, Scalar};
+
+/// A gate that starts closed; `open` lets every waiter through for good.
+#[derive(Default)]
+pub(crate) struct Gate {
+    open: Mutex<bool>,
+    cond: Condvar,
+}
+
+impl Gate {
+    pub fn open(&self) {
+        *self.open.lock() = true;
+        self.cond.notify_all();
+    }
+
+    fn pass(&self) {
+        let mut open = self.open.lock();
+        while !*open {
+            self.cond.wait(&mut open);
+        }
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct VecCarrier {
+    pub state: CarrierState,
+    pub slots: Mutex<Vec<f32>>,
+    pub gate: Option<Arc<Gate>>,
+    /// `write_slot` of this slot index fails.
+    pub fail_write_at: Option<usize>,
+    /// `read_slot` panics.
+    pub panic_on_read: bool,
+    pub release_sleep: Duration,
+    pub allocatable: bool,
+    pub immutable: bool,
+}
+
+impl Default for CarrierState {
+    fn default() -> Self {
+        CarrierState::new("VecCarrier")
+    }
+}
+
+impl VecCarrier {
+    pub fn new(values: &[f32]) -> Self {
+        VecCarrier { slots: Mutex::new(values.to_vec()), ..Default::default() }
+    }
+
+    pub fn values(&self) -> Vec<f32> {
+        self.slots.lock().clone()
+    }
+}
+
+impl Carrier for VecCarrier {
+    fn state(&self) -> &CarrierState {
+        &self.state
+    }
+
+    fn elem_kind(&self) -> ElemKind {
+        ElemKind::F32
+    }
+
+    fn size(&self) -> usize {
+        self.slots.lock().len()
+    }
+
+    fn read_slot(&self, i: usize) -> Result<Scalar> {
+        if let Some(gate) = &self.gate {
+            gate.pass();
+        }
+        assert!(!self.panic_on_read, "injected read panic");
+        Ok(Scalar::F32(self.slots.lock()[i]))
+    }
+
+    fn write_slot(&self, i: usize, v: Scalar) -> Result<()> {
+        if self.fail_write_at == Some(i) {
+            return Err(ModelError::Hook { carrier: "VecCarrier".into(), message: format!("injected failure at {i}") });
+        }
+        let Scalar::F32(x) = v else { unreachable!("the framework checks kinds") };
+        self.slots.lock()[i] = x;
+        Ok(())
+    }
+
+    fn is_mutable_hook(&self) -> bool {
+        !self.immutable
+    }
+
+    fn release_storage(&self) {
+        std::thread::sleep(self.release_sleep);
+        self.slots.lock().clear();
+    }
+
+    fn can_allocate(&self) -> bool {
+        self.allocatable
+    }
+
+    fn allocate(&self, slots: usize) -> Result<()> {
+        assert!(self.allocatable, "allocate called on a fixed carrier");
+        self.slots.lock().resize(slots, 0.0);
+        Ok(())
+    }
+}

@@ -9,3 +9,4 @@ pub mod engine;
 pub mod kernels;
 pub mod layout;
 pub mod storage;
+pub mod tiles;

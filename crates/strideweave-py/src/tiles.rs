@@ -5,7 +5,7 @@
 //! count)` tuples whose ends are `HostStorage` or `FileStorage` objects, never addresses.
 //! `copy_blocks` / `submit_copy_blocks` take `(src, src_slot, dst, dst_slot)` blocks of one
 //! shared geometry (a dense block of `block_shape` inside a dense `src_shape` array, placed
-//! into a dense `dst_shape` array), which Rust expands into row spans: a projection of
+//! into a dense `dst_shape` array), which Rust copies row by row: a projection of
 //! thousands of tiles is one Python call, not a tuple per row.
 //!
 //! Every storage is resolved to its live buffer or file and held by `Arc` for the whole
@@ -25,7 +25,7 @@ use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use strideweave_core::engine;
 use strideweave_core::storage::{ElemKind, FileStore, HostBuffer};
-use strideweave_core::tiles::{self, Block, Span, SpanError, Store};
+use strideweave_core::tiles::{self, Block, BlockGeometry, Span, SpanError, Store};
 
 use crate::storage::{FileStorage, HostStorage};
 
@@ -35,11 +35,17 @@ enum Held {
     File(Arc<FileStore>),
 }
 
-/// A checked request: its storages (each once) and spans over them.
+/// What a request copies.
+enum Work {
+    Spans(Vec<Span>),
+    Blocks(BlockGeometry, Vec<Block>),
+}
+
+/// A checked request: its storages (each once) and the spans or blocks over them.
 struct Request {
     held: Vec<Held>,
     elem: usize,
-    spans: Vec<Span>,
+    work: Work,
 }
 
 impl Request {
@@ -54,7 +60,20 @@ impl Request {
     }
 
     fn check(&self) -> PyResult<()> {
-        tiles::check_spans(&self.stores(), self.elem, &self.spans).map_err(span_error)
+        let stores = self.stores();
+        match &self.work {
+            Work::Spans(spans) => tiles::check_spans(&stores, self.elem, spans),
+            Work::Blocks(geo, blocks) => tiles::check_blocks(&stores, self.elem, geo, blocks),
+        }
+        .map_err(span_error)
+    }
+
+    /// How many spans or blocks, for error notes.
+    fn len(&self) -> usize {
+        match &self.work {
+            Work::Spans(spans) => spans.len(),
+            Work::Blocks(_, blocks) => blocks.len(),
+        }
     }
 
     /// Runs every span; panics become an error rather than unwinding into the engine.
@@ -63,7 +82,13 @@ impl Request {
         // SAFETY: `check` passed for these stores before the request was run; `held` keeps
         // every buffer and file alive; the carrier layer pins the tiles and claims the
         // destination it names, so no other thread writes these ranges meanwhile.
-        match catch_unwind(AssertUnwindSafe(|| unsafe { tiles::run_spans(&stores, self.elem, &self.spans) })) {
+        let run = || match &self.work {
+            // SAFETY: as above.
+            Work::Spans(spans) => unsafe { tiles::run_spans(&stores, self.elem, spans) },
+            // SAFETY: as above.
+            Work::Blocks(geo, blocks) => unsafe { tiles::run_blocks(&stores, self.elem, geo, blocks) },
+        };
+        match catch_unwind(AssertUnwindSafe(run)) {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(Failure::Io(e)),
             Err(p) => Err(Failure::Panic(
@@ -86,7 +111,7 @@ impl Failure {
         match self {
             Failure::Io(err) => {
                 let e = os_error(err);
-                let _ = e.add_note(py, format!("while copying a request of {spans} spans between storages"));
+                let _ = e.add_note(py, format!("while copying a request of {spans} spans or blocks between storages"));
                 e
             }
             Failure::Panic(msg) => PyRuntimeError::new_err(format!("internal error in a span copy job: {msg}")),
@@ -156,9 +181,9 @@ impl Interner {
         Ok(self.held.len() - 1)
     }
 
-    fn finish(self, spans: Vec<Span>) -> PyResult<Request> {
+    fn finish(self, work: Work) -> PyResult<Request> {
         let elem = self.kind.map_or(1, ElemKind::size);
-        let request = Request { held: self.held, elem, spans };
+        let request = Request { held: self.held, elem, work };
         request.check()?;
         Ok(request)
     }
@@ -184,7 +209,7 @@ fn parse_spans(spans: &Bound<'_, PyAny>) -> PyResult<Request> {
             count: slot(count, &format!("spans[{k}] count"))?,
         });
     }
-    interner.finish(out)
+    interner.finish(Work::Spans(out))
 }
 
 fn shape(values: &[i64], what: &str) -> PyResult<Vec<u64>> {
@@ -206,18 +231,17 @@ fn parse_blocks(blocks: &Bound<'_, PyAny>, block_shape: &[i64], src_shape: &[i64
             dst_off: slot(dst_off, &format!("blocks[{k}] dst_slot"))?,
         });
     }
-    let spans = tiles::block_spans(
-        &parsed,
+    let geo = BlockGeometry::new(
         &shape(block_shape, "block_shape")?,
         &shape(src_shape, "src_shape")?,
         &shape(dst_shape, "dst_shape")?,
     )
     .map_err(span_error)?;
-    interner.finish(spans)
+    interner.finish(Work::Blocks(geo, parsed))
 }
 
 fn run_blocking(py: Python<'_>, request: Request) -> PyResult<()> {
-    let n = request.spans.len();
+    let n = request.len();
     py.detach(|| request.run()).map_err(|f| f.into_pyerr(py, n))
 }
 
@@ -229,7 +253,7 @@ fn submit(then: &Bound<'_, PyAny>, request: Request) -> PyResult<()> {
     }
     let then = then.clone().unbind();
     engine::submit(move || {
-        let n = request.spans.len();
+        let n = request.len();
         let result = request.run();
         // The storages are dropped before Python learns of the outcome, so a commit that
         // releases the old tiles frees their memory at once.

@@ -72,6 +72,24 @@ def snapshot(tile: Carrier) -> Carrier | None:
     return copy
 
 
+def split(seed: Carrier, grid: Sequence[int], tile_shape: Sequence[int], tiles: list) -> bool:
+    """Split a built-in seeding tier into fresh tiles of its class, appended to `tiles`, with
+    one Rust block copy: what `new_like` of each tile's values would give. False (nothing
+    made) when the seed is not built-in."""
+    storage = native_storage(seed)
+    if storage is None or not _builtin_factories(type(seed)):
+        return False
+    size = math.prod(tile_shape)
+    for _ in range(math.prod(grid)):
+        tiles.append(seed.allocate_like(size, mutable=True, empty=True))
+    logical = [g * t for g, t in zip(grid, tile_shape)]
+    strides = dense_strides(logical)
+    blocks = [(storage, block_origin(coord, tile_shape, strides), tile._sw_storage(), 0)
+              for coord, tile in zip(grid_coordinates(grid), tiles)]
+    _native.copy_blocks(blocks, list(tile_shape), logical, list(tile_shape))
+    return True
+
+
 def dense_strides(shape: Sequence[int]) -> list[int]:
     """First-mode-fastest strides of a dense array of `shape`."""
     strides, acc = [], 1

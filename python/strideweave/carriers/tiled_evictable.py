@@ -23,7 +23,7 @@ import threading
 import weakref
 from typing import Any, Iterable, Sequence
 
-from strideweave.carriers import tiled_residency
+from strideweave.carriers import tiled_bulk, tiled_residency
 from strideweave.carriers.base import Carrier, check_size_argument
 from strideweave.carriers.cpu import CPU
 from strideweave.carriers.dtype import DType
@@ -317,9 +317,10 @@ def _provider_allocate(c: TiledEvictable, slots: int) -> None:
     location = PRIMARY if seed is c._primary else SECONDARY
     tiles: list[Carrier] = []
     try:
-        for index in range(math.prod(c._grid)):
-            values = [seed[s] for s in c._tile_slots(index)]
-            tiles.append(seed.new_like(values, mutable=True))
+        if not tiled_bulk.split(seed, c._grid, c._tile, tiles):
+            for index in range(math.prod(c._grid)):
+                values = [seed[s] for s in c._tile_slots(index)]
+                tiles.append(seed.new_like(values, mutable=True))
     except BaseException:
         for t in tiles:
             _release_quietly(t)

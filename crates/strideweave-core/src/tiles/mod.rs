@@ -11,6 +11,9 @@
 //!   read into a bounce buffer, scattered from there, instead of a read per row;
 //! * a run of spans writing consecutive slots of one file is gathered and written once.
 //!
+//! Block gathers (`blocks.rs`) place dense tiles into a larger dense array, or cut them out
+//! of one, row by row without materialising a span per row.
+//!
 //! Stores are borrowed: the caller (the Python binding) keeps them alive, by `Arc`, for the
 //! whole request.
 
@@ -19,6 +22,10 @@ use std::io;
 
 use crate::copy;
 use crate::storage::{FileStore, HostBuffer};
+
+mod blocks;
+
+pub use blocks::{check_blocks, run_blocks, Block, BlockGeometry};
 
 /// One end of a span: a host buffer or a file, borrowed for the request.
 #[derive(Clone, Copy)]
@@ -57,10 +64,11 @@ pub struct Span {
 pub enum SpanError {
     /// A span names a store index the request does not have.
     NoStore { span: usize, index: usize },
-    /// A span reaches past its store's end (`side` is "source" or "destination").
-    OutOfRange { span: usize, side: &'static str, end: u64, slots: u64 },
-    /// A span's source and destination overlap in one store.
-    Overlap { span: usize },
+    /// A span or block (`item`) reaches past its store's end (`side` is "source" or
+    /// "destination").
+    OutOfRange { item: &'static str, index: usize, side: &'static str, end: u64, slots: u64 },
+    /// A span's or block's source and destination overlap in one store.
+    Overlap { item: &'static str, index: usize },
     /// Block geometry that cannot describe dense arrays.
     Geometry(String),
     /// The operating system refused a read or write.
@@ -71,10 +79,12 @@ impl fmt::Display for SpanError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::NoStore { span, index } => write!(f, "span {span} names store {index}, which the request does not have"),
-            Self::OutOfRange { span, side, end, slots } => {
-                write!(f, "span {span} reaches {side} slot {end}, past the storage's {slots} slots")
+            Self::OutOfRange { item, index, side, end, slots } => {
+                write!(f, "{item} {index} reaches {side} slot {end}, past the storage's {slots} slots")
             }
-            Self::Overlap { span } => write!(f, "span {span} copies between overlapping slots of one storage"),
+            Self::Overlap { item, index } => {
+                write!(f, "{item} {index} copies between overlapping slots of one storage")
+            }
             Self::Geometry(msg) => f.write_str(msg),
             Self::Io(e) => write!(f, "{e}"),
         }
@@ -92,90 +102,39 @@ impl From<io::Error> for SpanError {
 /// Checks every span against the stores' current sizes (in `elem`-byte slots) and refuses
 /// same-store overlaps. Nothing is read or written.
 pub fn check_spans(stores: &[Store<'_>], elem: usize, spans: &[Span]) -> Result<(), SpanError> {
-    let slots = stores
-        .iter()
-        .map(|s| s.len_bytes().map(|b| b / elem as u64))
-        .collect::<io::Result<Vec<u64>>>()?;
+    let slots = store_slots(stores, elem)?;
     for (k, s) in spans.iter().enumerate() {
-        for (side, index, off) in [("source", s.src, s.src_off), ("destination", s.dst, s.dst_off)] {
-            let have = *slots.get(index).ok_or(SpanError::NoStore { span: k, index })?;
-            let end = off.checked_add(s.count).ok_or(SpanError::OutOfRange { span: k, side, end: u64::MAX, slots: have })?;
-            if end > have {
-                return Err(SpanError::OutOfRange { span: k, side, end, slots: have });
-            }
-        }
+        check_range(&slots, "span", k, "source", s.src, s.src_off, s.count)?;
+        check_range(&slots, "span", k, "destination", s.dst, s.dst_off, s.count)?;
         let disjoint = s.src_off + s.count <= s.dst_off || s.dst_off + s.count <= s.src_off;
         if s.src == s.dst && s.count > 0 && !disjoint {
-            return Err(SpanError::Overlap { span: k });
+            return Err(SpanError::Overlap { item: "span", index: k });
         }
     }
     Ok(())
 }
 
-/// A dense block at `src_off` of store `src`, copied to `dst_off` of store `dst`.
-#[derive(Clone, Copy, Debug)]
-pub struct Block {
-    pub src: usize,
-    pub src_off: u64,
-    pub dst: usize,
-    pub dst_off: u64,
+/// Every store's size in `elem`-byte slots, now.
+fn store_slots(stores: &[Store<'_>], elem: usize) -> Result<Vec<u64>, SpanError> {
+    Ok(stores.iter().map(|s| s.len_bytes().map(|b| b / elem as u64)).collect::<io::Result<Vec<u64>>>()?)
 }
 
-/// Column-major ("first mode fastest") strides of a dense array of `shape`.
-fn dense_strides(shape: &[u64]) -> Option<Vec<u64>> {
-    let mut strides = Vec::with_capacity(shape.len());
-    let mut acc = 1u64;
-    for &e in shape {
-        strides.push(acc);
-        acc = acc.checked_mul(e)?;
+/// `[off, off + count)` lies inside store `store` (of `slots[store]` slots).
+#[allow(clippy::too_many_arguments)]
+fn check_range(
+    slots: &[u64],
+    item: &'static str,
+    index: usize,
+    side: &'static str,
+    store: usize,
+    off: u64,
+    count: u64,
+) -> Result<(), SpanError> {
+    let have = *slots.get(store).ok_or(SpanError::NoStore { span: index, index: store })?;
+    match off.checked_add(count) {
+        Some(end) if end <= have => Ok(()),
+        end => Err(SpanError::OutOfRange { item, index, side, end: end.unwrap_or(u64::MAX), slots: have }),
     }
-    Some(strides)
-}
-
-/// The spans of copying each block, a `block` shaped region of a dense `src_shape` array
-/// at the block's source offset, into a dense `dst_shape` array at its destination offset
-/// (every shape first mode fastest). One span per row along mode 0; rows that continue each
-/// other (a whole-tile block) merge later in [`run_spans`].
-pub fn block_spans(blocks: &[Block], block: &[u64], src_shape: &[u64], dst_shape: &[u64]) -> Result<Vec<Span>, SpanError> {
-    let rank = block.len();
-    if rank == 0 || src_shape.len() != rank || dst_shape.len() != rank {
-        return Err(SpanError::Geometry(format!(
-            "block_shape, src_shape and dst_shape need one equal, non-zero rank, got {}, {} and {}",
-            rank, src_shape.len(), dst_shape.len()
-        )));
-    }
-    for (a, &e) in block.iter().enumerate() {
-        if e == 0 || e > src_shape[a] || e > dst_shape[a] {
-            return Err(SpanError::Geometry(format!(
-                "block_shape[{a}] = {e} must be positive and fit src_shape[{a}] = {} and dst_shape[{a}] = {}",
-                src_shape[a], dst_shape[a]
-            )));
-        }
-    }
-    let overflow = || SpanError::Geometry("block geometry overflows".to_owned());
-    let (ss, ds) = (dense_strides(src_shape).ok_or_else(overflow)?, dense_strides(dst_shape).ok_or_else(overflow)?);
-    let rows: u64 = block[1..].iter().product();
-    let mut spans = Vec::with_capacity(blocks.len().saturating_mul(rows as usize));
-    for b in blocks {
-        for row in 0..rows {
-            // Decode the row's coordinate over modes 1.. and place it in both arrays.
-            let (mut rest, mut so, mut dso) = (row, 0u64, 0u64);
-            for a in 1..rank {
-                let r = rest % block[a];
-                rest /= block[a];
-                so += r * ss[a];
-                dso += r * ds[a];
-            }
-            spans.push(Span {
-                src: b.src,
-                src_off: b.src_off.checked_add(so).ok_or_else(overflow)?,
-                dst: b.dst,
-                dst_off: b.dst_off.checked_add(dso).ok_or_else(overflow)?,
-                count: block[0],
-            });
-        }
-    }
-    Ok(spans)
 }
 
 /// Merges each span into its predecessor when it continues it on both sides.
@@ -213,7 +172,7 @@ fn run_length(spans: &[Span], first: usize, elem: usize, same: impl Fn(&Span, &S
 /// # Safety
 /// The range lies inside `buf` (checked by [`check_spans`]) and no other thread writes it
 /// during the request (the carrier layer pins or claims every store it names).
-unsafe fn host_bytes<'a>(buf: &'a HostBuffer, off: u64, count: u64, elem: usize) -> &'a [u8] {
+pub(crate) unsafe fn host_bytes<'a>(buf: &'a HostBuffer, off: u64, count: u64, elem: usize) -> &'a [u8] {
     // SAFETY: per this function's contract; the pointer is non-null for a live buffer.
     unsafe { std::slice::from_raw_parts(buf.as_ptr().add(off as usize * elem), count as usize * elem) }
 }
@@ -223,7 +182,7 @@ unsafe fn host_bytes<'a>(buf: &'a HostBuffer, off: u64, count: u64, elem: usize)
 /// # Safety
 /// As [`host_bytes`], and nothing else reads or writes the range during the call.
 #[allow(clippy::mut_from_ref)]
-unsafe fn host_bytes_mut<'a>(buf: &'a HostBuffer, off: u64, count: u64, elem: usize) -> &'a mut [u8] {
+pub(crate) unsafe fn host_bytes_mut<'a>(buf: &'a HostBuffer, off: u64, count: u64, elem: usize) -> &'a mut [u8] {
     // SAFETY: per this function's contract.
     unsafe { std::slice::from_raw_parts_mut(buf.as_ptr().add(off as usize * elem), count as usize * elem) }
 }
@@ -360,34 +319,6 @@ mod tests {
     }
 
     #[test]
-    fn blocks_expand_into_rows_of_the_destination() {
-        // A 4x4 array (first mode fastest) of 2x2 tiles; gather tile (1, 0) and (0, 1) into a 2x4.
-        let tiles: Vec<HostBuffer> = (0..4u32).map(|t| host_with(&[4 * t, 4 * t + 1, 4 * t + 2, 4 * t + 3])).collect();
-        let dst = HostBuffer::new(32, true).unwrap();
-        let mut stores: Vec<Store<'_>> = tiles.iter().map(Store::Host).collect();
-        stores.push(Store::Host(&dst));
-        let blocks = [Block { src: 1, src_off: 0, dst: 4, dst_off: 0 }, Block { src: 2, src_off: 0, dst: 4, dst_off: 4 }];
-        let spans = block_spans(&blocks, &[2, 2], &[2, 2], &[2, 4]).unwrap();
-        assert_eq!(spans.len(), 4);
-        assert_eq!(spans[1], Span { src: 1, src_off: 2, dst: 4, dst_off: 2, count: 2 });
-        run(&stores, &spans).unwrap();
-        assert_eq!(host_values(&dst), [4, 5, 6, 7, 8, 9, 10, 11]);
-    }
-
-    #[test]
-    fn file_tiles_gather_with_one_read_per_tile() {
-        let (file, path) = temp_file("gather");
-        file.write_at(0, &(0..8u32).flat_map(|v| v.to_ne_bytes()).collect::<Vec<u8>>()).unwrap();
-        let dst = HostBuffer::new(32, true).unwrap();
-        let stores = [Store::File(&file), Store::Host(&dst)];
-        // A 2x4 tile's four rows continue each other in the file: they merge into one read.
-        let spans = block_spans(&[Block { src: 0, src_off: 0, dst: 1, dst_off: 0 }], &[2, 4], &[2, 4], &[2, 4]).unwrap();
-        run(&stores, &spans).unwrap();
-        assert_eq!(host_values(&dst), (0..8).collect::<Vec<_>>());
-        std::fs::remove_file(path).unwrap();
-    }
-
-    #[test]
     fn out_of_range_and_overlap_are_refused_before_writing() {
         let a = host_with(&[1, 2, 3, 4]);
         let b = host_with(&[9, 9, 9, 9]);
@@ -397,16 +328,14 @@ mod tests {
             Span { src: 0, src_off: 2, dst: 1, dst_off: 3, count: 2 },
         ];
         let err = run(&stores, &spans).unwrap_err();
-        assert!(matches!(err, SpanError::OutOfRange { span: 1, side: "destination", end: 5, slots: 4 }), "{err}");
+        assert!(matches!(err, SpanError::OutOfRange { item: "span", index: 1, side: "destination", end: 5, slots: 4 }), "{err}");
         assert_eq!(host_values(&b), [9, 9, 9, 9]);
         let overlap = [Span { src: 0, src_off: 0, dst: 0, dst_off: 1, count: 2 }];
-        assert!(matches!(run(&stores, &overlap).unwrap_err(), SpanError::Overlap { span: 0 }));
+        assert!(matches!(run(&stores, &overlap).unwrap_err(), SpanError::Overlap { index: 0, .. }));
         let missing = [Span { src: 0, src_off: 0, dst: 7, dst_off: 0, count: 1 }];
         assert!(matches!(run(&stores, &missing).unwrap_err(), SpanError::NoStore { span: 0, index: 7 }));
         let huge = [Span { src: 0, src_off: u64::MAX, dst: 1, dst_off: 0, count: 2 }];
         assert!(matches!(run(&stores, &huge).unwrap_err(), SpanError::OutOfRange { .. }));
-        assert!(block_spans(&[], &[3], &[2], &[4]).is_err());
-        assert!(block_spans(&[], &[1, 1], &[2], &[4]).is_err());
     }
 
     #[test]

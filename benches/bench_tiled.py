@@ -10,7 +10,7 @@ both sides see the same machine load and page-cache state; ratios are ours / the
                    of the same bytes in the same directory, file unlinked (goal <= 1.25),
                    for 16 KiB (64x64) and 256 KiB (256x256) Float32 tiles
   projection       every other tile on each axis, tiles on primary, vs
-                   np.asfortranarray(a[np.ix_(rows, cols)]) (goal <= 1.5); also printed with
+                   np.ascontiguousarray(a[np.ix_(rows, cols)]) (goal <= 1.5); also printed with
                    every tile on secondary, read in place (no goal)
   tiled.to_cpu     move(full tensor, CPU) vs a CPU->CPU bulk move of the same size
                    (goal <= 1.5); fresh carriers each round, built outside the timing
@@ -92,7 +92,7 @@ def bench_residency(values: np.ndarray, tile: tuple[int, int], rounds: int, dire
     te = tiled(values, tile)
     tiles = every_tile(te)
     path = directory / f"bench-tiled-reference-{os.getpid()}.bin"
-    reference = np.asfortranarray(values)
+    reference = np.ascontiguousarray(values)  # the same bytes, in NumPy's natural order
 
     def ours() -> float:
         return timed(lambda: (te.evict(tiles), te.promote(tiles)))
@@ -119,7 +119,7 @@ def bench_projection(values: np.ndarray, tile: tuple[int, int], rounds: int) -> 
     sel = TileSelection([list(range(0, g0, 2)), list(range(0, g1, 2))])
     rows = np.concatenate([np.arange(i * tile[0], (i + 1) * tile[0]) for i in sel.per_axis[0]])
     cols = np.concatenate([np.arange(j * tile[1], (j + 1) * tile[1]) for j in sel.per_axis[1]])
-    a = np.asfortranarray(values)
+    a = np.ascontiguousarray(values)  # NumPy's natural (C) order; the same bytes are gathered
     t = full(te)
 
     def ours() -> float:
@@ -127,7 +127,7 @@ def bench_projection(values: np.ndarray, tile: tuple[int, int], rounds: int) -> 
             return timed(lambda: te.project(t, sel).wait())
 
     def theirs() -> float:
-        return timed(lambda: np.asfortranarray(a[np.ix_(rows, cols)]))
+        return timed(lambda: np.ascontiguousarray(a[np.ix_(rows, cols)]))
 
     with sw.no_grad():
         out = te.project(t, sel).wait()

@@ -145,6 +145,27 @@ def test_projection_into_a_file_backed_destination_reads_cpu_tiles_in_place():
     assert te.secondary_tiles == TileSet([(0, 1), (2, 1)])
 
 
+def test_a_python_storage_tier_keeps_the_object_model_path():
+    """Generic keeps its slots in Python: its tile moves run through the lowered moves and
+    hooks, while the CPU side's private copies are made in Rust."""
+    data = random_logical((6, 4), F32, seed=2)
+    te = TiledEvictable(seeded(sw.CPU, data, F32), sw.Generic([], dtype=F32), (3, 2), (2, 2))
+    tiles = grid_tiles((3, 2))
+    te.evict(TileSet(tiles[1:5]))
+    assert all(type(te._tiles[i]) is sw.Generic for i in range(1, 5))
+    np.testing.assert_array_equal(logical_array(te), data)
+    te.promote(TileSet(tiles[2:4]))
+    assert te.secondary_tiles == TileSet([tiles[1], tiles[4]]) and te.version == 0
+    np.testing.assert_array_equal(logical_array(te), data)
+    with sw.no_grad():
+        out = te.project(full(te), [[2, 0], [1]]).wait()
+    got = np.array([out.carrier[i] for i in range(out.carrier.size())], dtype=np.float32)
+    np.testing.assert_array_equal(got.reshape((4, 2), order="F"), data[np.ix_(*block_rows([[2, 0], [1]], (2, 2)))])
+    with sw.no_grad():
+        moved = sw.move(full(te), sw.CPU(24))
+    np.testing.assert_array_equal(np.from_dlpack(moved), data)
+
+
 # ----- old tiles stay readable until commit; pins ------------------------------------------------
 
 class GatedCPU(sw.CPU):

@@ -26,13 +26,51 @@ _STORAGES = (_native.HostStorage, _native.FileStorage)
 _FACTORIES = {CPU: (CPU.new_like, CPU.allocate_like), FileBacked: (FileBacked.new_like, FileBacked.allocate_like)}
 
 
+_NATIVE_CLASSES: dict[type, bool] = {}
+
+
+def _native_class(cls: type) -> bool:
+    """The class keeps the built-in element path (decided once per class, like
+    `_sw_fast_access` itself)."""
+    ok = _NATIVE_CLASSES.get(cls)
+    if ok is None:
+        ok = _NATIVE_CLASSES[cls] = bool(getattr(cls, "_sw_fast_access", False)
+                                         and getattr(cls, "_sw_fill", None) is RustBackedCarrier._sw_fill)
+    return ok
+
+
 def native_storage(carrier: Carrier) -> Any:
     """The carrier's Rust storage when its element path is the built-in one, else None."""
-    cls = type(carrier)
-    if not getattr(cls, "_sw_fast_access", False) or cls._sw_fill is not RustBackedCarrier._sw_fill:
+    if not _native_class(type(carrier)):
         return None
     storage = carrier._sw_storage()
-    return storage if isinstance(storage, _STORAGES) else None
+    return storage if type(storage) in _STORAGES else None
+
+
+def tile_blocks(tiles: Sequence[Carrier], indices: Sequence[int], origins: Sequence[int],
+                destination: Any) -> list | None:
+    """`(tile storage, 0, destination, origin)` for each tile `tiles[i]`; None unless every
+    tile is built-in."""
+    blocks = []
+    for i, origin in zip(indices, origins):
+        storage = native_storage(tiles[i])
+        if storage is None:
+            return None
+        blocks.append((storage, 0, destination, origin))
+    return blocks
+
+
+def placement(per_axis: Sequence[Sequence[int]], grid: Sequence[int], tile_shape: Sequence[int]) -> tuple:
+    """For the Cartesian product of `per_axis` (first mode fastest): each selected tile's
+    index in `grid` and the slot of its first element in the dense compact array."""
+    compact = [len(axis) * t for axis, t in zip(per_axis, tile_shape)]
+    indices, origins = [0], [0]
+    grid_mul = 1
+    for axis, g, t, stride in zip(per_axis, grid, tile_shape, dense_strides(compact)):
+        indices = [i + q * grid_mul for q in axis for i in indices]
+        origins = [o + b * t * stride for b in range(len(axis)) for o in origins]
+        grid_mul *= g
+    return indices, origins
 
 
 def _builtin_factories(cls: type) -> bool:
@@ -83,9 +121,8 @@ def split(seed: Carrier, grid: Sequence[int], tile_shape: Sequence[int], tiles: 
     for _ in range(math.prod(grid)):
         tiles.append(seed.allocate_like(size, mutable=True, empty=True))
     logical = [g * t for g, t in zip(grid, tile_shape)]
-    strides = dense_strides(logical)
-    blocks = [(storage, block_origin(coord, tile_shape, strides), tile._sw_storage(), 0)
-              for coord, tile in zip(grid_coordinates(grid), tiles)]
+    _, origins = placement([range(g) for g in grid], grid, tile_shape)
+    blocks = [(storage, origin, tile._sw_storage(), 0) for origin, tile in zip(origins, tiles)]
     _native.copy_blocks(blocks, list(tile_shape), logical, list(tile_shape))
     return True
 
@@ -97,21 +134,3 @@ def dense_strides(shape: Sequence[int]) -> list[int]:
         strides.append(acc)
         acc *= extent
     return strides
-
-
-def block_origin(block: Sequence[int], tile_shape: Sequence[int], strides: Sequence[int]) -> int:
-    """Slot of the first element of block `block` (a tile coordinate in some grid of tiles)
-    in a dense array with `strides`."""
-    return sum(b * t * s for b, t, s in zip(block, tile_shape, strides))
-
-
-def grid_coordinates(grid: Sequence[int]) -> list[tuple[int, ...]]:
-    """Every coordinate of `grid`, first mode fastest."""
-    out = []
-    for k in range(math.prod(grid)):
-        coord = []
-        for extent in grid:
-            k, r = divmod(k, extent)
-            coord.append(r)
-        out.append(tuple(coord))
-    return out

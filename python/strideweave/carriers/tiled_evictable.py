@@ -112,6 +112,8 @@ class TiledEvictable(Carrier):
         self._logical = logical
         self._full = full
         self._tile_size = math.prod(tile)
+        # Each tile's first slot in the logical array, by tile index (the route's gather).
+        self._origins = tiled_bulk.placement([range(g) for g in grid], grid, tile)[1]
         self._seed = primary if sizes[0] == full else secondary
         self._tiles: list[Carrier] | None = None
         self._where: list[str] = []

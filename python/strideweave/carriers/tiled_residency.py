@@ -83,7 +83,9 @@ def residency(c: Any, tiles: Any, target: str) -> AwaitResidency:
         _pin(c, requested)
     prototype = c._primary if target == PRIMARY else c._secondary
     source_tier = c._secondary if target == PRIMARY else c._primary
-    native = tiled_bulk.native_pair(type(source_tier), type(prototype))
+    native = (tiled_bulk.native_pair(type(source_tier), type(prototype))
+              and tiled_bulk.native_storage(prototype) is not None
+              and tiled_bulk.native_storage(source_tier) is not None)
 
     def job() -> None:
         staged: dict[int, Carrier] = {}
@@ -258,7 +260,7 @@ def project(c: Any, tensor: Any, selection: Any, destination: Carrier | None) ->
         handle._succeed(result)
 
     try:
-        blocks = _native_blocks(c, selection, destination, compact)
+        blocks = _native_blocks(c, selection, destination)
         if blocks is not None:
             _native.submit_copy_blocks(blocks, list(c._tile), list(c._tile), list(compact), finish)
         else:
@@ -279,22 +281,14 @@ def project(c: Any, tensor: Any, selection: Any, destination: Carrier | None) ->
     return handle
 
 
-def _native_blocks(c: Any, selection: TileSelection, destination: Carrier,
-                   compact: tuple[int, ...]) -> list | None:
+def _native_blocks(c: Any, selection: TileSelection, destination: Carrier) -> list | None:
     """One `(tile storage, 0, destination storage, origin)` block per selected tile, each
     placed at its block of the compact array; None unless every end is built-in."""
     dst = tiled_bulk.native_storage(destination)
     if dst is None:
         return None
-    strides = tiled_bulk.dense_strides(compact)
-    blocks = []
-    for block in tiled_bulk.grid_coordinates(selection.compact_grid_shape):
-        coord = tuple(axis[b] for axis, b in zip(selection.per_axis, block))
-        src = tiled_bulk.native_storage(c._tiles[c._coordinate_index(coord)])
-        if src is None:
-            return None
-        blocks.append((src, 0, dst, tiled_bulk.block_origin(block, c._tile, strides)))
-    return blocks
+    indices, origins = tiled_bulk.placement(selection.per_axis, c._grid, c._tile)
+    return tiled_bulk.tile_blocks(c._tiles, indices, origins, dst)
 
 
 def _gather(c: Any, selection: TileSelection, destination: Carrier, compact: tuple[int, ...]) -> None:
@@ -336,8 +330,8 @@ def prepare_to_cpu(request: Any) -> Any:
 
     def submit() -> Any:
         every = list(range(len(source._tiles)))
-        blocks = _native_blocks(source, TileSelection([range(g) for g in source._grid]), destination,
-                                source._logical)
+        dst = tiled_bulk.native_storage(destination)
+        blocks = None if dst is None else tiled_bulk.tile_blocks(source._tiles, every, source._origins, dst)
         if blocks is None:
             for index, tile in enumerate(source._tiles):
                 for k, s in enumerate(source._tile_slots(index)):

@@ -443,3 +443,54 @@ def test_bad_block_requests_and_released_storages_are_refused():
     with pytest.raises(RuntimeError, match="released"):
         _native.copy_spans([(a, 0, b, 0, 1)])
     assert b.to_list() == [9.0] * 4
+
+
+def test_the_route_to_cpu_and_residency_requests_race_cleanly(gate):
+    data = random_logical((32, 32), F32, seed=13)
+    te = evicted_tiled(data, (4, 4), (8, 8), GatedCPU)
+    tiles = grid_tiles((4, 4))
+    # A pending request refuses the move before any effect.
+    h = te.promote_async(TileSet(tiles[:4]))
+    assert gate.entered.wait(TIMEOUT)
+    dest = sw.CPU(te.size())
+    with sw.no_grad(), pytest.raises(RuntimeError, match="pending"):
+        sw.move(full(te), dest)
+    assert not te.is_released() and dest.version == 0 and not dest.is_released()
+    gate.gate.set()
+    assert h.wait() is None
+    GatedCPU.gate = None
+
+    # Free race: one move against residency requests; exactly one side's effects remain.
+    barrier, outcomes = threading.Barrier(5), {}
+
+    def mover():
+        barrier.wait()
+        try:
+            with sw.no_grad():
+                outcomes["move"] = sw.move(full(te), sw.CPU(te.size()))
+        except RuntimeError as exc:
+            outcomes["move"] = exc
+
+    def requester(k):
+        barrier.wait()
+        try:
+            outcomes[k] = (te.evict_async if k % 2 else te.promote_async)(TileSet(tiles[4 * k:4 * k + 4])).wait()
+        except RuntimeError as exc:
+            outcomes[k] = exc
+
+    threads = [threading.Thread(target=mover)] + [threading.Thread(target=requester, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(TIMEOUT)
+    assert len(outcomes) == 5
+    moved = outcomes["move"]
+    for k in range(4):
+        assert outcomes[k] is None or isinstance(outcomes[k], RuntimeError)
+    if isinstance(moved, sw.Tensor):
+        np.testing.assert_array_equal(np.from_dlpack(moved), data)
+        assert te.is_released()
+    else:
+        assert isinstance(moved, RuntimeError) and not te.is_released()
+        np.testing.assert_array_equal(logical_array(te), data)
+        assert not any(te.tile_state(c).pinned for c in tiles)

@@ -341,6 +341,9 @@ def prepare_to_cpu(request: Any) -> Any:
         # meanwhile, so no residency request swaps one out under the copy.
         done = _native.new_completion(AwaitResult)
         with source._state_lock:
+            if source._pending:  # a request started since prepare: refuse, as prepare does
+                raise RuntimeError("cannot move a TiledEvictable while a residency request or "
+                                   "projection is pending")
             _pin(source, every)
 
         def then(error: BaseException | None) -> None:

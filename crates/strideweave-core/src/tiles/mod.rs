@@ -172,7 +172,7 @@ fn run_length(spans: &[Span], first: usize, elem: usize, same: impl Fn(&Span, &S
 /// # Safety
 /// The range lies inside `buf` (checked by [`check_spans`]) and no other thread writes it
 /// during the request (the carrier layer pins or claims every store it names).
-pub(crate) unsafe fn host_bytes<'a>(buf: &'a HostBuffer, off: u64, count: u64, elem: usize) -> &'a [u8] {
+pub(crate) unsafe fn host_bytes(buf: &HostBuffer, off: u64, count: u64, elem: usize) -> &[u8] {
     // SAFETY: per this function's contract; the pointer is non-null for a live buffer.
     unsafe { std::slice::from_raw_parts(buf.as_ptr().add(off as usize * elem), count as usize * elem) }
 }
@@ -182,7 +182,7 @@ pub(crate) unsafe fn host_bytes<'a>(buf: &'a HostBuffer, off: u64, count: u64, e
 /// # Safety
 /// As [`host_bytes`], and nothing else reads or writes the range during the call.
 #[allow(clippy::mut_from_ref)]
-pub(crate) unsafe fn host_bytes_mut<'a>(buf: &'a HostBuffer, off: u64, count: u64, elem: usize) -> &'a mut [u8] {
+pub(crate) unsafe fn host_bytes_mut(buf: &HostBuffer, off: u64, count: u64, elem: usize) -> &mut [u8] {
     // SAFETY: per this function's contract.
     unsafe { std::slice::from_raw_parts_mut(buf.as_ptr().add(off as usize * elem), count as usize * elem) }
 }

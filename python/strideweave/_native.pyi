@@ -3,7 +3,7 @@
 Public names are re-exported by the package (`Shape`, `Stride`, `Layout` via
 `strideweave.layout`, `AwaitResult` via `strideweave.carriers.move`); everything else is
 framework-internal and may change without notice."""
-from typing import Any, Callable, Generic, Sequence, TypeVar
+from typing import Any, Callable, Generic, Iterable, Sequence, TypeVar
 
 from strideweave.layout import Layout as Layout, Shape as Shape, Stride as Stride
 
@@ -122,3 +122,12 @@ def scale_f32(extents: Sequence[int], a: HostStorage, a_offset: int, a_strides: 
 def scatter_add_f32(extents: Sequence[int], a: HostStorage, a_offset: int, a_strides: Sequence[int],
                     out: HostStorage, out_strides: Sequence[int]) -> None: ...
 def sum_f32(extents: Sequence[int], a: HostStorage, a_offset: int, a_strides: Sequence[int]) -> float: ...
+
+# tiles.rs: batched span copies between built-in storages (ranges checked before any write)
+_Storage = HostStorage | FileStorage
+def copy_spans(spans: Iterable[tuple[_Storage, int, _Storage, int, int]]) -> None: ...
+def submit_copy_spans(spans: Iterable[tuple[_Storage, int, _Storage, int, int]], then: _Then) -> None: ...
+def copy_blocks(blocks: Iterable[tuple[_Storage, int, _Storage, int]], block_shape: Sequence[int],
+                src_shape: Sequence[int], dst_shape: Sequence[int]) -> None: ...
+def submit_copy_blocks(blocks: Iterable[tuple[_Storage, int, _Storage, int]], block_shape: Sequence[int],
+                       src_shape: Sequence[int], dst_shape: Sequence[int], then: _Then) -> None: ...

@@ -10,6 +10,7 @@ pub mod kernels;
 pub mod layout;
 pub mod model;
 pub mod storage;
+pub mod tiles;
 
 /// The crate README's examples run as doc tests, so they stay true.
 #[cfg(doctest)]

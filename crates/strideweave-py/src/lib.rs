@@ -11,6 +11,7 @@ mod layout;
 mod storage;
 mod tensor_base;
 mod transfer;
+mod tiles;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -24,5 +25,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     access::register(m)?;
     tensor_base::register(m)?;
     transfer::register(m)?;
+    tiles::register(m)?;
     Ok(())
 }

@@ -1,0 +1,346 @@
+//! Batched span copies between host buffers and files: the data path of tiled tiers.
+//!
+//! A tiled tier moves or gathers many tiles per request. Each tile copy is a list of slot
+//! spans `(src store, src slot, dst store, dst slot, count)`; a block gather (a tile placed
+//! into a larger dense array) expands into one span per contiguous row. The whole list is
+//! checked against every store's size before a byte moves ([`check_spans`]), then run back
+//! to back on one thread ([`run_spans`]) with the span kernels of [`crate::copy`]:
+//!
+//! * adjacent spans that continue each other on both sides are merged first;
+//! * a run of spans reading consecutive slots of one file (a tile's rows) is one positioned
+//!   read into a bounce buffer, scattered from there, instead of a read per row;
+//! * a run of spans writing consecutive slots of one file is gathered and written once.
+//!
+//! Block gathers (`blocks.rs`) place dense tiles into a larger dense array, or cut them out
+//! of one, row by row without materialising a span per row.
+//!
+//! Stores are borrowed: the caller (the Python binding) keeps them alive, by `Arc`, for the
+//! whole request.
+
+use std::fmt;
+use std::io;
+
+use crate::copy;
+use crate::storage::{FileStore, HostBuffer};
+
+mod blocks;
+
+pub use blocks::{check_blocks, run_blocks, Block, BlockGeometry};
+
+/// One end of a span: a host buffer or a file, borrowed for the request.
+#[derive(Clone, Copy)]
+pub enum Store<'a> {
+    Host(&'a HostBuffer),
+    File(&'a FileStore),
+}
+
+impl Store<'_> {
+    /// Size in bytes now (a file's current length).
+    fn len_bytes(&self) -> io::Result<u64> {
+        match self {
+            Store::Host(b) => Ok(b.len() as u64),
+            Store::File(f) => f.len_bytes(),
+        }
+    }
+
+    fn is_host(&self) -> bool {
+        matches!(self, Store::Host(_))
+    }
+}
+
+/// `count` slots from slot `src_off` of store `src` to slot `dst_off` of store `dst`
+/// (indices into the request's store list).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    pub src: usize,
+    pub src_off: u64,
+    pub dst: usize,
+    pub dst_off: u64,
+    pub count: u64,
+}
+
+/// Why a request was refused before anything was written, or failed while running.
+#[derive(Debug)]
+pub enum SpanError {
+    /// A span names a store index the request does not have.
+    NoStore { span: usize, index: usize },
+    /// A span or block (`item`) reaches past its store's end (`side` is "source" or
+    /// "destination").
+    OutOfRange { item: &'static str, index: usize, side: &'static str, end: u64, slots: u64 },
+    /// A span's or block's source and destination overlap in one store.
+    Overlap { item: &'static str, index: usize },
+    /// Block geometry that cannot describe dense arrays.
+    Geometry(String),
+    /// The operating system refused a read or write.
+    Io(io::Error),
+}
+
+impl fmt::Display for SpanError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NoStore { span, index } => write!(f, "span {span} names store {index}, which the request does not have"),
+            Self::OutOfRange { item, index, side, end, slots } => {
+                write!(f, "{item} {index} reaches {side} slot {end}, past the storage's {slots} slots")
+            }
+            Self::Overlap { item, index } => {
+                write!(f, "{item} {index} copies between overlapping slots of one storage")
+            }
+            Self::Geometry(msg) => f.write_str(msg),
+            Self::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for SpanError {}
+
+impl From<io::Error> for SpanError {
+    fn from(e: io::Error) -> Self {
+        Self::Io(e)
+    }
+}
+
+/// Checks every span against the stores' current sizes (in `elem`-byte slots) and refuses
+/// same-store overlaps. Nothing is read or written.
+pub fn check_spans(stores: &[Store<'_>], elem: usize, spans: &[Span]) -> Result<(), SpanError> {
+    let slots = store_slots(stores, elem)?;
+    for (k, s) in spans.iter().enumerate() {
+        check_range(&slots, "span", k, "source", s.src, s.src_off, s.count)?;
+        check_range(&slots, "span", k, "destination", s.dst, s.dst_off, s.count)?;
+        let disjoint = s.src_off + s.count <= s.dst_off || s.dst_off + s.count <= s.src_off;
+        if s.src == s.dst && s.count > 0 && !disjoint {
+            return Err(SpanError::Overlap { item: "span", index: k });
+        }
+    }
+    Ok(())
+}
+
+/// Every store's size in `elem`-byte slots, now.
+fn store_slots(stores: &[Store<'_>], elem: usize) -> Result<Vec<u64>, SpanError> {
+    Ok(stores.iter().map(|s| s.len_bytes().map(|b| b / elem as u64)).collect::<io::Result<Vec<u64>>>()?)
+}
+
+/// `[off, off + count)` lies inside store `store` (of `slots[store]` slots).
+#[allow(clippy::too_many_arguments)]
+fn check_range(
+    slots: &[u64],
+    item: &'static str,
+    index: usize,
+    side: &'static str,
+    store: usize,
+    off: u64,
+    count: u64,
+) -> Result<(), SpanError> {
+    let have = *slots.get(store).ok_or(SpanError::NoStore { span: index, index: store })?;
+    match off.checked_add(count) {
+        Some(end) if end <= have => Ok(()),
+        end => Err(SpanError::OutOfRange { item, index, side, end: end.unwrap_or(u64::MAX), slots: have }),
+    }
+}
+
+/// Merges each span into its predecessor when it continues it on both sides.
+fn coalesce(spans: &[Span]) -> Vec<Span> {
+    let mut out: Vec<Span> = Vec::with_capacity(spans.len());
+    for s in spans.iter().filter(|s| s.count > 0) {
+        if let Some(p) = out.last_mut() {
+            if p.src == s.src && p.dst == s.dst && p.src_off + p.count == s.src_off && p.dst_off + p.count == s.dst_off {
+                p.count += s.count;
+                continue;
+            }
+        }
+        out.push(*s);
+    }
+    out
+}
+
+/// How many spans from `first` form one run: `same(prev, next)` holds between neighbours and
+/// the run's bytes stay within one I/O chunk (a single span may be larger).
+fn run_length(spans: &[Span], first: usize, elem: usize, same: impl Fn(&Span, &Span) -> bool) -> usize {
+    let mut bytes = spans[first].count as usize * elem;
+    let mut end = first + 1;
+    while end < spans.len() && same(&spans[end - 1], &spans[end]) {
+        bytes += spans[end].count as usize * elem;
+        if bytes > copy::IO_CHUNK {
+            break;
+        }
+        end += 1;
+    }
+    end - first
+}
+
+/// The bytes of `count` slots at slot `off` of a host buffer.
+///
+/// # Safety
+/// The range lies inside `buf` (checked by [`check_spans`]) and no other thread writes it
+/// during the request (the carrier layer pins or claims every store it names).
+pub(crate) unsafe fn host_bytes(buf: &HostBuffer, off: u64, count: u64, elem: usize) -> &[u8] {
+    // SAFETY: per this function's contract; the pointer is non-null for a live buffer.
+    unsafe { std::slice::from_raw_parts(buf.as_ptr().add(off as usize * elem), count as usize * elem) }
+}
+
+/// Mutable bytes of `count` slots at slot `off` of a host buffer.
+///
+/// # Safety
+/// As [`host_bytes`], and nothing else reads or writes the range during the call.
+#[allow(clippy::mut_from_ref)]
+pub(crate) unsafe fn host_bytes_mut(buf: &HostBuffer, off: u64, count: u64, elem: usize) -> &mut [u8] {
+    // SAFETY: per this function's contract.
+    unsafe { std::slice::from_raw_parts_mut(buf.as_ptr().add(off as usize * elem), count as usize * elem) }
+}
+
+/// Runs every span in order. Call [`check_spans`] first: this trusts the ranges.
+///
+/// # Safety
+/// The spans passed [`check_spans`] for these stores, the stores stay alive, and no other
+/// thread writes any destination range or source range during the call.
+pub unsafe fn run_spans(stores: &[Store<'_>], elem: usize, spans: &[Span]) -> io::Result<()> {
+    let spans = coalesce(spans);
+    let mut bounce: Vec<u8> = Vec::new();
+    let mut i = 0;
+    while i < spans.len() {
+        let s = spans[i];
+        let bytes = s.count as usize * elem;
+        let (src_byte, dst_byte) = (s.src_off * elem as u64, s.dst_off * elem as u64);
+        match (stores[s.src], stores[s.dst]) {
+            (Store::Host(a), Store::Host(b)) => {
+                // SAFETY: ranges checked in bounds and not overlapping (check_spans); no
+                // concurrent writers per this function's contract.
+                unsafe {
+                    let src = host_bytes(a, s.src_off, s.count, elem);
+                    let dst = host_bytes_mut(b, s.dst_off, s.count, elem);
+                    copy::copy_span_host_to_host(src.as_ptr(), dst.as_mut_ptr(), bytes);
+                }
+                i += 1;
+            }
+            (Store::File(f), Store::Host(b)) => {
+                let n = run_length(&spans, i, elem, |p, q| {
+                    q.src == p.src && q.src_off == p.src_off + p.count && stores[q.dst].is_host()
+                });
+                if n == 1 {
+                    // SAFETY: as above; the destination range is ours alone for the call.
+                    let dst = unsafe { host_bytes_mut(b, s.dst_off, s.count, elem) };
+                    copy::file_read_into_host(f.file(), src_byte, dst)?;
+                } else {
+                    // One read for the run (a tile's rows), then scatter.
+                    let total: usize = spans[i..i + n].iter().map(|r| r.count as usize * elem).sum();
+                    bounce.resize(total, 0);
+                    copy::file_read_into_host(f.file(), src_byte, &mut bounce[..total])?;
+                    let mut at = 0;
+                    for r in &spans[i..i + n] {
+                        let len = r.count as usize * elem;
+                        let Store::Host(dst) = stores[r.dst] else { unreachable!("run keeps host destinations") };
+                        // SAFETY: as above.
+                        unsafe { host_bytes_mut(dst, r.dst_off, r.count, elem) }.copy_from_slice(&bounce[at..at + len]);
+                        at += len;
+                    }
+                }
+                i += n;
+            }
+            (Store::Host(a), Store::File(f)) => {
+                let n = run_length(&spans, i, elem, |p, q| {
+                    q.dst == p.dst && q.dst_off == p.dst_off + p.count && stores[q.src].is_host()
+                });
+                if n == 1 {
+                    // SAFETY: as above.
+                    let src = unsafe { host_bytes(a, s.src_off, s.count, elem) };
+                    copy::file_write_from_host(f.file(), dst_byte, src)?;
+                } else {
+                    bounce.clear();
+                    for r in &spans[i..i + n] {
+                        let Store::Host(src) = stores[r.src] else { unreachable!("run keeps host sources") };
+                        // SAFETY: as above.
+                        bounce.extend_from_slice(unsafe { host_bytes(src, r.src_off, r.count, elem) });
+                    }
+                    copy::file_write_from_host(f.file(), dst_byte, &bounce)?;
+                }
+                i += n;
+            }
+            (Store::File(a), Store::File(b)) => {
+                copy::file_copy(a.file(), src_byte, b.file(), dst_byte, bytes as u64)?;
+                i += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn temp_file(tag: &str) -> (FileStore, PathBuf) {
+        let path = std::env::temp_dir().join(format!("sw-tiles-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        (FileStore::create_new(&path).unwrap(), path)
+    }
+
+    fn host_with(values: &[u32]) -> HostBuffer {
+        let mut b = HostBuffer::new(values.len() * 4, true).unwrap();
+        for (k, v) in values.iter().enumerate() {
+            b.write_mut(k * 4, &v.to_ne_bytes()).unwrap();
+        }
+        b
+    }
+
+    fn host_values(b: &HostBuffer) -> Vec<u32> {
+        let mut bytes = vec![0u8; b.len()];
+        b.read(0, &mut bytes).unwrap();
+        bytes.chunks_exact(4).map(|c| u32::from_ne_bytes(c.try_into().unwrap())).collect()
+    }
+
+    fn file_values(f: &FileStore) -> Vec<u32> {
+        let mut bytes = vec![0u8; f.len_bytes().unwrap() as usize];
+        f.read_at(0, &mut bytes).unwrap();
+        bytes.chunks_exact(4).map(|c| u32::from_ne_bytes(c.try_into().unwrap())).collect()
+    }
+
+    fn run(stores: &[Store<'_>], spans: &[Span]) -> Result<(), SpanError> {
+        check_spans(stores, 4, spans)?;
+        // SAFETY: checked above; the test owns every store.
+        unsafe { run_spans(stores, 4, spans) }.map_err(SpanError::from)
+    }
+
+    #[test]
+    fn host_file_round_trip_through_scattered_spans() {
+        let src = host_with(&(0..16).collect::<Vec<_>>());
+        let (file, path) = temp_file("round");
+        file.set_len(64).unwrap();
+        let back = HostBuffer::new(64, true).unwrap();
+        let stores = [Store::Host(&src), Store::File(&file), Store::Host(&back)];
+        // Reverse the four quarters into the file (a gather run per contiguous dst).
+        let out: Vec<Span> = (0..4).map(|q| Span { src: 0, src_off: 12 - 4 * q, dst: 1, dst_off: 4 * q, count: 4 }).collect();
+        run(&stores, &out).unwrap();
+        assert_eq!(file_values(&file), [12, 13, 14, 15, 8, 9, 10, 11, 4, 5, 6, 7, 0, 1, 2, 3]);
+        // Read the file's rows back to scattered places (one read, scattered).
+        let back_spans: Vec<Span> = (0..4).map(|q| Span { src: 1, src_off: 4 * q, dst: 2, dst_off: 12 - 4 * q, count: 4 }).collect();
+        run(&stores, &back_spans).unwrap();
+        assert_eq!(host_values(&back), (0..16).collect::<Vec<_>>());
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn out_of_range_and_overlap_are_refused_before_writing() {
+        let a = host_with(&[1, 2, 3, 4]);
+        let b = host_with(&[9, 9, 9, 9]);
+        let stores = [Store::Host(&a), Store::Host(&b)];
+        let spans = [
+            Span { src: 0, src_off: 0, dst: 1, dst_off: 0, count: 2 },
+            Span { src: 0, src_off: 2, dst: 1, dst_off: 3, count: 2 },
+        ];
+        let err = run(&stores, &spans).unwrap_err();
+        assert!(matches!(err, SpanError::OutOfRange { item: "span", index: 1, side: "destination", end: 5, slots: 4 }), "{err}");
+        assert_eq!(host_values(&b), [9, 9, 9, 9]);
+        let overlap = [Span { src: 0, src_off: 0, dst: 0, dst_off: 1, count: 2 }];
+        assert!(matches!(run(&stores, &overlap).unwrap_err(), SpanError::Overlap { index: 0, .. }));
+        let missing = [Span { src: 0, src_off: 0, dst: 7, dst_off: 0, count: 1 }];
+        assert!(matches!(run(&stores, &missing).unwrap_err(), SpanError::NoStore { span: 0, index: 7 }));
+        let huge = [Span { src: 0, src_off: u64::MAX, dst: 1, dst_off: 0, count: 2 }];
+        assert!(matches!(run(&stores, &huge).unwrap_err(), SpanError::OutOfRange { .. }));
+    }
+
+    #[test]
+    fn coalescing_merges_only_continuations() {
+        let s = |src_off, dst_off, count| Span { src: 0, src_off, dst: 1, dst_off, count };
+        assert_eq!(coalesce(&[s(0, 0, 2), s(2, 2, 2), s(4, 8, 1), s(0, 0, 0)]), vec![s(0, 0, 4), s(4, 8, 1)]);
+    }
+}

@@ -1,0 +1,363 @@
+"""The work of a TiledEvictable (extension-and-tiling.md §7): residency requests, projections
+and the "tiled.to_cpu" transfer. `tiled_evictable.py` validates the carrier and delegates here.
+
+Every request pins the tiles it covers (writes to them and conflicting requests raise
+RuntimeError) and runs as one job on the engine. Between built-in tiers (`tiled_bulk`) that
+job is one batched span copy in Rust with the GIL released; otherwise each tile goes through
+the object model (§5 route resolution, lowered moves, `_sw_fill`), exactly as a Python tier
+expects. Either way a residency request commits every tile swap at once under the carrier's
+lock, and any failure releases what was staged and changes nothing.
+
+Old tiles stay readable until commit without any copy on the native path: the copy reads the
+current tiles in place, and they are pinned, so nothing writes them meanwhile. The object-
+model path moves a private copy instead, because a move releases its source.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Any, Iterable
+
+from strideweave import _autograd, _native
+from strideweave.carriers import tiled_bulk
+from strideweave.carriers.base import Carrier
+from strideweave.carriers.extension import PreparedTransfer, Unsupported, is_definition_backed
+from strideweave.carriers.move import AwaitResult
+from strideweave.carriers.tiled_types import (PRIMARY, AwaitProjection, AwaitResidency, TileSelection,
+                                              TileSet, _release_quietly)
+from strideweave.layout import Layout, Shape
+
+__all__: list[str] = []
+
+
+def _pin(c: Any, indices: Iterable[int]) -> None:
+    """Pin `indices` for one request; the caller holds `c._state_lock`."""
+    for i in indices:
+        c._pins[i] += 1
+    c._pending += 1
+
+
+def _unpin(c: Any, indices: Iterable[int]) -> None:
+    with c._state_lock:
+        for i in indices:
+            c._pins[i] -= 1
+        c._pending -= 1
+
+
+def _private_copy(tile: Carrier) -> Carrier:
+    """A dense copy of `tile` of the same class, so the lowered move (which releases its
+    source) leaves the current tile readable until commit: in Rust for a built-in tile,
+    through the tile's hooks otherwise."""
+    copy = tiled_bulk.snapshot(tile)
+    if copy is not None:
+        return copy
+    return tile.new_like([tile[k] for k in range(tile.size())], mutable=True)
+
+
+def _flat(carrier: Carrier, size: int) -> Any:
+    from strideweave.tensor import Tensor
+    return Tensor(carrier, 0, Layout.canonical(Shape(size)))
+
+
+# ===== residency ================================================================================
+
+def residency(c: Any, tiles: Any, target: str) -> AwaitResidency:
+    """Start moving `tiles` (a TileSet or TileSelection) into the `target` tier."""
+    action = "promote tiles of" if target == PRIMARY else "evict tiles of"
+    c._check_live(action)
+    if isinstance(tiles, TileSelection):
+        tiles = tiles.tile_set
+    elif not isinstance(tiles, TileSet):
+        raise TypeError(f"tiles must be a TileSet or TileSelection, not {type(tiles).__name__}")
+    requested = [c._coordinate_index(coord) for coord in tiles.coordinates]
+    handle = _native.new_completion(AwaitResidency)
+    with c._state_lock:
+        pinned = [i for i in requested if c._pins[i]]
+        if pinned:
+            raise RuntimeError(f"cannot {action} a TiledEvictable: tile {c._coordinate_of(pinned[0])} "
+                               "is pinned by a pending residency request or projection")
+        moving = [i for i in requested if c._where[i] != target]
+        if not moving:
+            handle._succeed(None)
+            return handle
+        _pin(c, requested)
+    prototype = c._primary if target == PRIMARY else c._secondary
+    source_tier = c._secondary if target == PRIMARY else c._primary
+    native = (tiled_bulk.native_pair(type(source_tier), type(prototype))
+              and tiled_bulk.native_storage(prototype) is not None
+              and tiled_bulk.native_storage(source_tier) is not None)
+
+    def job() -> None:
+        staged: dict[int, Carrier] = {}
+        copies: list[Carrier] = []
+        try:
+            if native:
+                _stage_native(c, moving, prototype, staged, copies)
+            else:
+                _stage_moves(c, moving, prototype, staged, copies)
+            # Commit: every swap at once, under the lock writers and readers of state take.
+            with c._state_lock:
+                replaced = []
+                for i, fresh in staged.items():
+                    replaced.append(c._tiles[i])
+                    c._ownership.take(fresh)
+                    c._tiles[i] = fresh
+                    c._where[i] = target
+                for old in replaced:
+                    _release_quietly(old, c._ownership)
+        except BaseException as exc:  # noqa: BLE001 - the request's terminal failure
+            for fresh in staged.values():
+                _release_quietly(fresh)
+            for copy in copies:
+                _release_quietly(copy)
+            _unpin(c, requested)
+            handle._fail(exc)
+            return
+        _unpin(c, requested)
+        handle._succeed(None)
+
+    try:
+        _native.submit_python(handle, job)
+    except BaseException:
+        _unpin(c, requested)
+        raise
+    return handle
+
+
+def _stage_native(c: Any, moving: list[int], prototype: Carrier, staged: dict, copies: list) -> None:
+    """Allocate every fresh tile, then copy every moving tile into its fresh tile in one
+    batched Rust copy (GIL released), reading the pinned current tiles in place. A tile whose
+    storage turns out not to be built-in sends the whole request down the object-model path."""
+    spans = []
+    for i in moving:
+        fresh = prototype.allocate_like(c._tile_size, mutable=True, empty=True)
+        staged[i] = fresh
+        src, dst = tiled_bulk.native_storage(c._tiles[i]), tiled_bulk.native_storage(fresh)
+        if src is None or dst is None:
+            for tile in staged.values():
+                _release_quietly(tile)
+            staged.clear()
+            _stage_moves(c, moving, prototype, staged, copies)
+            return
+        spans.append((src, 0, dst, 0, c._tile_size))
+    _native.copy_spans(spans)
+
+
+def _stage_moves(c: Any, moving: list[int], prototype: Carrier, staged: dict, copies: list) -> None:
+    """The object-model path: each tile's private copy moves into a fresh target-tier tile
+    through a lowered move (§5 resolution, graph construction off)."""
+    from strideweave.carriers.move import _lowered_move
+    with _autograd.no_grad():
+        for i in moving:
+            copy = _private_copy(c._tiles[i])
+            copies.append(copy)
+            fresh = prototype.allocate_like(c._tile_size, mutable=True, empty=True)
+            staged[i] = fresh
+            _lowered_move(_flat(copy, c._tile_size), fresh)
+
+
+# ===== projection ================================================================================
+
+class _ProjectionClaim:
+    """Held in a caller's destination while a projection fills it."""
+
+    __slots__ = ()
+
+
+def check_projection(c: Any, tensor: Any, selection: Any, destination: Carrier | None) -> tuple:
+    """Projection argument checks in the specified order; returns (selection, compact shape,
+    whether an empty destination must grow)."""
+    from strideweave.tensor import Tensor
+
+    c._check_live("project")
+    if not isinstance(tensor, Tensor) or tensor.carrier is not c:
+        raise TypeError("tensor must be a Tensor on this TiledEvictable")
+    if not c._is_full(tensor):
+        raise ValueError("project needs a full tensor: offset 0 and the identity layout over "
+                         f"the logical shape {c._logical}")
+    if not isinstance(selection, TileSelection):
+        selection = TileSelection(selection)
+    if selection.rank != len(c._grid):
+        raise ValueError(f"selection has rank {selection.rank}, the grid has rank {len(c._grid)}")
+    for a, (axis, g) in enumerate(zip(selection.per_axis, c._grid)):
+        if any(v >= g for v in axis):
+            raise ValueError(f"selection axis {a} names a tile outside [0, {g})")
+    if _autograd.is_grad_enabled() and tensor.is_differentiable():
+        raise NotImplementedError("projection of a tensor that requires grad is not implemented "
+                                  "(graph construction is on); use no_grad()")
+    compact = tuple(n * t for n, t in zip(selection.compact_grid_shape, c._tile))
+    total = math.prod(compact)
+    grow = False
+    if destination is not None:
+        if not isinstance(destination, Carrier) or type(destination) is not type(c._primary):
+            raise TypeError(f"destination must be a {type(c._primary).__name__} carrier (the "
+                            f"primary tier's exact class), not {type(destination).__name__}")
+        if destination.is_released():
+            raise RuntimeError("the projection destination is released")
+        if not destination.is_mutable():
+            raise RuntimeError("the projection destination is not mutable")
+        destination._sw_check_unclaimed("project into")
+        if destination.dtype() is not c.dtype():
+            raise TypeError(f"destination dtype {destination.dtype().name} is not the "
+                            f"TiledEvictable's {c.dtype().name}")
+        size = destination.size()
+        if size < total:
+            if size == 0 and (hasattr(destination, "_allocate") or is_definition_backed(destination)):
+                grow = True
+            else:
+                raise ValueError(f"destination is too small: {size} slots for a {total}-slot "
+                                 "projection")
+    return selection, compact, grow
+
+
+def project(c: Any, tensor: Any, selection: Any, destination: Carrier | None) -> AwaitProjection:
+    """Start gathering the selected tiles of the full `tensor` into one compact dense Tensor
+    (on `destination`, or on a fresh primary-class carrier); returns at once."""
+    from strideweave.tensor import Tensor
+
+    selection, compact, grow = check_projection(c, tensor, selection, destination)
+    total = math.prod(compact)
+    selected = [c._coordinate_index(coord) for coord in selection.coordinates]
+    with c._state_lock:
+        c._check_live("project")
+        _pin(c, selected)
+    owned_destination = destination is None
+    try:
+        if owned_destination:
+            destination = c._primary.allocate_like(total, mutable=True, empty=True)
+        elif grow:
+            if is_definition_backed(destination):
+                from strideweave.carriers.extension import allocate_destination
+                allocate_destination(destination, total)
+            else:
+                destination._allocate(total)
+        handle = _native.new_completion(AwaitProjection)
+    except BaseException:
+        _unpin(c, selected)
+        raise
+    destination._sw_claim = _ProjectionClaim()
+    layout = Layout.canonical(Shape(list(compact)))
+
+    def finish(error: BaseException | None) -> None:
+        """The projection's one terminal step (on whichever thread ran the gather)."""
+        result = None
+        if error is None:
+            try:
+                result = Tensor(destination, 0, layout)
+            except BaseException as exc:  # noqa: BLE001
+                error = exc
+        destination._sw_claim = None
+        if error is not None:
+            if owned_destination:
+                _release_quietly(destination)
+            elif grow and hasattr(destination, "_allocate"):
+                with contextlib.suppress(Exception):
+                    destination._allocate(0)
+            _unpin(c, selected)
+            handle._fail(error)
+            return
+        _unpin(c, selected)
+        handle._succeed(result)
+
+    try:
+        blocks = _native_blocks(c, selection, destination)
+        if blocks is not None:
+            _native.submit_copy_blocks(blocks, list(c._tile), list(c._tile), list(compact), finish)
+        else:
+            def job() -> None:
+                try:
+                    _gather(c, selection, destination, compact)
+                except BaseException as exc:  # noqa: BLE001 - the projection's terminal failure
+                    finish(exc)
+                else:
+                    finish(None)
+            _native.submit_python(handle, job)
+    except BaseException:
+        destination._sw_claim = None
+        if owned_destination:
+            _release_quietly(destination)
+        _unpin(c, selected)
+        raise
+    return handle
+
+
+def _native_blocks(c: Any, selection: TileSelection, destination: Carrier) -> list | None:
+    """One `(tile storage, 0, destination storage, origin)` block per selected tile, each
+    placed at its block of the compact array; None unless every end is built-in."""
+    dst = tiled_bulk.native_storage(destination)
+    if dst is None:
+        return None
+    indices, origins = tiled_bulk.placement(selection.per_axis, c._grid, c._tile)
+    return tiled_bulk.tile_blocks(c._tiles, indices, origins, dst)
+
+
+def _gather(c: Any, selection: TileSelection, destination: Carrier, compact: tuple[int, ...]) -> None:
+    """The object-model gather. Compact `y` takes source
+    `x[a] = per_axis[a][y[a] // t[a]] * t[a] + y[a] % t[a]`: each selected tile, read in place
+    through its hooks, into its block of the compact array."""
+    tile_shape = c._tile
+    shape = selection.compact_grid_shape
+    for k in range(math.prod(shape)):
+        block, coord, rest = [], [], k
+        for axis, extent in zip(selection.per_axis, shape):
+            rest, r = divmod(rest, extent)
+            block.append(r)
+            coord.append(axis[r])
+        tile = c._tiles[c._coordinate_index(tuple(coord))]
+        values = [tile[j] for j in range(c._tile_size)]
+        for j, v in enumerate(values):
+            s, mul, rest = 0, 1, j
+            for b, t, extent in zip(block, tile_shape, compact):
+                rest, r = divmod(rest, t)
+                s += (b * t + r) * mul
+                mul *= extent
+            destination._sw_fill(s, v)
+
+
+# ===== the route to CPU ============================================================================
+
+def prepare_to_cpu(request: Any) -> Any:
+    """`TransferProvider.prepare` of "tiled.to_cpu": a full tensor gathers every tile, read
+    where it lives (secondary tiles in place), into destination slots `[0, size)`."""
+    source = request.tensor.carrier
+    if not source._is_full(request.tensor):
+        return Unsupported("only a full tensor (offset 0, the identity layout over the logical "
+                           "shape) moves out of a TiledEvictable")
+    if source._pending:
+        raise RuntimeError("cannot move a TiledEvictable while a residency request or projection "
+                           "is pending")
+    destination = request.destination
+
+    def submit() -> Any:
+        every = list(range(len(source._tiles)))
+        dst = tiled_bulk.native_storage(destination)
+        blocks = None if dst is None else tiled_bulk.tile_blocks(source._tiles, every, source._origins, dst)
+        if blocks is None:
+            for index, tile in enumerate(source._tiles):
+                for k, s in enumerate(source._tile_slots(index)):
+                    destination._sw_fill(s, tile[k])
+            return None
+        # One engine job; the move waits on the returned completion. The tiles stay pinned
+        # meanwhile, so no residency request swaps one out under the copy.
+        done = _native.new_completion(AwaitResult)
+        with source._state_lock:
+            if source._pending:  # a request started since prepare: refuse, as prepare does
+                raise RuntimeError("cannot move a TiledEvictable while a residency request or "
+                                   "projection is pending")
+            _pin(source, every)
+
+        def then(error: BaseException | None) -> None:
+            _unpin(source, every)
+            if error is None:
+                done._succeed(None)
+            else:
+                done._fail(error)
+        try:
+            _native.submit_copy_blocks(blocks, list(source._tile), list(source._tile),
+                                       list(source._logical), then)
+        except BaseException:
+            _unpin(source, every)
+            raise
+        return done
+
+    return PreparedTransfer(submit)

@@ -1,0 +1,257 @@
+"""The value types of the tiled tier (extension-and-tiling.md §7): TileSet, TileSelection,
+TileState, the completion handles AwaitResidency and AwaitProjection, and the ownership token
+a TiledEvictable records on its tiers and tiles.
+
+Public names are re-exported by `strideweave.carriers.tiled_evictable`, their documented home.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Any, Iterable, Sequence
+
+from strideweave.carriers.base import Carrier
+from strideweave.carriers.move import AwaitResult
+
+__all__ = ["TileSet", "TileSelection", "AwaitProjection", "AwaitResidency", "TileState"]
+
+
+# ===== value types ==============================================================================
+
+def _component(value: Any, what: str) -> int:
+    """A tile coordinate component: an int, bool rejected (TypeError)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, not {type(value).__name__}")
+    return int(value)
+
+
+def _consume_ints(values: Any, what: str) -> tuple[int, ...]:
+    try:
+        items = tuple(values)
+    except TypeError:
+        raise TypeError(f"{what} must be an iterable of ints, not {type(values).__name__}") from None
+    return tuple(_component(v, f"{what}[{k}]") for k, v in enumerate(items))
+
+
+class _Immutable:
+    __slots__ = ()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable: cannot set attribute {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable: cannot delete attribute {name!r}")
+
+
+class TileSet(_Immutable):
+    """An immutable, possibly empty set of tile coordinates, sorted first axis fastest.
+
+    `TileSet([(1, 0), (0, 1), (0, 0)]).coordinates == ((0, 0), (1, 0), (0, 1))`. A component
+    that is not an int (or is a bool) → TypeError; mixed ranks, negative components or
+    duplicates → ValueError. Whether the coordinates fit a carrier's grid is checked when
+    the set is used.
+    """
+
+    __slots__ = ("_coordinates",)
+
+    def __init__(self, coordinates: Iterable[Sequence[int]] = ()) -> None:
+        try:
+            entries = tuple(coordinates)
+        except TypeError:
+            raise TypeError(f"coordinates must be an iterable of int sequences, "
+                            f"not {type(coordinates).__name__}") from None
+        coords = tuple(_consume_ints(c, f"coordinates[{k}]") for k, c in enumerate(entries))
+        ranks = {len(c) for c in coords}
+        if len(ranks) > 1:
+            raise ValueError(f"coordinates mix ranks {sorted(ranks)}")
+        if 0 in ranks:
+            raise ValueError("a tile coordinate needs at least one component")
+        for c in coords:
+            if any(v < 0 for v in c):
+                raise ValueError(f"tile coordinate {c} has a negative component")
+        if len(set(coords)) != len(coords):
+            seen: set = set()
+            duplicate = next(c for c in coords if c in seen or seen.add(c))
+            raise ValueError(f"tile coordinate {duplicate} appears more than once")
+        object.__setattr__(self, "_coordinates", tuple(sorted(coords, key=lambda c: c[::-1])))
+
+    @property
+    def coordinates(self) -> tuple[tuple[int, ...], ...]:
+        """The coordinates, first axis fastest."""
+        return self._coordinates
+
+    @property
+    def rank(self) -> int | None:
+        """The coordinates' rank, or None for the empty set."""
+        return len(self._coordinates[0]) if self._coordinates else None
+
+    def __len__(self) -> int:
+        return len(self._coordinates)
+
+    def __iter__(self):
+        return iter(self._coordinates)
+
+    def __contains__(self, coordinate: Any) -> bool:
+        return tuple(coordinate) in self._coordinates if isinstance(coordinate, (tuple, list)) else False
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, TileSet) and other._coordinates == self._coordinates
+
+    def __hash__(self) -> int:
+        return hash(self._coordinates)
+
+    def __repr__(self) -> str:
+        return f"TileSet({list(self._coordinates)!r})"
+
+
+class TileSelection(_Immutable):
+    """An ordered Cartesian product of per-axis tile indices.
+
+    `per_axis` keeps the caller's order; `coordinates` enumerates the product first mode
+    fastest: `TileSelection(((7, 2), (4, 9))).coordinates == ((7, 4), (2, 4), (7, 9), (2, 9))`.
+    No axes, an empty axis, a duplicate within an axis or a negative index → ValueError; a
+    non-int (or bool) index → TypeError.
+    """
+
+    __slots__ = ("_per_axis",)
+
+    def __init__(self, per_axis: Iterable[Iterable[int]]) -> None:
+        try:
+            axes = tuple(per_axis)
+        except TypeError:
+            raise TypeError(f"per_axis must be an iterable of int iterables, "
+                            f"not {type(per_axis).__name__}") from None
+        parsed = tuple(_consume_ints(axis, f"per_axis[{a}]") for a, axis in enumerate(axes))
+        if not parsed:
+            raise ValueError("per_axis must name at least one axis")
+        for a, axis in enumerate(parsed):
+            if not axis:
+                raise ValueError(f"per_axis[{a}] selects no tiles")
+            if any(v < 0 for v in axis):
+                raise ValueError(f"per_axis[{a}] has a negative tile index")
+            if len(set(axis)) != len(axis):
+                raise ValueError(f"per_axis[{a}] repeats a tile index")
+        object.__setattr__(self, "_per_axis", parsed)
+
+    @property
+    def per_axis(self) -> tuple[tuple[int, ...], ...]:
+        return self._per_axis
+
+    @property
+    def rank(self) -> int:
+        return len(self._per_axis)
+
+    @property
+    def compact_grid_shape(self) -> tuple[int, ...]:
+        """Selected tiles per axis: the grid of the compact projection."""
+        return tuple(len(axis) for axis in self._per_axis)
+
+    @property
+    def coordinates(self) -> tuple[tuple[int, ...], ...]:
+        """Every selected tile, first mode fastest, each axis in the caller's order."""
+        shape = self.compact_grid_shape
+        out = []
+        for k in range(math.prod(shape)):
+            coord = []
+            for axis, extent in zip(self._per_axis, shape):
+                k, r = divmod(k, extent)
+                coord.append(axis[r])
+            out.append(tuple(coord))
+        return tuple(out)
+
+    @property
+    def tile_set(self) -> TileSet:
+        return TileSet(self.coordinates)
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, TileSelection) and other._per_axis == self._per_axis
+
+    def __hash__(self) -> int:
+        return hash(self._per_axis)
+
+    def __repr__(self) -> str:
+        return f"TileSelection({[list(a) for a in self._per_axis]!r})"
+
+
+class AwaitResidency(AwaitResult):
+    """Completion handle of a residency request; `wait()` returns None or raises the first
+    transfer failure. Only the framework creates these."""
+
+    __slots__ = ()
+
+
+class AwaitProjection(AwaitResult):
+    """Completion handle of a projection; `wait()` returns the compact Tensor (the same
+    object every time) or raises the gather's failure. Only the framework creates these."""
+
+    __slots__ = ()
+
+
+class TileState(_Immutable):
+    """Where one tile lives (`location` is "primary" or "secondary") and whether a pending
+    request pins it."""
+
+    __slots__ = ("coordinate", "location", "pinned")
+
+    def __init__(self, coordinate: tuple[int, ...], location: str, pinned: bool) -> None:
+        object.__setattr__(self, "coordinate", coordinate)
+        object.__setattr__(self, "location", location)
+        object.__setattr__(self, "pinned", pinned)
+
+    def __repr__(self) -> str:
+        pinned = ", pinned" if self.pinned else ""
+        return f"TileState({self.coordinate}, {self.location!r}{pinned})"
+
+
+# ===== ownership ================================================================================
+
+class _Ownership:
+    """The owner recorded on a TiledEvictable's tiers and tiles (see evictable.py: a token,
+    so a tier the caller holds does not keep the TiledEvictable alive)."""
+
+    __slots__ = ("carriers", "__weakref__")
+
+    def __init__(self) -> None:
+        self.carriers: dict[int, Carrier] = {}
+
+    def take(self, carrier: Carrier) -> None:
+        carrier._sw_owner = self
+        self.carriers[id(carrier)] = carrier
+
+    def drop(self, carrier: Carrier) -> None:
+        if carrier._sw_owner is self:
+            carrier._sw_owner = None
+        self.carriers.pop(id(carrier), None)
+
+    def disown_all(self) -> None:
+        for carrier in self.carriers.values():
+            if carrier._sw_owner is self:
+                carrier._sw_owner = None
+        self.carriers = {}
+
+
+_Ownership.__name__ = "TiledEvictable"
+_Ownership.__qualname__ = "TiledEvictable"
+
+
+def _release_quietly(carrier: Carrier, ownership: _Ownership | None = None) -> None:
+    if ownership is not None:
+        ownership.drop(carrier)
+    with contextlib.suppress(Exception):
+        if carrier._sw_owner is None:
+            carrier.release()
+
+
+PRIMARY, SECONDARY = "primary", "secondary"
+
+
+def _check_shape(value: Any, name: str) -> tuple[int, ...]:
+    try:
+        items = tuple(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an iterable of ints, not {type(value).__name__}") from None
+    for k, v in enumerate(items):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"{name}[{k}] must be an int, not {type(v).__name__}")
+    return tuple(int(v) for v in items)
+

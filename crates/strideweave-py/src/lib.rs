@@ -4,6 +4,7 @@ use pyo3::prelude::*;
 
 mod access;
 mod block;
+mod buffer_copy;
 mod dlpack;
 mod engine;
 mod kernels;
@@ -22,5 +23,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     block::register(m)?;
     access::register(m)?;
     tensor_base::register(m)?;
+    buffer_copy::register(m)?;
     Ok(())
 }

@@ -118,7 +118,7 @@ CASES = {
 }
 
 
-def expected_values(name, values, shape, stride):
+def expected_values(name, values):
     if name == "broadcast":  # [2, 1] widened to [2, 3] with stride 0
         return [values[k % 2] for k in range(6)]
     return values
@@ -130,7 +130,7 @@ def test_values_are_exact_across_nodes_in_both_directions(cluster, peer, name):
     t = cpu_tensor(values, L(shape, stride), offset)
     if name == "broadcast":
         t = sw.broadcast_to(t, Shape([2, 3]))
-    expected = expected_values(name, values, shape, stride)
+    expected = expected_values(name, values)
     source = t.carrier
     on_ray = sw.move(t, RayObjectCarrier())
     assert on_ray.tolist() == expected and on_ray.layout == t.layout and on_ray.offset == 0
@@ -141,10 +141,9 @@ def test_values_are_exact_across_nodes_in_both_directions(cluster, peer, name):
     assert got == expected and same_layout and where != ray.get_runtime_context().get_node_id()
     # Node B -> head: made on node B, fetched here.
     made = ray.get(peer.make.remote(values, shape, stride, offset))
-    made_expected = values if name != "broadcast" else values
     assert type(made.carrier) is RayObjectCarrier and made.carrier.size() == L(shape, stride).cosize
     back = sw.move_async(made, CPU(made.layout.cosize)).wait()
-    assert back.tolist() == made_expected and made.carrier.is_released()
+    assert back.tolist() == values and made.carrier.is_released()
     assert isinstance(back.autograd_ctx, RayObjectToCpuMoveOperation)
 
 
@@ -317,3 +316,23 @@ def test_without_ray_a_move_into_a_ray_carrier_raises_before_any_effect_and_the_
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
                             timeout=120)
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-2000:]
+
+
+def test_factories_and_dtypes(cluster):
+    with pytest.raises(ValueError, match="Bool"):
+        RayObjectCarrier(dtype=D.Bool)
+    with pytest.raises(TypeError):
+        RayObjectCarrier(dtype="Float32")
+    empty = RayObjectCarrier(dtype=D.Int32)
+    assert empty.size() == 0 and empty.is_mutable() and not empty.is_sealed() and empty.object_ref is None
+    made = empty.new_like([1, None, 3])
+    assert type(made) is RayObjectCarrier and made.dtype() is D.Int32 and made.is_sealed()
+    assert [made[k] for k in range(3)] == [1, 0, 3] and not made.is_mutable() and made.version == 0
+    with pytest.raises(TypeError):
+        empty.new_like([1.5])
+    zeros = made.allocate_like(4, dtype=D.Float32)
+    assert zeros.is_sealed() and [zeros[k] for k in range(4)] == [0.0] * 4
+    fresh = made.allocate_like(0)
+    assert fresh.size() == 0 and fresh.is_mutable() and fresh.dtype() is D.Int32
+    made.release()
+    assert made.allocate_like(0).dtype() is D.Int32  # factories still work after release

@@ -33,6 +33,10 @@ from strideweave.ray import (  # noqa: E402
     RayObjectToCpuMoveOperation,
 )
 
+# Ray starts its node processes with fork+exec; JAX (imported by other test modules in this
+# process) warns about any fork.
+pytestmark = pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
+
 MiB = 1 << 20
 NODE = dict(num_cpus=1, object_store_memory=100 * MiB, node_ip_address="127.0.0.1")
 

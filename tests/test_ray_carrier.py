@@ -17,6 +17,7 @@ import signal  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import textwrap  # noqa: E402
+import threading  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -340,3 +341,84 @@ def test_factories_and_dtypes(cluster):
     assert fresh.size() == 0 and fresh.is_mutable() and fresh.dtype() is D.Int32
     made.release()
     assert made.allocate_like(0).dtype() is D.Int32  # factories still work after release
+
+
+def test_racing_moves_into_one_empty_carrier_have_one_winner(cluster):
+    destination = RayObjectCarrier()
+    tensors = [cpu_tensor([float(k)] * 4) for k in range(6)]
+    barrier = threading.Barrier(len(tensors))
+    outcomes = [None] * len(tensors)
+
+    def run(k):
+        barrier.wait()
+        try:
+            outcomes[k] = sw.move(tensors[k], destination)
+        except RuntimeError as exc:
+            outcomes[k] = exc
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(len(tensors))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    winners = [k for k, o in enumerate(outcomes) if isinstance(o, Tensor)]
+    assert len(winners) == 1, outcomes
+    (k,) = winners
+    assert outcomes[k].tolist() == [float(k)] * 4 and destination.is_sealed()
+    for j, o in enumerate(outcomes):
+        if j != k:
+            assert isinstance(o, RuntimeError) and ("pending move" in str(o) or "not publicly mutable" in str(o))
+            assert not tensors[j].carrier.is_released() and tensors[j].tolist() == [float(j)] * 4
+
+
+def test_racing_first_reads_fetch_once_and_agree(cluster, peer):
+    made = ray.get(peer.make.remote([float(k) for k in range(64)], [64], [1], 0))  # on node B
+    barrier = threading.Barrier(4)
+    seen = []
+
+    def read():
+        barrier.wait()
+        seen.append([made[k] for k in range(64)])
+
+    threads = [threading.Thread(target=read) for _ in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert seen == [[float(k) for k in range(64)]] * 4
+
+
+def test_racing_release_and_move_out(cluster):
+    for _ in range(5):
+        with sw.no_grad():
+            t = sw.move(cpu_tensor([1.0, 2.0]), RayObjectCarrier())
+        barrier = threading.Barrier(2)
+        outcome = {}
+
+        def release():
+            barrier.wait()
+            try:
+                t.carrier.release()
+                outcome["release"] = None
+            except RuntimeError as exc:
+                outcome["release"] = exc
+
+        def move_out():
+            barrier.wait()
+            try:
+                outcome["move"] = sw.move(t, CPU(2)).tolist()
+            except RuntimeError as exc:
+                outcome["move"] = exc
+
+        threads = [threading.Thread(target=release), threading.Thread(target=move_out)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert t.carrier.is_released()  # either the release or the move's commit released it
+        if isinstance(outcome["move"], list):
+            assert outcome["move"] == [1.0, 2.0]
+            # the release either came first-after (idempotent) or found the pending claim
+            assert outcome["release"] is None or "pending move" in str(outcome["release"])
+        else:
+            assert outcome["release"] is None and "released" in str(outcome["move"])

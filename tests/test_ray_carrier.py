@@ -115,6 +115,21 @@ def raylet_pid(node):
     return node.all_processes["raylet"][0].process.pid
 
 
+def stop_raylet(node):
+    """Freeze a node's raylet (its object store stops serving) until `resume()`; a safety
+    timer resumes it anyway, so a move that wrongly blocks its caller fails instead of hanging."""
+    pid = raylet_pid(node)
+    os.kill(pid, signal.SIGSTOP)
+    timer = threading.Timer(30.0, lambda: os.kill(pid, signal.SIGCONT))
+    timer.start()
+
+    def resume(signal_it=True):
+        timer.cancel()
+        if signal_it:
+            os.kill(pid, signal.SIGCONT)
+    return resume
+
+
 CASES = {
     "1-D": ([1.5, -2.0, 3.25, 4.0, 5.0], [5], [1], 0),
     "gapped": ([1.0, 2.0, 3.0, 4.0], [4], [3], 2),
@@ -245,7 +260,7 @@ def test_a_dropped_pending_handle_still_completes(cluster, peer):
     _, node_b = cluster
     made = ray.get(peer.make.remote([4.0, 5.0, 6.0], [3], [1], 0))  # lives on node B only
     source, destination = made.carrier, CPU(3)
-    os.kill(raylet_pid(node_b), signal.SIGSTOP)  # node B's object store stops serving
+    resume = stop_raylet(node_b)  # node B's object store stops serving
     try:
         handle = sw.move_async(made, destination)
         time.sleep(0.3)
@@ -254,7 +269,7 @@ def test_a_dropped_pending_handle_still_completes(cluster, peer):
         gc.collect()
         assert not source.is_released()
     finally:
-        os.kill(raylet_pid(node_b), signal.SIGCONT)
+        resume()
     wait_until(source.is_released)
     wait_until(lambda: destination._sw_claim is None)
     assert [destination[k] for k in range(3)] == [4.0, 5.0, 6.0]
@@ -268,10 +283,11 @@ def test_a_node_removed_mid_move_fails_the_handle_naming_the_object(cluster):
     made = ray.get(other.make.remote([1.0, 2.0], [2], [1], 0))  # owned by and stored on node C
     source, destination = made.carrier, CPU(2)
     object_id = source.object_ref.hex()
-    os.kill(raylet_pid(node_c), signal.SIGSTOP)  # hold the fetch pending
+    resume = stop_raylet(node_c)  # hold the fetch pending
     handle = sw.move_async(made, destination)
     time.sleep(0.3)
     assert not handle.done
+    resume(signal_it=False)  # the node is killed while frozen, never resumed
     c.remove_node(node_c, allow_graceful=False)
     with pytest.raises(RayObjectLostError, match=object_id) as failure:
         handle.wait()

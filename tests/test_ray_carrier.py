@@ -177,8 +177,10 @@ def test_only_the_reference_travels_when_pickled(cluster):
     n = 1 << 18  # 1 MiB of slots
     c = CPU(n)
     c[n - 1] = 3.0
-    with sw.no_grad():
-        t = sw.move(Tensor(c, 0, L(n, 1)), RayObjectCarrier())
+    t = sw.move(Tensor(c, 0, L(n, 1)), RayObjectCarrier())
+    assert t.autograd_ctx is not None
+    moved = pickle.loads(pickle.dumps(t))  # the autograd node stays behind
+    assert moved.autograd_ctx is None and moved.layout == t.layout and moved[n - 1] == 3.0
     view = Tensor(t.carrier, 5, L([2, 3], [1, 2]))
     blob = pickle.dumps(view)
     assert len(blob) < 4096
@@ -186,8 +188,11 @@ def test_only_the_reference_travels_when_pickled(cluster):
     assert clone.carrier is not t.carrier and clone.carrier.object_ref == t.carrier.object_ref
     assert clone.offset == 5 and clone.layout == view.layout and clone.dtype() is D.Float32
     assert clone.carrier[n - 1] == 3.0
-    with pytest.raises(TypeError, match="RayObjectCarrier"):
+    # Other carriers keep Python's default reduction.
+    with pytest.raises(TypeError, match="HostStorage"):
         pickle.dumps(cpu_tensor([1.0]))
+    g = pickle.loads(pickle.dumps(Tensor(sw.Generic([1.0, 2.0]), 0, L(2, 1))))
+    assert type(g.carrier) is sw.Generic and g.tolist() == [1.0, 2.0]
 
 
 def test_sealed_carrier_is_immutable_and_refuses_another_move(cluster):

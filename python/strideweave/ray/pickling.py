@@ -5,9 +5,10 @@ its `ray.ObjectRef` (which Ray's serializer tracks, so the receiver borrows the 
 the Tensor to that carrier plus its offset and layout. The receiver then reads the object
 through Ray on its own node, e.g. `sw.move(t, sw.CPU(n))`.
 
-`Tensor` is a native class with no general pickle support (most carriers hold process-local
-memory), so the reduction is registered with `copyreg` for exactly `Tensor` when
-`strideweave.ray` is imported; pickling a Tensor on any other carrier raises TypeError.
+The reduction is registered with `copyreg` for exactly `Tensor` when `strideweave.ray` is
+imported. A Tensor on any other carrier keeps Python's default reduction (its fields; e.g. a
+Generic tensor pickles, a CPU tensor's native storage refuses with TypeError), so importing
+this package changes nothing for them.
 """
 from __future__ import annotations
 
@@ -21,14 +22,11 @@ from strideweave.tensor import Tensor
 __all__: list[str] = []
 
 
-def _reduce_tensor(t: Tensor) -> tuple:
-    if len(t.subtensors) != 1:
-        raise TypeError("cannot pickle a multi-subtensor Tensor")
-    carrier = t.carrier
-    if not isinstance(carrier, RayObjectCarrier):
-        raise TypeError(f"cannot pickle a Tensor on a {type(carrier).__name__} carrier: only Tensors on a "
-                        "RayObjectCarrier pickle (move it to one first)")
-    return (_rebuild_tensor, (carrier, t.offset, t.layout))
+def _reduce_tensor(t: Tensor) -> Any:
+    if len(t.subtensors) != 1 or not isinstance(t.carrier, RayObjectCarrier):
+        return t.__reduce_ex__(4)  # the default, as if nothing were registered
+    # Not the autograd state, the gradient or anything else a Tensor refers to.
+    return (_rebuild_tensor, (t.carrier, t.offset, t.layout))
 
 
 def _rebuild_tensor(carrier: Any, offset: int, layout: Layout) -> Tensor:

@@ -173,9 +173,11 @@ def test_int32_round_trip(cluster):
     assert back.tolist() == [1, -2, 2**31 - 1]
 
 
-def test_only_the_reference_travels_when_pickled(cluster):
+def test_only_the_reference_travels_when_pickled(cluster, peer):
     n = 1 << 18  # 1 MiB of slots
     c = CPU(n)
+    for k in range(5, 11):
+        c[k] = float(k)
     c[n - 1] = 3.0
     t = sw.move(Tensor(c, 0, L(n, 1)), RayObjectCarrier())
     assert t.autograd_ctx is not None
@@ -188,6 +190,10 @@ def test_only_the_reference_travels_when_pickled(cluster):
     assert clone.carrier is not t.carrier and clone.carrier.object_ref == t.carrier.object_ref
     assert clone.offset == 5 and clone.layout == view.layout and clone.dtype() is D.Float32
     assert clone.carrier[n - 1] == 3.0
+    # A view at an offset, moved to CPU on node B.
+    assert view.tolist() == [5.0, 6.0, 7.0, 8.0, 9.0, 10.0]  # logical order, first mode fastest
+    got, same_layout, _ = ray.get(peer.fetch.remote(view))
+    assert got == view.tolist() and same_layout
     # Other carriers keep Python's default reduction.
     with pytest.raises(TypeError, match="HostStorage"):
         pickle.dumps(cpu_tensor([1.0]))

@@ -7,10 +7,12 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .PHONY: demo test build deps cargo-test pytest bench clean asan
 
-$(VENV)/.deps-stamp: requirements.txt
+$(VENV)/.deps-stamp: requirements.txt requirements-ray.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install --quiet --upgrade pip
 	$(VPY) -m pip install --quiet -r requirements.txt
+	# The optional `ray` extra, so tests/test_ray_carrier.py runs here and in CI.
+	$(VPY) -m pip install --quiet -r requirements-ray.txt
 	touch $@
 
 deps: $(VENV)/.deps-stamp

@@ -4,6 +4,7 @@ use pyo3::prelude::*;
 
 mod access;
 mod block;
+mod buffer_copy;
 mod dlpack;
 mod engine;
 mod kernels;
@@ -26,5 +27,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     tensor_base::register(m)?;
     transfer::register(m)?;
     tiles::register(m)?;
+    buffer_copy::register(m)?;
     Ok(())
 }

@@ -171,12 +171,17 @@ class FileBackedToCpuMoveOperation(_BulkSpanMove):
     destination_class = CPU
 
 
-class _BlockBulkMove(MoveOperation):
-    """Shared engine path of the CPU↔block bulk pair: the device I/O (GIL released inside the
-    handle) runs on an engine worker, which then commits."""
+class WorkerMove(MoveOperation):
+    """Base of the framework's bulk I/O pairs whose `_copy` blocks on a device or a remote
+    store (CPU<->BlockDeviceCarrier, CPU<->RayObjectCarrier): it runs on an engine worker,
+    which then commits, so `move_async` returns at once. Only a class that sets
+    `_sw_runs_on_worker = True` in its own body gets this; a user's subclass that overrides
+    `_copy` runs it on the caller's thread like any other hook."""
+
+    _sw_runs_on_worker = False
 
     def _sw_native_transfer(self, request: "_MoveRequest") -> "_NativeTransfer | None":
-        if type(self) not in _BLOCK_OPERATIONS:
+        if not type(self).__dict__.get("_sw_runs_on_worker", False):
             return None
 
         def submit(then: Callable) -> None:
@@ -188,26 +193,28 @@ class _BlockBulkMove(MoveOperation):
                 else:
                     then(None)
             _native.submit_python(request.handle, run)
-        # Device I/O always goes to a worker: never inline, whatever the size.
+        # Device or remote I/O always goes to a worker: never inline, whatever the size.
         return _NativeTransfer(None, submit, None, ())
 
 
-class CpuToBlockDeviceMoveOperation(_BlockBulkMove):
+class CpuToBlockDeviceMoveOperation(WorkerMove):
     """Bulk CPU → BlockDeviceCarrier (Float32): the cosize span in one aligned device write."""
 
     source_class = CPU
     destination_class = BlockDeviceCarrier
+    _sw_runs_on_worker = True
 
     def _copy(self, tensor: Tensor, destination: Carrier, output: Tensor, element_count: int) -> None:
         handle, device_offset, _ = destination._sw_block_extent()
         handle.write_from(tensor.carrier._sw_storage(), tensor.offset * 4, device_offset, element_count * 4)
 
 
-class BlockDeviceToCpuMoveOperation(_BlockBulkMove):
+class BlockDeviceToCpuMoveOperation(WorkerMove):
     """Bulk BlockDeviceCarrier → CPU (Float32): the cosize span in one aligned device read."""
 
     source_class = BlockDeviceCarrier
     destination_class = CPU
+    _sw_runs_on_worker = True
 
     def _copy(self, tensor: Tensor, destination: Carrier, output: Tensor, element_count: int) -> None:
         handle, device_offset, _ = tensor.carrier._sw_block_extent()

@@ -1,0 +1,140 @@
+"""CPU -> RayObjectCarrier -> CPU on the other node, next to Ray's own put + get (issue 14).
+
+    .venv/bin/python benches/bench_ray.py [--quick]
+
+Starts a two-node Ray cluster on this machine (`ray.cluster_utils.Cluster`, loopback only,
+each node with its own object store) and an actor on node B. One round trip, each side:
+
+  strideweave  driver: `sw.move(cpu_tensor, RayObjectCarrier())` (one ray.put), then the actor
+               on node B: `sw.move(t, destination)` (ray.get across nodes + one copy into a
+               CPU carrier there): a fresh `sw.CPU(n)` each time (its pages are first touched
+               by the copy), and a reused landing carrier (a pipeline stage's warm buffer)
+  Ray          driver: `ray.put(ndarray)`, then the actor on node B: `ray.get(ref)` of the same
+               array (a read-only zero-copy view of node B's object store); printed also with
+               `.copy()` of that view, the price of writable local memory, which a move into a
+               CPU carrier always pays
+
+The tensor goes to the actor pickled (only the object reference travels); the array's
+reference goes inside a list so that the actor itself calls `ray.get`. Sources are filled
+before the clock starts. Each figure is the median of the repeats, the two sides alternating;
+"ratio" is strideweave time / Ray time (issue 14's goal: <= 1.1 against put + get). `--quick`: 32 MiB, 2 repeats.
+Skips (exit 0) when `ray` is not installed.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# Resolve this machine's node address to loopback: all cluster traffic stays on 127.0.0.1.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+import gc  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import strideweave as sw  # noqa: E402
+
+MiB = 1 << 20
+
+
+def main(argv: list[str]) -> int:
+    try:
+        import ray
+        from ray.cluster_utils import Cluster
+    except ImportError:
+        print("bench_ray: skipped (ray is not installed: pip install -r requirements-ray.txt)")
+        return 0
+    from strideweave.ray import RayObjectCarrier
+
+    quick = "--quick" in argv
+    size_mib = 32 if quick else 256
+    repeats = 2 if quick else 5
+    n = size_mib * MiB // 4
+    store = max(256, 3 * size_mib) * MiB
+    node = dict(num_cpus=1, object_store_memory=store, node_ip_address="127.0.0.1")
+
+    @ray.remote(num_cpus=0)
+    class Receiver:
+        def node_id(self) -> str:
+            return ray.get_runtime_context().get_node_id()
+
+        def move_to_cpu(self, t: sw.Tensor, warm: bool) -> tuple:
+            if warm:  # a pipeline stage reusing its landing buffer (already faulted in)
+                if getattr(self, "landing", None) is None:
+                    self.landing = sw.CPU(t.layout.cosize)
+                destination = self.landing
+            else:
+                destination = sw.CPU(t.layout.cosize)
+            back = sw.move(t, destination)
+            return back[0], back[t.layout.cosize - 1]
+
+        def ray_get(self, refs: list, copy: bool) -> tuple:
+            a = ray.get(refs[0])
+            if copy:  # what a user needs for writable local memory: ray.get's view is read-only
+                a = a.copy()
+            return float(a[0]), float(a[-1])
+
+    cluster = Cluster()
+    try:
+        cluster.add_node(**node, include_dashboard=False)
+        cluster.add_node(**node, resources={"node_b": 1})
+        ray.init(address=cluster.address, log_to_driver=False, logging_level="ERROR")
+        cluster.wait_for_nodes()
+        receiver = Receiver.options(resources={"node_b": 1}).remote()
+        assert ray.get(receiver.node_id.remote()) != ray.get_runtime_context().get_node_id()
+
+        array = (np.arange(n) % 1000).astype(np.float32)
+        layout = sw.Layout(sw.Shape(n), sw.Stride(1))
+
+        def ours(warm: bool) -> float:
+            c = sw.CPU(n, empty=True)
+            np.copyto(np.from_dlpack(sw.Tensor(c, 0, layout)), array)
+            gc.collect()
+            with sw.no_grad():
+                start = time.perf_counter()
+                t = sw.move(sw.Tensor(c, 0, layout), RayObjectCarrier())
+                ends = ray.get(receiver.move_to_cpu.remote(t, warm))
+                elapsed = time.perf_counter() - start
+            assert ends == (0.0, float((n - 1) % 1000)), ends
+            del t
+            return elapsed
+
+        def theirs(copy: bool) -> float:
+            gc.collect()
+            start = time.perf_counter()
+            ref = ray.put(array)
+            ends = ray.get(receiver.ray_get.remote([ref], copy))
+            elapsed = time.perf_counter() - start
+            assert ends == (0.0, float((n - 1) % 1000)), ends
+            del ref
+            return elapsed
+
+        runs = {"fresh": lambda: ours(False), "warm": lambda: ours(True), "ray": lambda: theirs(False),
+                "ray+copy": lambda: theirs(True)}
+        for run in runs.values():  # warm-up: worker imports, first object-store mappings
+            run()
+        times: dict[str, list[float]] = {name: [] for name in runs}
+        for k in range(repeats):
+            order = list(runs) if k % 2 == 0 else list(reversed(runs))
+            for name in order:
+                times[name].append(runs[name]())
+        base = statistics.median(times["ray"])
+        copied = statistics.median(times["ray+copy"])
+        print(f"{size_mib} MiB CPU -> Ray -> CPU on node B (median of {repeats}); "
+              f"ray.put + ray.get: {base * 1e3:.1f} ms; with a copy of the read-only result "
+              f"(ndarray.copy()): {copied * 1e3:.1f} ms")
+        for name, label in (("fresh", "into a fresh CPU carrier"), ("warm", "into a reused CPU carrier")):
+            mine = statistics.median(times[name])
+            print(f"  strideweave move {label:28s} {mine * 1e3:8.1f} ms   ratio {mine / base:5.2f}x "
+                  f"(goal <= 1.1)   vs get + copy {mine / copied:5.2f}x")
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,61 @@
+"""The exact pairs CPU <-> RayObjectCarrier, registered like the block-device pairs.
+
+Both run as bulk I/O on an engine worker (never on the caller's thread), so `move_async`
+returns at once and `ray.put` / `ray.get` (which release the GIL while Ray works) overlap with
+the caller. Everything else — validation, claims, growing the destination, autograd node,
+profiling events, publish or undo — is the ordinary move path of `carriers/move.py`.
+
+- CPU -> Ray: the cosize span from the tensor's offset (holes included, so stride-0 and
+  gapped layouts stay intact) is handed to `ray.put` as a zero-copy view of the CPU memory,
+  so the bytes are copied once, into the object store; that put seals the destination.
+- Ray -> CPU: `ray.get` on this node (Ray fetches across nodes when needed) returns a
+  read-only view of the local object-store buffer, and one checked native copy
+  (`_native.copy_buffer_to_host`, GIL released) lands the span in the CPU carrier.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from strideweave import _native
+from strideweave.carriers.base import Carrier
+from strideweave.carriers.cpu import CPU
+from strideweave.carriers.move import WorkerMove, register_move_operation
+from strideweave.layout import Layout, Shape, Stride
+from strideweave.ray.carrier import NUMPY_DTYPE, RayObjectCarrier
+from strideweave.tensor import Tensor
+
+__all__ = ["CpuToRayObjectMoveOperation", "RayObjectToCpuMoveOperation"]
+
+
+class CpuToRayObjectMoveOperation(WorkerMove):
+    """Bulk CPU -> RayObjectCarrier (Float32, Int32): one `ray.put` of the cosize span."""
+
+    source_class = CPU
+    destination_class = RayObjectCarrier
+    _sw_runs_on_worker = True
+
+    def _copy(self, tensor: Tensor, destination: Carrier, output: Tensor, element_count: int) -> None:
+        # A zero-copy NumPy view of the span through the CPU carrier's own DLPack export.
+        span = Tensor(tensor.carrier, tensor.offset, Layout(Shape(element_count), Stride(1)))
+        view = np.from_dlpack(span)
+        destination._sw_seal(view)
+
+
+class RayObjectToCpuMoveOperation(WorkerMove):
+    """Bulk RayObjectCarrier -> CPU (Float32, Int32): fetch through Ray, one native copy."""
+
+    source_class = RayObjectCarrier
+    destination_class = CPU
+    _sw_runs_on_worker = True
+
+    def _copy(self, tensor: Tensor, destination: Carrier, output: Tensor, element_count: int) -> None:
+        array = tensor.carrier._sw_local_array()
+        size = NUMPY_DTYPE[tensor.dtype()].itemsize
+        _native.copy_buffer_to_host(array, tensor.offset * size, destination._sw_storage(), 0,
+                                    element_count * size)
+
+
+def register() -> None:
+    """Register both pairs once (importing `strideweave.ray` does)."""
+    register_move_operation(CPU, RayObjectCarrier, CpuToRayObjectMoveOperation)
+    register_move_operation(RayObjectCarrier, CPU, RayObjectToCpuMoveOperation)

@@ -1,0 +1,83 @@
+"""`_native.copy_buffer_to_host`: the checked bulk copy from a buffer object into HostStorage
+that the Ray carrier's fetch uses (any C-contiguous buffer, ranges and overlap checked,
+nothing written unless every check passes)."""
+import threading
+
+import numpy as np
+import pytest
+
+from strideweave import _native
+
+
+def storage(n):
+    s = _native.HostStorage("f32", n)
+    s.set_values([-1.0] * n)
+    return s
+
+
+def test_copies_a_byte_range_of_any_buffer():
+    src = np.arange(8, dtype=np.float32)
+    dst = storage(6)
+    _native.copy_buffer_to_host(src, 2 * 4, dst, 1 * 4, 3 * 4)
+    assert dst.to_list() == [-1.0, 2.0, 3.0, 4.0, -1.0, -1.0]
+    ro = src.copy()
+    ro.flags.writeable = False  # read-only sources (Ray's object-store views) are fine
+    _native.copy_buffer_to_host(memoryview(ro), 0, dst, 0, 4)
+    assert dst.to_list()[0] == 0.0
+    _native.copy_buffer_to_host(b"", 0, dst, 24, 0)  # empty copy at the end
+
+
+@pytest.mark.parametrize("args, error, word", [
+    ((0, 0, 36), ValueError, "source"),        # past the source's 32 bytes
+    ((4, 0, 32), ValueError, "source"),
+    ((0, 12, 16), ValueError, "destination"),  # past the destination's 24 bytes
+])
+def test_out_of_range_copies_write_nothing(args, error, word):
+    src, dst = np.arange(8, dtype=np.float32), storage(6)
+    s_off, d_off, n = args
+    with pytest.raises(error, match=word):
+        _native.copy_buffer_to_host(src, s_off, dst, d_off, n)
+    assert dst.to_list() == [-1.0] * 6
+
+
+def test_refusals():
+    dst = storage(4)
+    with pytest.raises(BufferError, match="C-contiguous"):
+        _native.copy_buffer_to_host(np.arange(8, dtype=np.float32)[::2], 0, dst, 0, 4)
+    with pytest.raises(TypeError):
+        _native.copy_buffer_to_host(object(), 0, dst, 0, 4)
+    with pytest.raises(TypeError):
+        _native.copy_buffer_to_host(b"abcd", 0, "not a storage", 0, 4)
+    with pytest.raises(OverflowError):
+        _native.copy_buffer_to_host(b"abcd", -1, dst, 0, 4)
+    assert dst.to_list() == [-1.0] * 4
+    gone = storage(4)
+    gone.release()
+    with pytest.raises(RuntimeError, match="released"):
+        _native.copy_buffer_to_host(b"abcd", 0, gone, 0, 4)
+
+
+def test_overlapping_ranges_are_refused():
+    memory = np.full(4, -1.0, dtype=np.float32)
+    dst = _native.HostStorage.wrap("f32", memory.ctypes.data, 4)  # the storage aliases `memory`
+    with pytest.raises(ValueError, match="overlap"):
+        _native.copy_buffer_to_host(memory, 0, dst, 4, 8)
+    assert dst.to_list() == [-1.0] * 4
+    _native.copy_buffer_to_host(memory[:1] + 5.0, 0, dst, 4, 4)  # a fresh array does not alias
+    _native.copy_buffer_to_host(memory, 4, dst, 12, 4)  # disjoint ranges of the same memory
+    assert memory.tolist() == [-1.0, 4.0, -1.0, 4.0]
+
+
+def test_concurrent_copies_into_disjoint_ranges():
+    n = 1 << 16
+    dst = _native.HostStorage("f32", 4 * n)
+    sources = [np.full(n, float(k), dtype=np.float32) for k in range(4)]
+    threads = [threading.Thread(target=_native.copy_buffer_to_host, args=(s, 0, dst, k * 4 * n, 4 * n))
+               for k, s in enumerate(sources)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    values = dst.to_list()
+    assert all(values[k * n] == values[(k + 1) * n - 1] == float(k) for k in range(4))
+

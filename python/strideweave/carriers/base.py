@@ -65,6 +65,8 @@ def check_index(carrier: "Carrier", index: Any) -> int:
         i = operator.index(index)
     except TypeError:
         raise TypeError(f"carrier index must be an integer, not {type(index).__name__}") from None
+    if carrier._sw_released:  # `__index__` ran user code, which may have released the carrier
+        raise RuntimeError(f"{type(carrier).__name__} carrier is released")
     size = carrier.size()
     if i < 0 or i >= size:
         raise IndexError(f"carrier index {i} is outside [0, {size})")

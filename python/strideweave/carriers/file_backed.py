@@ -14,6 +14,7 @@ from typing import Any, Iterable
 
 from strideweave import _native
 from strideweave.carriers._builtin import RustBackedCarrier
+from strideweave.carriers._sizes import KIND_BYTES, check_storage_size
 from strideweave.carriers.base import check_factory_dtype, check_size_argument
 from strideweave.carriers.dtype import STORAGE_KIND, DType, storage_zero
 
@@ -87,7 +88,9 @@ class FileBacked(RustBackedCarrier):
 
     def _allocate(self, size: int) -> None:
         """Resize the file to `size` slots; new slots read zero. The version is unchanged."""
-        self._storage.resize(check_size_argument(size))
+        n = check_storage_size(f"{type(self).__name__}._allocate", check_size_argument(size),
+                               KIND_BYTES[STORAGE_KIND[self._dtype]])
+        self._storage.resize(n)
 
     def _release(self) -> None:
         self._finalizer()
@@ -113,6 +116,11 @@ class FileBacked(RustBackedCarrier):
                       empty: bool = False) -> "FileBacked":
         n = check_size_argument(size)
         dtype = self._dtype if dtype is None else check_factory_dtype(type(self), dtype, _FILE_DTYPES)
+        check_storage_size(f"{type(self).__name__}.allocate_like", n, KIND_BYTES[STORAGE_KIND[dtype]])
         fresh = type(self)(mutable=mutable, dtype=dtype)
-        fresh._storage.resize(n)
+        try:
+            fresh._storage.resize(n)
+        except BaseException:  # ENOSPC/EFBIG: leave no file behind
+            fresh.release()
+            raise
         return fresh

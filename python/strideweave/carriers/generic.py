@@ -5,6 +5,7 @@ import numbers
 import struct
 from typing import Any, Iterable
 
+from strideweave.carriers._sizes import GENERIC_SLOT_BYTES, check_storage_size
 from strideweave.carriers.base import Carrier, check_factory_dtype, check_index, check_size_argument
 from strideweave.carriers.dtype import DType, storage_zero
 
@@ -81,7 +82,10 @@ class Generic(Carrier):
     def set_value(self, i: Any, v: Any) -> None:
         index = check_index(self, i)
         self._sw_check_writable()
-        self._values[index] = coerce_slot_value(self._dtype, v)
+        value = coerce_slot_value(self._dtype, v)
+        if self._sw_released:  # converting ran user code (`__float__`), which may release
+            raise RuntimeError(f"{type(self).__name__} carrier is released")
+        self._values[index] = value
         self._sw_count_write()
 
     def _sw_fill(self, i: int, v: Any) -> None:
@@ -106,4 +110,9 @@ class Generic(Carrier):
                       empty: bool = False) -> "Generic":
         n = check_size_argument(size)
         dtype = self._dtype if dtype is None else check_factory_dtype(type(self), dtype, _GENERIC_DTYPES)
-        return type(self)([_fill_zero(dtype)] * n, mutable=mutable, dtype=dtype)
+        check_storage_size(f"{type(self).__name__}.allocate_like", n, GENERIC_SLOT_BYTES)
+        try:
+            slots = [_fill_zero(dtype)] * n
+        except MemoryError:  # representable, but more than this process can have
+            raise MemoryError(f"cannot allocate {n} slots for {type(self).__name__}.allocate_like") from None
+        return type(self)(slots, mutable=mutable, dtype=dtype)

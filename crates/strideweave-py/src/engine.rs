@@ -73,6 +73,10 @@ enum Outcome {
 )]
 pub struct AwaitResult {
     cell: Arc<Completion<Outcome>>,
+    /// The process that created the handle. Its work runs on that process's threads, which a
+    /// `fork()`ed child does not have: a child waiting on a pending inherited handle would
+    /// wait forever, so it gets a RuntimeError instead.
+    pid: u32,
 }
 
 impl AwaitResult {
@@ -94,6 +98,15 @@ impl AwaitResult {
         loop {
             if self.cell.is_done() {
                 return Ok(true);
+            }
+            let here = std::process::id();
+            if here != self.pid {
+                return Err(PyRuntimeError::new_err(format!(
+                    "this handle was created by process {} and is still pending there; process {here} \
+                     is a fork() child of it and cannot wait for it (the work runs only in the \
+                     parent)",
+                    self.pid
+                )));
             }
             let slice = match deadline {
                 None => SIGNAL_POLL,
@@ -143,6 +156,7 @@ impl AwaitResult {
         }
         Ok(AwaitResult {
             cell: Arc::new(Completion::new()),
+            pid: std::process::id(),
         })
     }
 
@@ -169,7 +183,8 @@ impl AwaitResult {
     /// Blocks until the operation is terminal, then returns its value or raises its failure.
     ///
     /// Every call, from any thread, observes the same outcome: the identical result object,
-    /// or the identical exception object. The GIL is released while blocked.
+    /// or the identical exception object. The GIL is released while blocked. In a `fork()`ed
+    /// child, a handle still pending in the parent raises RuntimeError instead of hanging.
     fn wait(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         self.block_until(py, None)?;
         let outcome = self

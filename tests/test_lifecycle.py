@@ -251,3 +251,62 @@ def test_a_later_process_reclaims_a_killed_processes_files_but_not_a_live_ones(t
                 proc.kill()
             proc.wait(BOUND)
             proc.stdout.close()
+
+
+# ----- item 8: the engine's thread bound ----------------------------------------------------
+
+BURST = GATED_PROVIDER + """
+import json, os, sys, threading
+
+def engine_threads():
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                names.append(f.read().strip())
+        except FileNotFoundError:
+            pass
+    return sum(1 for n in names if n.startswith(("sw-", "strideweave")))
+
+burst_handles = []
+burst_submitted = threading.Event()
+gate = threading.Event()
+
+def wait_for_the_burst():
+    # Runs inside the provider's wait(), on an engine thread: it blocks until every move of
+    # the burst is done, so the burst must progress while this wait holds its thread.
+    burst_submitted.wait()
+    for h in burst_handles:
+        h.wait()
+    gate.set()
+
+gated_slab(gate, before=wait_for_the_burst)
+blocked = gated_move([1.0, 2.0])
+peak = 0
+n = int(sys.argv[1])
+for k in range(n):
+    c = sw.CPU(4)
+    burst_handles.append(sw.move_async(sw.Tensor(c, 0, sw.Layout(sw.Shape([4]), sw.Stride([1]))), sw.CPU(4)))
+    if k % 500 == 0:
+        peak = max(peak, engine_threads())
+peak = max(peak, engine_threads())
+burst_submitted.set()
+print(json.dumps({"result": blocked.wait().tolist(), "peak": max(peak, engine_threads()),
+                  "all_done": all(h.done for h in burst_handles)}))
+"""
+
+
+@pytest.mark.parametrize("workers", ["1", "3", None])
+def test_a_burst_stays_within_the_worker_limit_while_a_completion_blocks(workers):
+    report = json.loads(run_script(BURST, 20000, env={"STRIDEWEAVE_WORKERS": workers}))
+    assert report["result"] == [1.0, 2.0] and report["all_done"]
+    copy_limit = int(workers) if workers else 8  # the default is at most 8 (README)
+    assert report["peak"] <= copy_limit + 1  # + the one wait thread the blocked completion needs
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "many", "1.5"])
+def test_a_bad_worker_setting_is_refused_at_import_with_its_name(value):
+    done = subprocess.run([sys.executable, "-c", "import strideweave"], capture_output=True, text=True,
+                          env=dict(os.environ, STRIDEWEAVE_WORKERS=value), timeout=BOUND)
+    assert done.returncode != 0
+    assert "ValueError" in done.stderr and "STRIDEWEAVE_WORKERS" in done.stderr and repr(value) in done.stderr

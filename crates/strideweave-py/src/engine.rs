@@ -298,7 +298,7 @@ fn new_completion<'py>(cls: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     cls.call_method1("__new__", (cls, token(py)))
 }
 
-/// Runs the callable `job()` on an engine worker thread, holding the GIL there.
+/// Runs the callable `job()` on an engine wait-lane thread (it may block), holding the GIL.
 ///
 /// For framework commit work that must happen off the caller's thread (waiting on a
 /// provider's completion, then committing). `handle`, an `AwaitResult` or None, is kept alive
@@ -321,7 +321,7 @@ fn submit_python(handle: &Bound<'_, PyAny>, job: &Bound<'_, PyAny>) -> PyResult<
         return Err(PyTypeError::new_err("job must be callable"));
     }
     let job = job.clone().unbind();
-    engine::submit(move || {
+    engine::submit_blocking(move || {
         Python::try_attach(move |py| {
             if let Err(e) = job.call0(py) {
                 let exc = e.value(py).clone();

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
@@ -146,6 +147,48 @@ def test_a_tensor_write_whose_value_releases_the_carrier_is_released(make):
     with pytest.raises(RuntimeError, match="released"):
         t[1] = ReleasingValue(carrier)
     assert carrier.is_released() and carrier.version == 0
+
+
+@pytest.mark.parametrize("make", float32_carriers(), ids=["CPU", "FileBacked", "Generic"])
+def test_accesses_racing_a_release_fail_only_as_released(make):
+    # Several threads read and write (through the carrier and a Tensor) while one releases:
+    # each access succeeds or raises RuntimeError "released", never an index error.
+    for _ in range(20):
+        carrier = make()
+        t = sw.Tensor(carrier, 0, flat(2))
+        start = threading.Barrier(5)
+        unexpected = []
+
+        def access(k):
+            start.wait()
+            for n in range(300):
+                try:
+                    if n % 4 == 0:
+                        carrier[k % 2] = float(n)
+                    elif n % 4 == 1:
+                        carrier[k % 2]
+                    elif n % 4 == 2:
+                        t[k % 2] = float(n)
+                    else:
+                        t[k % 2]
+                except RuntimeError as e:
+                    if "released" not in str(e):
+                        unexpected.append(e)
+                except Exception as e:  # noqa: BLE001 - the failure this test looks for
+                    unexpected.append(e)
+
+        def release():
+            start.wait()
+            carrier.release()
+
+        threads = [threading.Thread(target=access, args=(k,)) for k in range(4)]
+        threads.append(threading.Thread(target=release))
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert not unexpected, unexpected[:3]
+        assert carrier.is_released()
 
 
 # ----- item 11: sizes too large to represent ------------------------------------------------

@@ -428,7 +428,10 @@ impl FileStorage {
 
     /// Delete the file and drop the handle. Idempotent.
     fn release(&self, py: Python<'_>) -> PyResult<()> {
-        if let Some(store) = self.store.write().take() {
+        // Take the store out and drop the write lock before detaching: a thread holding the
+        // GIL may be waiting for that lock (any access), and would never give the GIL back.
+        let taken = self.store.write().take();
+        if let Some(store) = taken {
             py.detach(|| store.unlink()).map_err(os_error)?;
             // The last close of an unlinked file frees its cached pages, a millisecond per 16
             // MiB that nobody needs to wait for: the name is gone and the carrier released.

@@ -41,16 +41,31 @@ class RustBackedCarrier(Carrier):
         return self._mutable
 
     def get_value(self, i: Any) -> Any:
-        return self._storage.get(check_index(self, i))
+        try:
+            index = check_index(self, i)
+        except IndexError:
+            self._sw_raise_if_releasing()
+            raise
+        return self._storage.get(index)
 
     def set_value(self, i: Any, v: Any) -> None:
-        index = check_index(self, i)
+        try:
+            index = check_index(self, i)
+        except IndexError:
+            self._sw_raise_if_releasing()
+            raise
         self._sw_check_writable()
         self._storage.set(index, v)
         self._sw_count_write()
 
     def _sw_fill(self, i: int, v: Any) -> None:
         self._storage.set(i, v)
+
+    def _sw_raise_if_releasing(self) -> None:
+        """After a range failure: RuntimeError if another thread's release() has already
+        emptied the storage (the carrier's released flag is set only once it returns)."""
+        if self._storage.is_released():
+            raise RuntimeError(f"{type(self).__name__} carrier is released") from None
 
     __getitem__ = get_value
     __setitem__ = set_value

@@ -49,6 +49,11 @@ def _fill_zero(dtype: DType) -> Any:
     return 0.0 if dtype is DType.Floating else 0
 
 
+# The slots of every released Generic: empty, and never written (every write is range-checked
+# against it first), so its identity tells a release under way from an out-of-range index.
+_RELEASED: list = []
+
+
 class Generic(Carrier):
     """Python objects in a list; `values` is always copied."""
 
@@ -77,16 +82,34 @@ class Generic(Carrier):
         return d in _GENERIC_DTYPES
 
     def get_value(self, i: Any) -> Any:
-        return self._values[check_index(self, i)]
+        try:
+            return self._values[check_index(self, i)]
+        except IndexError:
+            self._sw_raise_if_releasing()
+            raise
 
     def set_value(self, i: Any, v: Any) -> None:
-        index = check_index(self, i)
+        try:
+            index = check_index(self, i)
+        except IndexError:
+            self._sw_raise_if_releasing()
+            raise
         self._sw_check_writable()
         value = coerce_slot_value(self._dtype, v)
         if self._sw_released:  # converting ran user code (`__float__`), which may release
             raise RuntimeError(f"{type(self).__name__} carrier is released")
-        self._values[index] = value
+        try:
+            self._values[index] = value
+        except IndexError:  # released by another thread since the checks above
+            self._sw_raise_if_releasing()
+            raise
         self._sw_count_write()
+
+    def _sw_raise_if_releasing(self) -> None:
+        """After a range failure: RuntimeError if a release (possibly still running on another
+        thread, before the released flag is set) has emptied the slots."""
+        if self._sw_released or self._values is _RELEASED:
+            raise RuntimeError(f"{type(self).__name__} carrier is released") from None
 
     def _sw_fill(self, i: int, v: Any) -> None:
         self._values[i] = coerce_slot_value(self._dtype, v)
@@ -95,7 +118,7 @@ class Generic(Carrier):
     __setitem__ = set_value
 
     def _release(self) -> None:
-        self._values = []
+        self._values = _RELEASED
 
     def new_like(self, values: Iterable[Any], *, mutable: bool = True, dtype: DType | None = None) -> "Generic":
         dtype = self._dtype if dtype is None else check_factory_dtype(type(self), dtype, _GENERIC_DTYPES)

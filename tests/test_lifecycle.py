@@ -7,6 +7,7 @@ fails instead of hanging; nothing here measures speed.
 """
 import json
 import os
+import pathlib
 import re
 import signal
 import subprocess
@@ -195,11 +196,11 @@ CRASHER = """
 
 # Creates a FileBacked (which reclaims dead processes' directories) and lists what is left.
 LATER = """
-    import os, sys
+    import json, os, sys
     import strideweave as sw
     fb = sw.FileBacked().new_like([1.0])
     print(json.dumps(sorted(os.listdir(sys.argv[1]))))
-""".replace("import os, sys", "import json, os, sys")
+"""
 
 
 def with_pid(name, pid):
@@ -220,8 +221,6 @@ def start_crasher(tmp_path, n):
 
 
 def test_a_later_process_reclaims_a_killed_processes_files_but_not_a_live_ones(tmp_path):
-    import pathlib
-
     victim, victim_file = start_crasher(tmp_path, 16 << 20)  # a 64 MiB move
     survivor, survivor_file = start_crasher(tmp_path, 1 << 10)
     try:
@@ -253,6 +252,24 @@ def test_a_later_process_reclaims_a_killed_processes_files_but_not_a_live_ones(t
             proc.stdout.close()
 
 
+def test_several_processes_reclaiming_at_once_all_succeed(tmp_path):
+    victim, victim_file = start_crasher(tmp_path, 1 << 10)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(BOUND)
+    victim.stdout.close()
+    victim_dir = pathlib.Path(victim_file).parent
+    for k in range(6):  # more dead directories, so the reclaimers overlap
+        (tmp_path / (with_pid(victim_dir.name, 0)[:-1] + str(k))).mkdir()
+    env = dict(os.environ, STRIDEWEAVE_FILEBACKED_PARENT=str(tmp_path))
+    later = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(LATER), str(tmp_path)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    for proc in later:
+        out, err = proc.communicate(timeout=BOUND)
+        assert proc.returncode == 0, err
+    # Every dead directory is gone; each reclaimer also removed its own at exit.
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".strideweave-filebacked-")]
+
+
 # ----- item 8: the engine's thread bound ----------------------------------------------------
 
 BURST = GATED_PROVIDER + """
@@ -282,14 +299,25 @@ def wait_for_the_burst():
 
 gated_slab(gate, before=wait_for_the_burst)
 blocked = gated_move([1.0, 2.0])
-peak = 0
+peaks = []
 n = int(sys.argv[1])
-for k in range(n):
-    c = sw.CPU(4)
-    burst_handles.append(sw.move_async(sw.Tensor(c, 0, sw.Layout(sw.Shape([4]), sw.Stride([1]))), sw.CPU(4)))
-    if k % 500 == 0:
-        peak = max(peak, engine_threads())
-peak = max(peak, engine_threads())
+
+def submit_burst(count):
+    # Four submitting threads: the bound holds however the submits interleave.
+    peak = 0
+    for k in range(count):
+        c = sw.CPU(4)
+        burst_handles.append(sw.move_async(sw.Tensor(c, 0, sw.Layout(sw.Shape([4]), sw.Stride([1]))), sw.CPU(4)))
+        if k % 500 == 0:
+            peak = max(peak, engine_threads())
+    peaks.append(peak)
+
+submitters = [threading.Thread(target=submit_burst, args=(n // 4,)) for _ in range(4)]
+for th in submitters:
+    th.start()
+for th in submitters:
+    th.join()
+peak = max(peaks + [engine_threads()])
 burst_submitted.set()
 print(json.dumps({"result": blocked.wait().tolist(), "peak": max(peak, engine_threads()),
                   "all_done": all(h.done for h in burst_handles)}))

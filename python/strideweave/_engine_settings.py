@@ -1,7 +1,7 @@
 """The transfer engine's environment settings, checked when strideweave is imported.
 
 `STRIDEWEAVE_WORKERS` sets how many threads run bulk copies (an integer from 1 to 256;
-default: the CPU count clamped to 2..8). The engine reads it when its first job starts
+default: the CPU count clamped to 4..8). The engine reads it when its first job starts
 (crates/strideweave-core/src/engine/pool.rs, README "Engine threads"); a bad value is refused
 here, at import, instead of being ignored silently later.
 """

@@ -5,8 +5,8 @@
 //!
 //! - the **copy lane** ([`submit`]) runs bulk copies and deferred frees: jobs that always
 //!   finish on their own. It has a fixed number of threads, `STRIDEWEAVE_WORKERS` (default:
-//!   the CPU count clamped to 2..=8), started on first use; a burst of copies queues instead of
-//!   adding threads.
+//!   the CPU count clamped to 4..=8, since copies wait on I/O and overlap even on a small
+//!   machine), started on first use; a burst of copies queues instead of adding threads.
 //! - the **wait lane** ([`submit_blocking`]) runs jobs that may block for as long as somebody
 //!   else decides: waiting on a provider's `ProviderCompletion`, block-device I/O driven from
 //!   Python. Its threads start when a job finds none idle, up to [`WAIT_WORKERS_MAX`], and exit
@@ -49,7 +49,7 @@ fn parse_workers(value: Option<&str>) -> Option<usize> {
 }
 
 fn default_copy_workers() -> usize {
-    thread::available_parallelism().map_or(2, |n| n.get()).clamp(2, 8)
+    thread::available_parallelism().map_or(4, |n| n.get()).clamp(4, 8)
 }
 
 /// Counters that decide when to grow; one lock keeps them mutually consistent.
@@ -339,7 +339,7 @@ mod tests {
             assert_eq!(parse_workers(Some(bad)), None, "{bad:?}");
         }
         assert_eq!(parse_workers(None), None);
-        assert!((2..=8).contains(&default_copy_workers()));
+        assert!((4..=8).contains(&default_copy_workers()));
     }
 
     #[test]

@@ -4,6 +4,7 @@ The top-level namespace only re-exports; each name lives in the module that owns
 (see ARCHITECTURE.md).
 """
 from strideweave import _native
+from strideweave import _engine_settings  # noqa: F401  (refuses a bad STRIDEWEAVE_WORKERS at import)
 from strideweave.layout import *  # noqa: F401,F403
 from strideweave.carriers import *  # noqa: F401,F403
 from strideweave.tensor import *  # noqa: F401,F403

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pyo3::exceptions::{PyBaseException, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyBaseException, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -65,6 +65,10 @@ enum Outcome {
 )]
 pub struct AwaitResult {
     cell: Arc<Completion<Outcome>>,
+    /// The process that created the handle. Its work runs on that process's threads, which a
+    /// `fork()`ed child does not have: a child waiting on a pending inherited handle would
+    /// wait forever, so it gets a RuntimeError instead.
+    pid: u32,
 }
 
 impl AwaitResult {
@@ -86,6 +90,15 @@ impl AwaitResult {
         loop {
             if self.cell.is_done() {
                 return Ok(true);
+            }
+            let here = std::process::id();
+            if here != self.pid {
+                return Err(PyRuntimeError::new_err(format!(
+                    "this handle was created by process {} and is still pending there; process {here} \
+                     is a fork() child of it and cannot wait for it (the work runs only in the \
+                     parent)",
+                    self.pid
+                )));
             }
             let slice = match deadline {
                 None => SIGNAL_POLL,
@@ -135,6 +148,7 @@ impl AwaitResult {
         }
         Ok(AwaitResult {
             cell: Arc::new(Completion::new()),
+            pid: std::process::id(),
         })
     }
 
@@ -161,7 +175,8 @@ impl AwaitResult {
     /// Blocks until the operation is terminal, then returns its value or raises its failure.
     ///
     /// Every call, from any thread, observes the same outcome: the identical result object,
-    /// or the identical exception object. The GIL is released while blocked.
+    /// or the identical exception object. The GIL is released while blocked. In a `fork()`ed
+    /// child, a handle still pending in the parent raises RuntimeError instead of hanging.
     fn wait(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         self.block_until(py, None)?;
         let outcome = self
@@ -275,7 +290,7 @@ fn new_completion<'py>(cls: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     cls.call_method1("__new__", (cls, token(py)))
 }
 
-/// Runs the callable `job()` on an engine worker thread, holding the GIL there.
+/// Runs the callable `job()` on an engine wait-lane thread (it may block), holding the GIL.
 ///
 /// For framework commit work that must happen off the caller's thread (waiting on a
 /// provider's completion, then committing). `handle`, an `AwaitResult` or None, is kept alive
@@ -298,7 +313,7 @@ fn submit_python(handle: &Bound<'_, PyAny>, job: &Bound<'_, PyAny>) -> PyResult<
         return Err(PyTypeError::new_err("job must be callable"));
     }
     let job = job.clone().unbind();
-    engine::submit(move || {
+    engine::submit_blocking(move || {
         Python::try_attach(move |py| {
             if let Err(e) = job.call0(py) {
                 let exc = e.value(py).clone();

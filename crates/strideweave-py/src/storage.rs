@@ -12,7 +12,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use parking_lot::RwLock;
-use pyo3::exceptions::{PyIndexError, PyMemoryError, PyOverflowError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyIndexError, PyMemoryError, PyOSError, PyOverflowError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyType};
@@ -134,6 +134,20 @@ fn decode_all<'py>(py: Python<'py>, kind: ElemKind, bytes: &[u8]) -> PyResult<Bo
     PyList::new(py, items)
 }
 
+/// OSError(errno, strerror) for an OS error, so Python picks the usual subclass and callers
+/// can test `e.errno` (ENOSPC = 28 on a full disk), as the bulk copy path reports it; PyO3's
+/// own conversion keeps only the text. Anything else is a plain OSError(message).
+pub fn os_error(err: std::io::Error) -> PyErr {
+    match err.raw_os_error() {
+        Some(code) => {
+            let text = std::io::Error::from_raw_os_error(code).to_string();
+            let strerror = text.split(" (os error").next().unwrap_or(&text).to_owned();
+            PyOSError::new_err((code, strerror))
+        }
+        None => PyOSError::new_err(err.to_string()),
+    }
+}
+
 fn released() -> PyErr {
     PyRuntimeError::new_err("storage is released")
 }
@@ -209,9 +223,11 @@ impl HostStorage {
     #[pyo3(signature = (kind, count, zeroed = true))]
     fn new(kind: &str, count: usize, zeroed: bool) -> PyResult<Self> {
         let kind = parse_kind(kind)?;
+        // The carrier checks sizes first (README, "Sizes"); this is the same rule for direct use.
         let bytes = count
             .checked_mul(kind.size())
-            .ok_or_else(|| PyMemoryError::new_err("host storage size overflows"))?;
+            .filter(|&b| b <= isize::MAX as usize)
+            .ok_or_else(|| PyOverflowError::new_err(format!("host storage size {count} overflows")))?;
         let buffer = HostBuffer::new(bytes, zeroed)
             .map_err(|_| PyMemoryError::new_err(format!("cannot allocate {bytes} bytes of host memory")))?;
         Ok(Self { kind, buffer: RwLock::new(Some(Arc::new(buffer))) })
@@ -227,7 +243,8 @@ impl HostStorage {
         let ptr = NonNull::new(pointer as *mut u8).ok_or_else(|| PyValueError::new_err("pointer must be non-zero"))?;
         let bytes = count
             .checked_mul(kind.size())
-            .ok_or_else(|| PyOverflowError::new_err("wrapped storage size overflows"))?;
+            .filter(|&b| b <= isize::MAX as usize)
+            .ok_or_else(|| PyOverflowError::new_err(format!("wrapped storage size {count} overflows")))?;
         // SAFETY: the Python caller (the CPU carrier) documents that a wrapped pointer must
         // address `count` slots that outlive the carrier; that is the contract of CPU(size,
         // pointer) and the same escape hatch the specification names for CPU.pointer().
@@ -328,7 +345,7 @@ impl FileStorage {
     }
 
     fn slots(&self, store: &FileStore) -> PyResult<usize> {
-        Ok(store.len_bytes()? as usize / self.kind.size())
+        Ok(store.len_bytes().map_err(os_error)? as usize / self.kind.size())
     }
 
     /// Slot `slot` as a Python value, for callers that word their own range error
@@ -341,7 +358,7 @@ impl FileStorage {
             return Err(out_of_range(count));
         }
         let mut bytes = [0u8; 8];
-        store.read_at(slot as u64 * size as u64, &mut bytes[..size])?;
+        store.read_at(slot as u64 * size as u64, &mut bytes[..size]).map_err(os_error)?;
         decode_slot(py, self.kind, &bytes)
     }
 
@@ -354,8 +371,14 @@ impl FileStorage {
         if slot < 0 || slot as u64 >= count as u64 {
             return Err(out_of_range(count));
         }
+        drop(store);
+        // Converting may run Python code (`__float__`) that releases the storage: write only
+        // while it is still live, under the lock that a release must take. (A file is never
+        // memory, so a concurrent resize cannot make this write unsafe.)
         let bytes = encode_slot(self.kind, value)?;
-        store.write_at(slot as u64 * size as u64, &bytes[..size])?;
+        let guard = self.store.read();
+        let store = guard.as_ref().ok_or_else(released)?;
+        store.write_at(slot as u64 * size as u64, &bytes[..size]).map_err(os_error)?;
         Ok(())
     }
 }
@@ -402,15 +425,19 @@ impl FileStorage {
         let store = self.live()?;
         let bytes = (count as u64)
             .checked_mul(self.kind.size() as u64)
-            .ok_or_else(|| PyOverflowError::new_err("file size overflows"))?;
-        py.detach(|| store.set_len(bytes))?;
+            .filter(|&b| b <= i64::MAX as u64)
+            .ok_or_else(|| PyOverflowError::new_err(format!("file size {count} overflows")))?;
+        py.detach(|| store.set_len(bytes)).map_err(os_error)?;
         Ok(())
     }
 
     /// Delete the file and drop the handle. Idempotent.
     fn release(&self, py: Python<'_>) -> PyResult<()> {
-        if let Some(store) = self.store.write().take() {
-            py.detach(|| store.unlink())?;
+        // Take the store out and drop the write lock before detaching: a thread holding the
+        // GIL may be waiting for that lock (any access), and would never give the GIL back.
+        let taken = self.store.write().take();
+        if let Some(store) = taken {
+            py.detach(|| store.unlink()).map_err(os_error)?;
             // The last close of an unlinked file frees its cached pages, a millisecond per 16
             // MiB that nobody needs to wait for: the name is gone and the carrier released.
             engine::submit(move || drop(store));
@@ -433,14 +460,15 @@ impl FileStorage {
         py.detach(|| -> std::io::Result<()> {
             store.set_len(encoded.len() as u64)?;
             store.write_at(0, &encoded)
-        })?;
+        })
+        .map_err(os_error)?;
         Ok(())
     }
 
     fn to_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let store = self.live()?;
-        let mut bytes = vec![0u8; store.len_bytes()? as usize];
-        py.detach(|| store.read_at(0, &mut bytes))?;
+        let mut bytes = vec![0u8; store.len_bytes().map_err(os_error)? as usize];
+        py.detach(|| store.read_at(0, &mut bytes)).map_err(os_error)?;
         decode_all(py, self.kind, &bytes)
     }
 

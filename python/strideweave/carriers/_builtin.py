@@ -46,6 +46,9 @@ class RustBackedCarrier(Carrier):
     def set_value(self, i: Any, v: Any) -> None:
         self._sw_write_slot(i, lambda index: self._storage.set(index, v))
 
+    def _sw_storage_gone(self) -> bool:
+        return bool(self._storage.is_released())
+
     def _sw_fill(self, i: int, v: Any) -> None:
         self._storage.set(i, v)
 

@@ -114,11 +114,13 @@ def check_index(carrier: "Carrier", index: Any) -> int:
         i = operator.index(index)
     except TypeError:
         raise TypeError(f"carrier index must be an integer, not {type(index).__name__}") from None
+    if carrier._sw_released:  # `__index__` ran user code, which may have released the carrier
+        raise RuntimeError(f"{type(carrier).__name__} carrier is released")
     size = carrier.size()
     if i < 0 or i >= size:
         # Released meanwhile (by `__index__`, or by another thread's release, whose hook
         # runs outside the state lock): that, not the range, is the error.
-        if carrier._sw_released or carrier._sw_claim is RELEASING:
+        if carrier._sw_released or carrier._sw_claim is RELEASING or carrier._sw_storage_gone():
             raise RuntimeError(f"{type(carrier).__name__} carrier is released")
         raise IndexError(f"carrier index {i} is outside [0, {size})")
     return i
@@ -263,8 +265,12 @@ class Carrier:
             if self._sw_released:
                 return None
             # Held for the hook's duration (outside the lock: a hook may block), so a racing
-            # move or write fails instead of using storage that is being freed.
-            saved, self._sw_claim = self._sw_claim, RELEASING
+            # move or write fails instead of using storage that is being freed. A move's
+            # commit releasing its own source keeps its claim instead: to everybody else the
+            # carrier still participates in that pending move.
+            saved = self._sw_claim
+            if saved is None:
+                self._sw_claim = RELEASING
         try:
             self._release()
         except BaseException:
@@ -307,6 +313,11 @@ class Carrier:
     def _sw_storage(self) -> Any:
         """The Rust storage object behind a built-in carrier, or None."""
         return None
+
+    def _sw_storage_gone(self) -> bool:
+        """True once a release hook has dropped the storage, even while `release()` (of the
+        user, or of a move's commit) is still running and the released flag is not yet set."""
+        return False
 
     def _sw_check_unclaimed(self, action: str) -> None:
         claim = self._sw_claim

@@ -19,6 +19,7 @@ import weakref
 from typing import Any, Iterable
 
 from strideweave import _native
+from strideweave.carriers._sizes import check_storage_size
 from strideweave.carriers.base import (
     Carrier,
     check_bool_argument,
@@ -98,7 +99,8 @@ class BlockDevice:
         lowest free range, never overlapping a live extent, and zero-filled unless `empty`.
         Raises TypeError / ValueError for a bad `size`, TypeError for a non-bool `mutable` or
         `empty`, TypeError / ValueError for a dtype other than Float32, RuntimeError on a closed
-        or faulted device and MemoryError when no free range is large enough.
+        or faulted device and MemoryError when no free range is large enough (OverflowError,
+        as for every carrier, when `size * 4` bytes exceed 2**63 - 1: README, "Sizes").
         """
         return self._allocate(BlockDeviceCarrier, size, mutable, dtype, empty)
 
@@ -107,6 +109,7 @@ class BlockDevice:
         check_bool_argument(mutable, "mutable")
         check_bool_argument(empty, "empty")
         check_factory_dtype(cls, dtype, _BLOCK_DTYPES)
+        check_storage_size(f"{type(self).__name__}.allocate", n, _SLOT_BYTES)
         with self._lock:
             if self._handle.is_closed():
                 raise RuntimeError(f"cannot allocate on {self._describe()}: the device is closed")

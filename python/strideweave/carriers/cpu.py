@@ -5,6 +5,7 @@ from typing import Any, Iterable
 
 from strideweave import _native
 from strideweave.carriers._builtin import RustBackedCarrier
+from strideweave.carriers._sizes import KIND_BYTES, check_storage_size
 from strideweave.carriers.base import check_factory_dtype, check_size_argument
 from strideweave.carriers.dtype import STORAGE_KIND, DType, storage_zero
 
@@ -15,6 +16,9 @@ _CPU_DTYPES = (DType.Float32, DType.Int32, DType.Bool)
 
 class CPU(RustBackedCarrier):
     """Host memory: 64-byte aligned and zeroed unless `empty=True`, freed on release.
+
+    A size beyond 2**63 - 1 bytes is an OverflowError (README, "Sizes"); a representable size
+    the system cannot supply is a MemoryError.
 
     With `pointer=`, the carrier wraps `size` slots of caller-owned memory that it never
     initialises or frees; the caller keeps that memory valid while the carrier is live.
@@ -33,6 +37,7 @@ class CPU(RustBackedCarrier):
             raise ValueError(f"pointer must be positive, got {pointer}")
         check_factory_dtype(type(self), dtype, _CPU_DTYPES)
         kind = STORAGE_KIND[dtype]
+        check_storage_size(type(self).__name__, size, KIND_BYTES[kind])
         if pointer is None:
             storage = _native.HostStorage(kind, size, not empty)
         else:

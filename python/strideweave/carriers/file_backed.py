@@ -1,19 +1,16 @@
 """The FileBacked carrier: a raw native-endian file in a hidden per-process directory."""
 from __future__ import annotations
 
-import atexit
 import itertools
 import os
 import pathlib
-import secrets
-import shutil
-import tempfile
-import threading
 import weakref
 from typing import Any, Iterable
 
 from strideweave import _native
 from strideweave.carriers._builtin import RustBackedCarrier
+from strideweave.carriers._filebacked_dir import filebacked_directory
+from strideweave.carriers._sizes import KIND_BYTES, check_storage_size
 from strideweave.carriers.base import check_factory_dtype, check_size_argument
 from strideweave.carriers.dtype import STORAGE_KIND, DType, storage_zero
 
@@ -21,28 +18,7 @@ __all__ = ["FileBacked"]
 
 _FILE_DTYPES = (DType.Floating, DType.Float32, DType.Int32)
 
-_directory_lock = threading.Lock()
-_directory: pathlib.Path | None = None
 _names = itertools.count()
-
-
-def filebacked_directory() -> pathlib.Path:
-    """The hidden directory of this process's FileBacked files, created on first use and
-    removed at interpreter exit."""
-    global _directory
-    with _directory_lock:
-        if _directory is None or not _directory.is_dir():
-            parent = pathlib.Path(os.environ.get("STRIDEWEAVE_FILEBACKED_PARENT") or tempfile.gettempdir())
-            while True:
-                candidate = parent / f".strideweave-filebacked-{secrets.token_hex(8)}"
-                try:
-                    candidate.mkdir(mode=0o700)
-                except FileExistsError:
-                    continue
-                break
-            _directory = candidate
-            atexit.register(shutil.rmtree, str(_directory), True)
-        return _directory
 
 
 def _fresh_name() -> str:
@@ -72,7 +48,8 @@ class FileBacked(RustBackedCarrier):
         self._mutable = bool(mutable)
         self._storage = storage
         self._path = path
-        # Deletes the file when the carrier is garbage-collected unreleased, and at exit.
+        # Deletes the file when the carrier is garbage-collected unreleased, and at exit (only in
+        # the creating process: the storage never unlinks from a fork()ed child).
         self._finalizer = weakref.finalize(self, storage.release)
 
     @property
@@ -87,7 +64,9 @@ class FileBacked(RustBackedCarrier):
 
     def _allocate(self, size: int) -> None:
         """Resize the file to `size` slots; new slots read zero. The version is unchanged."""
-        self._storage.resize(check_size_argument(size))
+        n = check_storage_size(f"{type(self).__name__}._allocate", check_size_argument(size),
+                               KIND_BYTES[STORAGE_KIND[self._dtype]])
+        self._storage.resize(n)
 
     def _release(self) -> None:
         self._finalizer()
@@ -113,6 +92,11 @@ class FileBacked(RustBackedCarrier):
                       empty: bool = False) -> "FileBacked":
         n = check_size_argument(size)
         dtype = self._dtype if dtype is None else check_factory_dtype(type(self), dtype, _FILE_DTYPES)
+        check_storage_size(f"{type(self).__name__}.allocate_like", n, KIND_BYTES[STORAGE_KIND[dtype]])
         fresh = type(self)(mutable=mutable, dtype=dtype)
-        fresh._storage.resize(n)
+        try:
+            fresh._storage.resize(n)
+        except BaseException:  # ENOSPC/EFBIG: leave no file behind
+            fresh.release()
+            raise
         return fresh

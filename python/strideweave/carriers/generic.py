@@ -5,6 +5,7 @@ import numbers
 import struct
 from typing import Any, Iterable
 
+from strideweave.carriers._sizes import GENERIC_SLOT_BYTES, check_storage_size
 from strideweave.carriers.base import Carrier, check_factory_dtype, check_index, check_size_argument
 from strideweave.carriers.dtype import DType, storage_zero
 
@@ -48,6 +49,11 @@ def _fill_zero(dtype: DType) -> Any:
     return 0.0 if dtype is DType.Floating else 0
 
 
+# The slots of every released Generic: empty, and never written (every write is range-checked
+# against it first), so its identity tells a release under way from an out-of-range index.
+_RELEASED: list = []
+
+
 class Generic(Carrier):
     """Python objects in a list; `values` is always copied."""
 
@@ -76,12 +82,28 @@ class Generic(Carrier):
         return d in _GENERIC_DTYPES
 
     def get_value(self, i: Any) -> Any:
-        return self._values[check_index(self, i)]
+        try:
+            return self._values[check_index(self, i)]
+        except IndexError:
+            self._sw_raise_if_releasing()
+            raise
 
     def set_value(self, i: Any, v: Any) -> None:
         def store(index: int) -> None:
-            self._values[index] = coerce_slot_value(self._dtype, v)
+            value = coerce_slot_value(self._dtype, v)
+            if self._sw_released:  # converting ran user code (`__float__`), which may release
+                raise RuntimeError(f"{type(self).__name__} carrier is released")
+            self._values[index] = value
         self._sw_write_slot(i, store)
+
+    def _sw_storage_gone(self) -> bool:
+        return self._values is _RELEASED
+
+    def _sw_raise_if_releasing(self) -> None:
+        """After a range failure: RuntimeError if a release (possibly still running on another
+        thread, before the released flag is set) has emptied the slots."""
+        if self._sw_released or self._sw_storage_gone():
+            raise RuntimeError(f"{type(self).__name__} carrier is released") from None
 
     def _sw_fill(self, i: int, v: Any) -> None:
         self._values[i] = coerce_slot_value(self._dtype, v)
@@ -90,7 +112,7 @@ class Generic(Carrier):
     __setitem__ = set_value
 
     def _release(self) -> None:
-        self._values = []
+        self._values = _RELEASED
 
     def new_like(self, values: Iterable[Any], *, mutable: bool = True, dtype: DType | None = None) -> "Generic":
         dtype = self._dtype if dtype is None else check_factory_dtype(type(self), dtype, _GENERIC_DTYPES)
@@ -105,4 +127,9 @@ class Generic(Carrier):
                       empty: bool = False) -> "Generic":
         n = check_size_argument(size)
         dtype = self._dtype if dtype is None else check_factory_dtype(type(self), dtype, _GENERIC_DTYPES)
-        return type(self)([_fill_zero(dtype)] * n, mutable=mutable, dtype=dtype)
+        check_storage_size(f"{type(self).__name__}.allocate_like", n, GENERIC_SLOT_BYTES)
+        try:
+            slots = [_fill_zero(dtype)] * n
+        except MemoryError:  # representable, but more than this process can have
+            raise MemoryError(f"cannot allocate {n} slots for {type(self).__name__}.allocate_like") from None
+        return type(self)(slots, mutable=mutable, dtype=dtype)

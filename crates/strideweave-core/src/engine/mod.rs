@@ -8,4 +8,4 @@ pub mod completion;
 pub mod pool;
 
 pub use completion::Completion;
-pub use pool::{submit, Job};
+pub use pool::{submit, submit_blocking, Job};

@@ -1,10 +1,20 @@
 //! The process-wide worker pool that runs transfer jobs off the caller's thread.
 //!
-//! The pool keeps `CORE_WORKERS` threads alive once started and grows past them when every
-//! worker is busy: some jobs block for a long time (a worker waiting on a provider's
-//! `ProviderCompletion` that a test opens later), and a fixed pool would let a handful of such
-//! waits starve the bulk I/O jobs queued behind them, deadlocking a move that is needed to open
-//! the gate. Threads beyond the core count exit after `EXTRA_IDLE_TIMEOUT` without work.
+//! Jobs run in two lanes, so that neither kind can starve the other and the thread count has
+//! a bound (README, "Engine threads"):
+//!
+//! - the **copy lane** ([`submit`]) runs bulk copies and deferred frees: jobs that always
+//!   finish on their own. It has a fixed number of threads, `STRIDEWEAVE_WORKERS` (default:
+//!   the CPU count clamped to 4..=8, since copies wait on I/O and overlap even on a small
+//!   machine), started on first use; a burst of copies queues instead of adding threads.
+//! - the **wait lane** ([`submit_blocking`]) runs jobs that may block for as long as somebody
+//!   else decides: waiting on a provider's `ProviderCompletion`, block-device I/O driven from
+//!   Python. Its threads start when a job finds none idle, up to [`WAIT_WORKERS_MAX`], and exit
+//!   after [`EXTRA_IDLE_TIMEOUT`] without work. A blocked wait never occupies a copy thread, so
+//!   a copy that is needed to end the wait always finds one, whatever the settings.
+//!
+//! The only way to stall the engine is more than `WAIT_WORKERS_MAX` simultaneous waits each
+//! waiting for a later one to start; that is documented, not silently absorbed by growing.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -17,12 +27,30 @@ use parking_lot::Mutex;
 /// A unit of work for the pool.
 pub type Job = Box<dyn FnOnce() + Send + 'static>;
 
-/// Threads started on first use and kept for the life of the process.
-pub const CORE_WORKERS: usize = 4;
-/// Upper bound on threads, so a burst of blocking jobs cannot exhaust the process.
-pub const MAX_WORKERS: usize = 256;
-/// How long a thread beyond the core count waits for work before it exits.
+/// The environment variable that sets the copy lane's thread count (a positive integer).
+pub const WORKERS_ENV: &str = "STRIDEWEAVE_WORKERS";
+/// The largest accepted `STRIDEWEAVE_WORKERS`.
+pub const MAX_COPY_WORKERS: usize = 256;
+/// Upper bound on wait-lane threads (jobs beyond it queue).
+pub const WAIT_WORKERS_MAX: usize = 64;
+/// How long an elastic (wait-lane) thread waits for work before it exits.
 pub const EXTRA_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The copy lane's thread count: `STRIDEWEAVE_WORKERS` when it is an integer in
+/// `1..=MAX_COPY_WORKERS`, else the default (the Python package refuses a bad value at import,
+/// so the fallback only serves Rust users).
+pub fn copy_workers() -> usize {
+    parse_workers(std::env::var(WORKERS_ENV).ok().as_deref()).unwrap_or_else(default_copy_workers)
+}
+
+fn parse_workers(value: Option<&str>) -> Option<usize> {
+    let n: usize = value?.trim().parse().ok()?;
+    (1..=MAX_COPY_WORKERS).contains(&n).then_some(n)
+}
+
+fn default_copy_workers() -> usize {
+    thread::available_parallelism().map_or(4, |n| n.get()).clamp(4, 8)
+}
 
 /// Counters that decide when to grow; one lock keeps them mutually consistent.
 #[derive(Default)]
@@ -37,10 +65,35 @@ struct Counts {
     completed: u64,
 }
 
-struct Pool {
+/// One lane: a queue and the threads serving it. `core` threads live for the process; up to
+/// `max - core` more start on demand and exit when idle.
+struct Lane {
     tx: Sender<Job>,
     rx: Receiver<Job>,
     counts: Mutex<Counts>,
+    core: usize,
+    max: usize,
+    /// Thread name prefix; kept under 16 bytes with the index so `comm` shows it whole.
+    name: &'static str,
+}
+
+impl Lane {
+    fn new(core: usize, max: usize, name: &'static str) -> Self {
+        let (tx, rx) = unbounded();
+        Lane {
+            tx,
+            rx,
+            counts: Mutex::new(Counts::default()),
+            core,
+            max,
+            name,
+        }
+    }
+}
+
+struct Pool {
+    copy: Lane,
+    wait: Lane,
     /// The process that started this pool's threads.
     pid: u32,
 }
@@ -59,7 +112,7 @@ fn current_if_ours(pid: u32) -> Option<&'static Pool> {
     (pool.pid == pid).then_some(pool)
 }
 
-/// The pool of this process, starting its core workers on first use.
+/// The pool of this process, starting the copy lane's threads on first use.
 fn ensure_started() -> &'static Pool {
     let pid = std::process::id();
     if let Some(p) = current_if_ours(pid) {
@@ -69,43 +122,42 @@ fn ensure_started() -> &'static Pool {
     if let Some(p) = current_if_ours(pid) {
         return p;
     }
-    let (tx, rx) = unbounded();
+    let copies = copy_workers();
     let pool: &'static Pool = Box::leak(Box::new(Pool {
-        tx,
-        rx,
-        counts: Mutex::new(Counts {
-            total: CORE_WORKERS,
-            ..Counts::default()
-        }),
+        copy: Lane::new(copies, copies, "sw-copy"),
+        wait: Lane::new(0, WAIT_WORKERS_MAX, "sw-wait"),
         pid,
     }));
-    for i in 0..CORE_WORKERS {
-        spawn_worker(pool, i, true);
+    for lane in [&pool.copy, &pool.wait] {
+        lane.counts.lock().total = lane.core;
+        for i in 0..lane.core {
+            spawn_worker(lane, i, true);
+        }
     }
     CURRENT.store(pool as *const Pool as *mut Pool, Ordering::Release);
     pool
 }
 
-fn spawn_worker(p: &'static Pool, index: usize, core: bool) {
+fn spawn_worker(lane: &'static Lane, index: usize, core: bool) {
     let result = thread::Builder::new()
-        .name(format!("strideweave-engine-{index}"))
-        .spawn(move || worker_loop(p, core));
+        .name(format!("{}-{index}", lane.name))
+        .spawn(move || worker_loop(lane, core));
     if result.is_err() {
         // The thread never started: undo its slot so a later submit may try again.
-        p.counts.lock().total -= 1;
+        lane.counts.lock().total -= 1;
     }
 }
 
-fn worker_loop(p: &'static Pool, core: bool) {
+fn worker_loop(lane: &'static Lane, core: bool) {
     loop {
-        p.counts.lock().idle += 1;
+        lane.counts.lock().idle += 1;
         let next = if core {
-            p.rx.recv().map_err(|_| RecvTimeoutError::Disconnected)
+            lane.rx.recv().map_err(|_| RecvTimeoutError::Disconnected)
         } else {
-            p.rx.recv_timeout(EXTRA_IDLE_TIMEOUT)
+            lane.rx.recv_timeout(EXTRA_IDLE_TIMEOUT)
         };
         let job = {
-            let mut c = p.counts.lock();
+            let mut c = lane.counts.lock();
             c.idle -= 1;
             match next {
                 Ok(job) => {
@@ -126,22 +178,15 @@ fn worker_loop(p: &'static Pool, core: bool) {
         };
         // A panicking job must not take the worker (and every later job) down with it.
         let _ = catch_unwind(AssertUnwindSafe(job));
-        p.counts.lock().completed += 1;
+        lane.counts.lock().completed += 1;
     }
 }
 
-/// Runs `job` on a pool thread. Never blocks the caller and never runs `job` inline.
-///
-/// Jobs start in submission order; they may finish in any order.
-pub fn submit<F>(job: F)
-where
-    F: FnOnce() + Send + 'static,
-{
-    let p = ensure_started();
+fn submit_to(lane: &'static Lane, job: Job) {
     let spawn_index = {
-        let mut c = p.counts.lock();
+        let mut c = lane.counts.lock();
         c.queued += 1;
-        if c.queued > c.idle && c.total < MAX_WORKERS {
+        if c.queued > c.idle && c.total < lane.max {
             c.total += 1;
             Some(c.total - 1)
         } else {
@@ -149,17 +194,47 @@ where
         }
     };
     // The receiver lives in the same static as the sender, so the channel never disconnects.
-    p.tx.send(Box::new(job))
+    lane.tx
+        .send(job)
         .expect("engine channel is never disconnected");
     if let Some(index) = spawn_index {
-        spawn_worker(p, index, false);
+        spawn_worker(lane, index, false);
     }
 }
 
-/// A snapshot of the pool's counters: `(live threads, jobs completed)`.
+/// Runs `job` on a copy-lane thread: for work that finishes on its own (copies, frees).
+/// Never blocks the caller and never runs `job` inline.
+///
+/// Jobs start in submission order; they may finish in any order.
+pub fn submit<F>(job: F)
+where
+    F: FnOnce() + Send + 'static,
+{
+    submit_to(&ensure_started().copy, Box::new(job));
+}
+
+/// Runs `job` on a wait-lane thread: for work that may block until something else happens
+/// (a provider's completion). Never blocks the caller and never runs `job` inline.
+pub fn submit_blocking<F>(job: F)
+where
+    F: FnOnce() + Send + 'static,
+{
+    submit_to(&ensure_started().wait, Box::new(job));
+}
+
+/// A snapshot of the pool's counters: `(live threads, jobs completed)` over both lanes.
 pub fn stats() -> (usize, u64) {
-    let c = ensure_started().counts.lock();
-    (c.total, c.completed)
+    let p = ensure_started();
+    let (copy, wait) = (p.copy.counts.lock(), p.wait.counts.lock());
+    (copy.total + wait.total, copy.completed + wait.completed)
+}
+
+/// Live threads per lane: `(copy, wait)`.
+pub fn lane_threads() -> (usize, usize) {
+    let p = ensure_started();
+    let copy = p.copy.counts.lock().total;
+    let wait = p.wait.counts.lock().total;
+    (copy, wait)
 }
 
 #[cfg(test)]
@@ -189,10 +264,15 @@ mod tests {
                     for k in 0..PER_THREAD {
                         let hits = hits.clone();
                         let done_tx = done_tx.clone();
-                        submit(move || {
+                        let job = move || {
                             hits[t * PER_THREAD + k].fetch_add(1, Ordering::SeqCst);
                             done_tx.send(()).unwrap();
-                        });
+                        };
+                        if k % 2 == 0 {
+                            submit(job)
+                        } else {
+                            submit_blocking(job)
+                        }
                     }
                 })
             })
@@ -207,39 +287,84 @@ mod tests {
     }
 
     #[test]
-    fn blocked_workers_do_not_starve_later_jobs() {
-        // More blocking jobs than core workers: the job that opens the gate must still run.
-        let gate = Arc::new(Barrier::new(CORE_WORKERS * 2 + 1));
-        for _ in 0..CORE_WORKERS * 2 {
+    fn blocked_waits_do_not_starve_copies() {
+        // More blocking waits than copy threads: the copy that opens the gate must still run.
+        let waits = copy_workers() * 2;
+        let gate = Arc::new(Barrier::new(waits + 1));
+        let (tx, rx) = mpsc::channel();
+        for _ in 0..waits {
             let gate = gate.clone();
-            submit(move || {
+            let tx = tx.clone();
+            submit_blocking(move || {
                 gate.wait();
+                tx.send(()).unwrap();
             });
         }
-        let (tx, rx) = mpsc::channel();
         let opener = gate.clone();
         submit(move || {
             opener.wait();
-            tx.send(()).unwrap();
         });
-        rx.recv().unwrap();
+        for _ in 0..waits {
+            rx.recv().unwrap();
+        }
+    }
+
+    #[test]
+    fn a_burst_of_copies_never_grows_the_copy_lane() {
+        let (tx, rx) = mpsc::channel();
+        let gate = Arc::new(Barrier::new(2));
+        // Hold one copy thread so the burst really queues.
+        let held = gate.clone();
+        submit(move || {
+            held.wait();
+        });
+        for _ in 0..5000 {
+            let tx = tx.clone();
+            submit(move || tx.send(()).unwrap());
+        }
+        assert!(lane_threads().0 <= copy_workers());
+        gate.wait();
+        for _ in 0..5000 {
+            rx.recv().unwrap();
+        }
+        let (copy, wait) = lane_threads();
+        assert!(copy <= copy_workers() && wait <= WAIT_WORKERS_MAX);
+    }
+
+    #[test]
+    fn worker_settings_parse_strictly() {
+        assert_eq!(parse_workers(Some("3")), Some(3));
+        assert_eq!(parse_workers(Some(" 1 ")), Some(1));
+        for bad in ["0", "-1", "1.5", "many", "", "257"] {
+            assert_eq!(parse_workers(Some(bad)), None, "{bad:?}");
+        }
+        assert_eq!(parse_workers(None), None);
+        assert!((4..=8).contains(&default_copy_workers()));
     }
 
     #[test]
     fn a_panicking_job_leaves_the_pool_usable() {
-        for _ in 0..CORE_WORKERS * 2 {
+        for _ in 0..8 {
             submit(|| panic!("job failure is contained"));
+            submit_blocking(|| panic!("job failure is contained"));
         }
         let (tx, rx) = mpsc::channel();
+        let tx2 = tx.clone();
         submit(move || tx.send(7).unwrap());
-        assert_eq!(rx.recv().unwrap(), 7);
+        submit_blocking(move || tx2.send(8).unwrap());
+        let mut got = [rx.recv().unwrap(), rx.recv().unwrap()];
+        got.sort();
+        assert_eq!(got, [7, 8]);
     }
 
     #[test]
     fn never_runs_inline() {
         let caller = thread::current().id();
         let (tx, rx) = mpsc::channel();
+        let tx2 = tx.clone();
         submit(move || tx.send(thread::current().id()).unwrap());
+        submit_blocking(move || tx2.send(thread::current().id()).unwrap());
+        assert_ne!(rx.recv().unwrap(), caller);
         assert_ne!(rx.recv().unwrap(), caller);
     }
 }

@@ -11,6 +11,9 @@ use std::path::{Path, PathBuf};
 pub struct FileStore {
     file: File,
     path: PathBuf,
+    /// The process that created the file: only it removes the name. A `fork()`ed child shares
+    /// the file with its parent, so its exit, finalizers or releases must leave it alone.
+    creator: u32,
 }
 
 impl FileStore {
@@ -18,7 +21,7 @@ impl FileStore {
     /// adopts somebody else's file.
     pub fn create_new(path: &Path) -> io::Result<Self> {
         let file = OpenOptions::new().read(true).write(true).create_new(true).open(path)?;
-        Ok(Self { file, path: path.to_path_buf() })
+        Ok(Self { file, path: path.to_path_buf(), creator: std::process::id() })
     }
 
     pub fn path(&self) -> &Path {
@@ -49,7 +52,12 @@ impl FileStore {
     }
 
     /// Remove the file from its directory. The open handle stays usable until dropped.
+    /// In any process but the creator (a forked child) this does nothing: the name is the
+    /// creator's.
     pub fn unlink(&self) -> io::Result<()> {
+        if std::process::id() != self.creator {
+            return Ok(());
+        }
         match std::fs::remove_file(&self.path) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             other => other,

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import operator
 import threading
-from typing import Any, Iterable
+from types import TracebackType
+from typing import Any, Iterable, Self
 
 from strideweave.carriers.dtype import CompoundDType, DType
 
@@ -95,6 +96,15 @@ def check_size_argument(size: Any, name: str = "size") -> int:
     if n < 0:
         raise ValueError(f"{name} must be non-negative, got {n}")
     return n
+
+
+def not_a_carrier(name: str, value: Any, expected: str = "a Carrier") -> TypeError:
+    """The TypeError for an argument that should be a carrier instance. Passing the class
+    itself (`move(t, FileBacked)`) is a common slip, so that case names the fix."""
+    if isinstance(value, type) and issubclass(value, Carrier):
+        return TypeError(f"{name} must be {expected}, not the class {value.__name__} "
+                         f"(did you mean `{value.__name__}()`?)")
+    return TypeError(f"{name} must be {expected}, not {type(value).__name__}")
 
 
 def check_bool_argument(value: Any, name: str) -> bool:
@@ -240,6 +250,17 @@ class Carrier:
         state = "released" if self._sw_released else f"size={attempt(self.size)}"
         dtype = attempt(lambda: self.dtype().name)
         return f"<{type(self).__name__} {state} dtype={dtype} version={self._sw_version}>"
+
+    # ----- context manager ------------------------------------------------------------------
+    def __enter__(self) -> Self:
+        """`with sw.CPU(n) as c:` binds the carrier itself."""
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        """Releases the carrier (`release()`, with its rules: an owned carrier or one held by a
+        pending move raises RuntimeError). Exceptions from the block propagate."""
+        self.release()
 
     # ----- framework internals (see ARCHITECTURE.md, "Carrier state") ---------------------
     def _sw_storage(self) -> Any:

@@ -28,7 +28,7 @@ import weakref
 from typing import Any, Iterable, Sequence
 
 from strideweave import _autograd, _native
-from strideweave.carriers.base import Carrier, check_size_argument
+from strideweave.carriers.base import Carrier, check_size_argument, not_a_carrier
 from strideweave.carriers.dtype import DType
 from strideweave.carriers.evictable import Evictable
 from strideweave.carriers.extension import (CarrierDefinition, CarrierFacet, PreparedTransfer,
@@ -759,8 +759,8 @@ class TiledResidencyFacet(CarrierFacet):
         grow = False
         if destination is not None:
             if not isinstance(destination, Carrier) or type(destination) is not type(c._primary):
-                raise TypeError(f"destination must be a {type(c._primary).__name__} carrier (the "
-                                f"primary tier's exact class), not {type(destination).__name__}")
+                raise not_a_carrier("destination", destination,
+                                    f"a {type(c._primary).__name__} carrier (the primary tier's exact class)")
             if destination.is_released():
                 raise RuntimeError("the projection destination is released")
             if not destination.is_mutable():

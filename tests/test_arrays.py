@@ -322,3 +322,14 @@ def test_a_non_carrier_gets_no_hint():
     with pytest.raises(TypeError) as info:
         sw.move(t, 42)
     assert "did you mean" not in str(info.value) and "Carrier" in str(info.value)
+
+
+@pytest.mark.parametrize("shape,stride,offset", LAYOUTS)
+def test_jax_asarray_gives_the_same_values(shape, stride, offset):
+    jnp = pytest.importorskip("jax.numpy", reason="jax is not installed")
+    t = cpu_tensor([float(i) for i in range(24)], shape, stride, offset=offset, size=24)
+    j = jnp.asarray(t)
+    assert j.shape == t.shape and j.dtype == jnp.float32
+    assert np.asarray(j).tolist() == np.from_dlpack(t).tolist()
+    g = jnp.asarray(generic_tensor([float(i) for i in range(24)], shape, stride))  # through a copy
+    assert j.shape == g.shape

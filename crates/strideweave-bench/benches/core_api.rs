@@ -12,7 +12,11 @@ use strideweave_core::engine::Completion;
 use strideweave_core::layout::{Layout, Shape, Stride};
 
 fn layout(extents: &[i64], strides: &[i64]) -> Layout {
-    Layout::new(Shape::flat(extents).unwrap(), Stride::flat(strides).unwrap()).unwrap()
+    Layout::new(
+        Shape::flat(extents).unwrap(),
+        Stride::flat(strides).unwrap(),
+    )
+    .unwrap()
 }
 
 fn indexing(c: &mut Criterion) {
@@ -41,7 +45,9 @@ fn injective_by_enumeration(l: &Layout) -> bool {
 fn injectivity(c: &mut Criterion) {
     let gapped = layout(&[16, 16, 8], &[1, 20, 400]);
     let mut g = c.benchmark_group("is_injective, gapped 16x16x8");
-    g.bench_function("is_injective", |b| b.iter(|| black_box(&gapped).is_injective()));
+    g.bench_function("is_injective", |b| {
+        b.iter(|| black_box(&gapped).is_injective())
+    });
     g.bench_function("enumerate image", |b| {
         b.iter(|| injective_by_enumeration(black_box(&gapped)))
     });

@@ -117,7 +117,11 @@ impl AwaitResult {
 
     /// Blocks until terminal and returns the outcome, or raises `TimeoutError` once the
     /// `timeout` argument of `wait`/`exception` has passed (the handle stays pending).
-    fn terminal_within<'a>(&'a self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<&'a Outcome> {
+    fn terminal_within<'a>(
+        &'a self,
+        py: Python<'_>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<&'a Outcome> {
         let deadline = deadline_after(timeout)?;
         if !self.block_until(py, deadline)? {
             let seconds = timeout.map(|t| t.to_string()).unwrap_or_default();
@@ -125,7 +129,10 @@ impl AwaitResult {
                 "the operation did not complete within timeout={seconds} seconds"
             )));
         }
-        Ok(self.cell.get().expect("block_until returned true, so the cell is terminal"))
+        Ok(self
+            .cell
+            .get()
+            .expect("block_until returned true, so the cell is terminal"))
     }
 
     /// Registers `fn(handle)` to run exactly once at the terminal commit (the public
@@ -224,7 +231,11 @@ impl AwaitResult {
     /// operation succeeded (as `concurrent.futures.Future.exception` does). Never raises the
     /// recorded failure; raises `TimeoutError` if `timeout` seconds pass first.
     #[pyo3(signature = (timeout=None))]
-    fn exception(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Py<PyAny>>> {
+    fn exception(
+        &self,
+        py: Python<'_>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<Py<PyAny>>> {
         match self.terminal_within(py, timeout)? {
             Outcome::Value(_) => Ok(None),
             Outcome::Error { exc, tb } => {
@@ -247,7 +258,10 @@ impl AwaitResult {
     /// already in the running state, so `cancel()` returns False: moves cannot be cancelled.
     fn future<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
-        let fut = py.import("concurrent.futures")?.getattr("Future")?.call0()?;
+        let fut = py
+            .import("concurrent.futures")?
+            .getattr("Future")?
+            .call0()?;
         fut.call_method0("set_running_or_notify_cancel")?;
         let target = fut.clone().unbind();
         slf.get().cell.on_done(move |outcome| {

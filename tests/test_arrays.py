@@ -304,11 +304,21 @@ def test_filebacked_takes_a_pathlike_bare_name():
         sw.FileBacked(3)
 
 
+def _subtensors_with_a_class():
+    from strideweave.core.representation import PLANAR_FLOAT32_PAIR, Subtensor, tensor_from_subtensors
+
+    return tensor_from_subtensors(PLANAR_FLOAT32_PAIR, [
+        Subtensor(F32, sw.CPU, 0, layout([2], [1])), Subtensor(F32, sw.CPU(2), 0, layout([2], [1]))],
+        [layout([2], [1])])
+
+
 @pytest.mark.parametrize("call", [
     lambda t: sw.move(t, sw.FileBacked),
     lambda t: sw.move_async(t, sw.CPU),
     lambda t: sw.Tensor(sw.CPU, 0, layout([1], [1])),
     lambda t: sw.Evictable(sw.CPU, sw.FileBacked()),
+    lambda t: sw.TiledEvictable(sw.CPU(4), sw.FileBacked, [2], [2]),
+    lambda t: _subtensors_with_a_class(),
 ])
 def test_a_carrier_class_where_an_instance_belongs_gets_a_hint(call):
     t = cpu_tensor([1.0], [1], [1])

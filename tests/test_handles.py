@@ -298,3 +298,22 @@ def test_no_coroutine_protocol():
     assert not hasattr(h, "__await__") and not hasattr(type(h), "__await__")
     gate.set()
     h.wait()
+
+
+# ----- a carrier's `with` block around a pending move -----------------------------------------
+
+def test_leaving_a_with_block_while_its_carrier_is_in_a_pending_move_raises():
+    completion = GateCompletion()
+    PREPARED.append(completion)
+    c = HandleGated(2, dtype=D.Float32)
+    c[0], c[1] = 1.0, 2.0
+    with pytest.raises(RuntimeError, match="pending move"):
+        with CPU(2) as dest:
+            with sw.no_grad():
+                h = sw.move_async(Tensor(c, 0, Layout(Shape(2), Stride(1))), dest)
+    assert not dest.is_released()  # the claim protected it; nothing changed
+    completion.gate.set()
+    assert h.wait(timeout=BOUND).tolist() == [1.0, 2.0]
+    with dest:  # the claim is gone: the block releases it now
+        pass
+    assert dest.is_released()

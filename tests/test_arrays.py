@@ -92,6 +92,25 @@ def test_asarray_copy_false_refuses_what_needs_a_copy():
     assert t.version == 2  # the two set-up writes only
 
 
+def test_asarray_lets_a_dlpack_hook_failure_other_than_buffer_error_through():
+    class Broken(sw.CPU):
+        def dlpack_info(self):
+            raise KeyError("hook")
+
+    t = sw.Tensor(Broken(2), 0, layout([2], [1]))
+    with pytest.raises(KeyError, match="hook"):
+        np.asarray(t)
+
+    class Refusing(sw.CPU):
+        def dlpack_info(self):
+            raise BufferError("not today")
+
+    r = sw.Tensor(Refusing(2), 0, layout([2], [1]))
+    assert np.asarray(r).tolist() == [0.0, 0.0]  # a refusal means "copy"
+    with pytest.raises(ValueError, match="not today"):
+        np.asarray(r, copy=False)
+
+
 def test_asarray_with_a_dtype_converts():
     t = cpu_tensor([1.5, 2.5], [2], [1])
     a = np.asarray(t, dtype=np.float64)

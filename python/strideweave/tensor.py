@@ -178,7 +178,7 @@ class Tensor(_native._TensorBase):
         if copy is not True:
             try:
                 view = np.from_dlpack(self)
-            except (BufferError, TypeError) as exc:
+            except BufferError as exc:  # the carrier or dtype cannot be exported
                 if copy is False:
                     raise ValueError(f"np.asarray(copy=False) needs a zero-copy view, which this "
                                      f"Tensor cannot give: {exc}") from exc

@@ -260,6 +260,31 @@ def test_future_resolves_with_the_same_value():
     assert h.future().result(timeout=0) is result  # a future of a done handle is done at once
 
 
+def test_futures_taken_from_many_threads_while_the_move_completes_all_resolve():
+    h, gate = start()
+    barrier = threading.Barrier(9)
+    futures: list = []
+    lock = threading.Lock()
+
+    def take():
+        barrier.wait(BOUND)
+        for _ in range(20):
+            f = h.future()
+            with lock:
+                futures.append(f)
+
+    threads = [threading.Thread(target=take) for _ in range(8)]
+    for t in threads:
+        t.start()
+    barrier.wait(BOUND)
+    gate.set()  # races the registrations: a future is resolved whichever side wins
+    for t in threads:
+        t.join(BOUND)
+    result = h.wait()
+    assert len(futures) == 160
+    assert all(f.result(timeout=BOUND) is result for f in futures)
+
+
 def test_future_carries_the_failure():
     failure = RuntimeError("provider failed")
     h, gate = start(failure=failure)

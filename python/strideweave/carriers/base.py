@@ -98,15 +98,6 @@ def check_size_argument(size: Any, name: str = "size") -> int:
     return n
 
 
-def not_a_carrier(name: str, value: Any, expected: str = "a Carrier") -> TypeError:
-    """The TypeError for an argument that should be a carrier instance. Passing the class
-    itself (`move(t, FileBacked)`) is a common slip, so that case names the fix."""
-    if isinstance(value, type) and issubclass(value, Carrier):
-        return TypeError(f"{name} must be {expected}, not the class {value.__name__} "
-                         f"(did you mean `{value.__name__}()`?)")
-    return TypeError(f"{name} must be {expected}, not {type(value).__name__}")
-
-
 def check_bool_argument(value: Any, name: str) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
@@ -251,17 +242,6 @@ class Carrier:
         dtype = attempt(lambda: self.dtype().name)
         return f"<{type(self).__name__} {state} dtype={dtype} version={self._sw_version}>"
 
-    # ----- context manager ------------------------------------------------------------------
-    def __enter__(self) -> Self:
-        """`with sw.CPU(n) as c:` binds the carrier itself."""
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        """Releases the carrier (`release()`, with its rules: an owned carrier or one held by a
-        pending move raises RuntimeError). Exceptions from the block propagate."""
-        self.release()
-
     # ----- framework internals (see ARCHITECTURE.md, "Carrier state") ---------------------
     def _sw_storage(self) -> Any:
         """The Rust storage object behind a built-in carrier, or None."""
@@ -303,3 +283,23 @@ class Carrier:
             self[i] = v
         finally:
             self._sw_owner = saved
+
+    # ----- context manager ------------------------------------------------------------------
+    def __enter__(self) -> Self:
+        """`with sw.CPU(n) as c:` binds the carrier itself."""
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        """Releases the carrier (`release()`, with its rules: an owned carrier or one held by a
+        pending move raises RuntimeError). Exceptions from the block propagate."""
+        self.release()
+
+
+def not_a_carrier(name: str, value: Any, expected: str = "a Carrier") -> TypeError:
+    """The TypeError for an argument that should be a carrier instance. Passing the class
+    itself (`move(t, FileBacked)`) is a common slip, so that case names the fix."""
+    if isinstance(value, type) and issubclass(value, Carrier):
+        return TypeError(f"{name} must be {expected}, not the class {value.__name__} "
+                         f"(did you mean `{value.__name__}()`?)")
+    return TypeError(f"{name} must be {expected}, not {type(value).__name__}")

@@ -200,9 +200,7 @@ class Evictable(Carrier):
     def set_value(self, i: Any, v: Any) -> None:
         index = check_index(self, i)
         self._check_promoted()
-        self._sw_check_writable()
-        self._primary._sw_write_as_owner(self._ownership, index, v)
-        self._sw_version += 1
+        self._sw_store_checked(lambda: self._primary._sw_write_as_owner(self._ownership, index, v))
 
     def _sw_fill(self, i: int, v: Any) -> None:
         # A move into this Evictable: the primary's storage write, no version change.

@@ -80,9 +80,10 @@ class Generic(Carrier):
 
     def set_value(self, i: Any, v: Any) -> None:
         index = check_index(self, i)
-        self._sw_check_writable()
-        self._values[index] = coerce_slot_value(self._dtype, v)
-        self._sw_count_write()
+
+        def store() -> None:
+            self._values[index] = coerce_slot_value(self._dtype, v)
+        self._sw_store_checked(store)
 
     def _sw_fill(self, i: int, v: Any) -> None:
         self._values[i] = coerce_slot_value(self._dtype, v)

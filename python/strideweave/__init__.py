@@ -3,8 +3,14 @@
 The top-level namespace only re-exports; each name lives in the module that owns it
 (see ARCHITECTURE.md).
 """
-from strideweave import _native
-from strideweave import _engine_settings  # noqa: F401  (refuses a bad STRIDEWEAVE_WORKERS at import)
+import logging as _logging
+
+# Records of the Rust core (bridged by pyo3-log) and of the Python layers go to the
+# "strideweave" logger; as a library, leave where they end up to the application.
+_logging.getLogger("strideweave").addHandler(_logging.NullHandler())
+
+from strideweave import _native  # noqa: E402
+from strideweave import _engine_settings  # noqa: E402,F401  (refuses a bad STRIDEWEAVE_WORKERS at import)
 from strideweave.layout import *  # noqa: F401,F403
 from strideweave.carriers import *  # noqa: F401,F403
 from strideweave.tensor import *  # noqa: F401,F403

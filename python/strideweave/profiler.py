@@ -51,6 +51,8 @@ given up on after ``_ORPHAN_WAIT_S`` seconds rather than hanging the exit.
 """
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -213,6 +215,19 @@ class Profiler:
             raise RuntimeError("events() is available only after the Profiler has exited successfully")
         with self._lock:
             return sorted(self._events, key=lambda e: e.id)
+
+    def export_chrome_trace(self, path: str | os.PathLike[str]) -> None:
+        """Write the events as a Chrome/Perfetto trace (JSON) to `path`: execute and
+        move_submit slices per thread, and one async slice per move from submit to its
+        terminal completion (see `strideweave._chrome_trace`). Only after a successful exit
+        (RuntimeError otherwise, like `events()`); nothing is written on a refused call."""
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a str or os.PathLike, not {type(path).__name__}")
+        from strideweave._chrome_trace import chrome_trace
+
+        document = chrome_trace(self.events())
+        with open(path, "w", encoding="utf-8") as out:
+            json.dump(document, out)
 
     # ----- recording helpers --------------------------------------------------------------
     def _selects(self, carrier_type: Any) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from strideweave import _native
-from strideweave.carriers.base import Carrier
+from strideweave.carriers.base import Carrier, not_a_carrier
 from strideweave.carriers.dtype import DType
 from strideweave.core.representation import Subtensor
 from strideweave.layout import Layout, Shape, Stride
@@ -29,7 +29,7 @@ class Tensor(_native._TensorBase):
 
     def __init__(self, carrier: Carrier, offset: int, layout: Layout) -> None:
         if not isinstance(carrier, Carrier):
-            raise TypeError(f"carrier must be a Carrier, not {type(carrier).__name__}")
+            raise not_a_carrier("carrier", carrier)
         if not isinstance(layout, Layout):
             raise TypeError(f"layout must be a Layout, not {type(layout).__name__}")
         if isinstance(offset, bool) or not isinstance(offset, int):
@@ -116,8 +116,82 @@ class Tensor(_native._TensorBase):
         return (f"<Tensor {self._dtype.name} on {type(self._carrier).__name__} offset={self._offset} "
                 f"layout={self._layout!r}>")
 
-    def __iter__(self):
+    def __str__(self) -> str:
+        """The values, printed like NumPy prints `np.asarray(self)` (summarised with `...`
+        beyond 1000 elements); the `repr` for a multi-subtensor or released tensor."""
+        if self._is_multi() or self._carrier.is_released():
+            return repr(self)
+        from strideweave._format import format_values
+
+        carrier, offset, strides = self._carrier, self._offset, self._layout.leaf_stride
+        return format_values(self.shape, lambda c: carrier[offset + sum(map(int.__mul__, c, strides))],
+                             self._dtype is DType.Float32)
+
+    def __iter__(self) -> Any:
         raise TypeError("Tensor is not iterable; index it or export it through DLPack")
+
+    # ----- what array users reach for first -----------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The leaf extents, `layout.leaf_shape`: the flat shape NumPy, PyTorch and JAX see
+        through DLPack and `np.asarray`, one axis per leaf mode, depth-first.
+
+        A hierarchical layout is flattened here: `Shape([2, [3, 4]])` gives `(2, 3, 4)`. The
+        hierarchical Shape itself is `layout.shape`; the number of logical coordinates is
+        `size()`."""
+        return self._layout.leaf_shape
+
+    @property
+    def ndim(self) -> int:
+        """`len(shape)`: the number of leaf modes (0 for a rank-0 layout)."""
+        return len(self._layout.leaf_shape)
+
+    def _scalar(self, kind: str) -> Any:
+        if self._is_multi():
+            raise _multi_subtensor(f"{kind}()")
+        if self._layout.size != 1:
+            raise TypeError(f"only a one-element Tensor converts to a Python {kind}, "
+                            f"this one has {self._layout.size} elements")
+        return self[0]
+
+    def __float__(self) -> float:
+        """`float(t)` for a one-element tensor (TypeError otherwise)."""
+        return float(self._scalar("float"))
+
+    def __int__(self) -> int:
+        """`int(t)` for a one-element tensor (TypeError otherwise); floats truncate."""
+        return int(self._scalar("int"))
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> Any:
+        """NumPy's array protocol (NumPy 2 semantics), so `np.asarray(t)` works.
+
+        Without a copy this is the zero-copy view `np.from_dlpack(t)` gives (CPU carriers,
+        Float32 and Int32). `copy=None` falls back to a copy of the logical values when no
+        such view exists (another carrier or dtype) or `dtype` needs a conversion; `copy=False`
+        raises ValueError instead; `copy=True` always returns a fresh array. A copy has
+        `shape` and holds `t[k]` at the axis-0-fastest position of integer key `k`."""
+        import numpy as np
+
+        if self._is_multi():
+            raise _multi_subtensor("__array__")
+        view = None
+        if copy is not True:
+            try:
+                view = np.from_dlpack(self)
+            except BufferError as exc:  # the carrier or dtype cannot be exported
+                if copy is False:
+                    raise ValueError(f"np.asarray(copy=False) needs a zero-copy view, which this "
+                                     f"Tensor cannot give: {exc}") from exc
+        if view is not None:
+            if dtype is None or np.dtype(dtype) == view.dtype:
+                return view
+            if copy is False:
+                raise ValueError(f"np.asarray(copy=False) cannot convert {view.dtype} to "
+                                 f"{np.dtype(dtype)} without a copy")
+            return view.astype(dtype)
+        values = np.array(self.tolist(), dtype=_numpy_dtype(self._dtype))
+        values = values.reshape(self.shape, order="F")
+        return values if dtype is None else values.astype(dtype, copy=False)
 
     def tolist(self) -> list:
         """The logical values in integer-key order (first mode fastest)."""
@@ -272,6 +346,11 @@ class Tensor(_native._TensorBase):
     def __rmul__(self, other: Any) -> "Tensor":
         from strideweave.operation import mul
         return mul(self, other)
+
+
+def _numpy_dtype(dtype: DType) -> str | None:
+    """The NumPy dtype of a copied Tensor; None lets NumPy infer one (Generic's objects)."""
+    return {DType.Float32: "float32", DType.Int32: "int32", DType.Bool: "bool"}.get(dtype)
 
 
 def _has_slice(key: Any) -> bool:

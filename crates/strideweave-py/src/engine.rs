@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pyo3::exceptions::{PyBaseException, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyBaseException, PyRuntimeError, PyTimeoutError, PyTypeError, PyValueError};
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -118,6 +118,53 @@ impl AwaitResult {
         }
     }
 
+    /// Blocks until terminal and returns the outcome, or raises `TimeoutError` once the
+    /// `timeout` argument of `wait`/`exception` has passed (the handle stays pending).
+    fn terminal_within<'a>(
+        &'a self,
+        py: Python<'_>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<&'a Outcome> {
+        let deadline = deadline_after(timeout)?;
+        if !self.block_until(py, deadline)? {
+            let seconds = timeout.map(|t| t.to_string()).unwrap_or_default();
+            return Err(PyTimeoutError::new_err(format!(
+                "the operation did not complete within timeout={seconds} seconds"
+            )));
+        }
+        Ok(self
+            .cell
+            .get()
+            .expect("block_until returned true, so the cell is terminal"))
+    }
+
+    /// Registers `fn(handle)` to run exactly once at the terminal commit (the public
+    /// `add_done_callback` and the framework's `_add_done_callback` share it).
+    ///
+    /// The pending callback holds the handle strongly until the commit, so a registered
+    /// handle stays alive until it completes even if every caller reference is dropped.
+    fn register_callback(slf: &Bound<'_, Self>, r#fn: &Bound<'_, PyAny>) -> PyResult<()> {
+        if !r#fn.is_callable() {
+            return Err(PyTypeError::new_err(format!(
+                "fn must be callable, not {}",
+                r#fn.get_type().name()?
+            )));
+        }
+        let callback = r#fn.clone().unbind();
+        let handle: Py<PyAny> = slf.clone().into_any().unbind();
+        slf.get().cell.on_done(move |_| {
+            // try_attach: a commit racing interpreter shutdown simply drops the callback.
+            // `move`: the references are released while attached, not parked in PyO3's
+            // deferred pool (which would keep the handle alive until some later attach).
+            Python::try_attach(move |py| {
+                if let Err(e) = callback.call1(py, (handle,)) {
+                    e.write_unraisable(py, Some(callback.bind(py)));
+                }
+            });
+        });
+        Ok(())
+    }
+
     /// Records `outcome` if the handle is pending; runs the done-callbacks on this thread.
     fn commit(&self, outcome: Outcome) -> bool {
         self.cell.commit(outcome)
@@ -175,15 +222,71 @@ impl AwaitResult {
     /// Blocks until the operation is terminal, then returns its value or raises its failure.
     ///
     /// Every call, from any thread, observes the same outcome: the identical result object,
-    /// or the identical exception object. The GIL is released while blocked. In a `fork()`ed
-    /// child, a handle still pending in the parent raises RuntimeError instead of hanging.
-    fn wait(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        self.block_until(py, None)?;
-        let outcome = self
-            .cell
-            .get()
-            .expect("block_until(None) returns only when terminal");
+    /// or the identical exception object. The GIL is released while blocked. With `timeout`
+    /// (seconds), gives up after that long with `TimeoutError`; the handle is unaffected and
+    /// may be waited on again. In a `fork()`ed child, a handle still pending in the parent
+    /// raises RuntimeError instead of hanging.
+    #[pyo3(signature = (timeout=None))]
+    fn wait(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
+        let outcome = self.terminal_within(py, timeout)?;
         Self::outcome_to_result(py, outcome)
+    }
+
+    /// Blocks like `wait(timeout)`, then returns the recorded exception, or None when the
+    /// operation succeeded (as `concurrent.futures.Future.exception` does). Never raises the
+    /// recorded failure; raises `TimeoutError` if `timeout` seconds pass first.
+    #[pyo3(signature = (timeout=None))]
+    fn exception(
+        &self,
+        py: Python<'_>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        match self.terminal_within(py, timeout)? {
+            Outcome::Value(_) => Ok(None),
+            Outcome::Error { exc, tb } => {
+                let _ = exc.bind(py).setattr("__traceback__", tb.bind(py));
+                Ok(Some(exc.clone_ref(py)))
+            }
+        }
+    }
+
+    /// Runs `fn(handle)` exactly once when the operation is terminal: on the thread that
+    /// completes it, or immediately on this thread if it is already terminal. An exception
+    /// raised by `fn` goes to `sys.unraisablehook` and does not change the handle.
+    fn add_done_callback(slf: &Bound<'_, Self>, r#fn: &Bound<'_, PyAny>) -> PyResult<()> {
+        Self::register_callback(slf, r#fn)
+    }
+
+    /// A `concurrent.futures.Future` that completes with this handle's outcome (the same
+    /// value or exception object), for `concurrent.futures.wait`/`as_completed` and for
+    /// `await asyncio.wrap_future(handle.future())`. Each call returns a new Future. It is
+    /// already in the running state, so `cancel()` returns False: moves cannot be cancelled.
+    fn future<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let fut = py
+            .import("concurrent.futures")?
+            .getattr("Future")?
+            .call0()?;
+        fut.call_method0("set_running_or_notify_cancel")?;
+        let target = fut.clone().unbind();
+        slf.get().cell.on_done(move |outcome| {
+            // `move`: the Future reference is released while attached (see register_callback).
+            Python::try_attach(move |py| {
+                let fut = target.bind(py);
+                let set = match outcome {
+                    Outcome::Value(v) => fut.call_method1("set_result", (v.clone_ref(py),)),
+                    Outcome::Error { exc, tb } => {
+                        let _ = exc.bind(py).setattr("__traceback__", tb.bind(py));
+                        fut.call_method1("set_exception", (exc.clone_ref(py),))
+                    }
+                };
+                // Only a caller who resolved the Future by hand makes this fail.
+                if let Err(e) = set {
+                    e.write_unraisable(py, Some(fut));
+                }
+            });
+        });
+        Ok(fut)
     }
 
     /// `AwaitResult[T]` names the handle type completing with `T` (typing only).
@@ -234,42 +337,49 @@ impl AwaitResult {
     /// The pending callback holds the handle strongly until the commit, so a registered
     /// handle stays alive until it completes even if every caller reference is dropped.
     fn _add_done_callback(slf: &Bound<'_, Self>, r#fn: &Bound<'_, PyAny>) -> PyResult<()> {
-        if !r#fn.is_callable() {
-            return Err(PyTypeError::new_err("fn must be callable"));
-        }
-        let callback = r#fn.clone().unbind();
-        let handle: Py<PyAny> = slf.clone().into_any().unbind();
-        slf.get().cell.on_done(move |_| {
-            // try_attach: a commit racing interpreter shutdown simply drops the callback.
-            // `move`: the references are released while attached, not parked in PyO3's
-            // deferred pool (which would keep the handle alive until some later attach).
-            Python::try_attach(move |py| {
-                if let Err(e) = callback.call1(py, (handle,)) {
-                    e.write_unraisable(py, Some(callback.bind(py)));
-                }
-            });
-        });
-        Ok(())
+        Self::register_callback(slf, r#fn)
     }
 
     /// Blocks (GIL released) until terminal or until `timeout` seconds pass; returns `done`.
     /// Never raises the recorded failure: for waiting on completion without observing it
     /// (the profiler's exit).
     #[pyo3(signature = (timeout=None))]
-    fn _join(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
-        let deadline = match timeout {
-            None => None,
-            Some(t) if t.is_nan() || t < 0.0 => {
-                return Err(PyValueError::new_err(
-                    "timeout must be a non-negative number of seconds",
-                ))
-            }
-            Some(t) => Duration::try_from_secs_f64(t)
-                .ok()
-                .and_then(|d| Instant::now().checked_add(d)),
-        };
+    fn _join(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
+        let deadline = deadline_after(timeout)?;
         self.block_until(py, deadline)
     }
+}
+
+/// The deadline of a `timeout` argument: None waits forever; otherwise a non-negative
+/// number of seconds (a bool is refused as a likely mistake). An infinite or unrepresentably
+/// large timeout is a plain wait.
+fn deadline_after(timeout: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Instant>> {
+    let Some(t) = timeout else { return Ok(None) };
+    if t.is_none() {
+        return Ok(None);
+    }
+    let refuse = || -> PyResult<f64> {
+        Err(PyTypeError::new_err(format!(
+            "timeout must be a number of seconds or None, not {}",
+            t.get_type().name()?
+        )))
+    };
+    let seconds = if t.is_instance_of::<pyo3::types::PyBool>() {
+        refuse()?
+    } else {
+        match t.extract::<f64>() {
+            Ok(v) => v,
+            Err(_) => refuse()?,
+        }
+    };
+    if seconds.is_nan() || seconds < 0.0 {
+        return Err(PyValueError::new_err(
+            "timeout must be a non-negative number of seconds",
+        ));
+    }
+    Ok(Duration::try_from_secs_f64(seconds)
+        .ok()
+        .and_then(|d| Instant::now().checked_add(d)))
 }
 
 /// Creates a pending handle of `cls`, which must be `AwaitResult` or a subclass of it.

@@ -17,6 +17,7 @@ mod tiles;
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    install_logger(m.py());
     layout::register(m)?;
     storage::register(m)?;
     dlpack::register(m)?;
@@ -29,4 +30,21 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     tiles::register(m)?;
     buffer_copy::register(m)?;
     Ok(())
+}
+
+/// Bridges the core's `log` records to Python's `logging` (targets `strideweave::x` become
+/// loggers `strideweave.x`, children of `logging.getLogger("strideweave")`).
+///
+/// Only the logger objects are cached, not their levels, so a later `setLevel` on the Python
+/// side takes effect at once. That costs a GIL round trip per record, which is why the core
+/// logs only rare events (storage created or removed, a device opened or faulted) and never
+/// in a per-element or per-chunk path, and never while holding a lock. Records above Debug
+/// verbosity (Trace) are dropped in Rust.
+fn install_logger(py: Python<'_>) {
+    let Ok(logger) = pyo3_log::Logger::new(py, pyo3_log::Caching::Loggers) else {
+        return;
+    };
+    // Err only if a logger is already installed (a second import in the same process):
+    // that logger is ours already, so there is nothing to do.
+    let _ = logger.filter(log::LevelFilter::Debug).install();
 }

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import operator
 import threading
-from typing import Any, Iterable
+from types import TracebackType
+from typing import Any, Iterable, Self
 
 from strideweave.carriers.dtype import CompoundDType, DType
 
@@ -376,3 +377,23 @@ class Carrier:
             self[i] = v
         finally:
             self._sw_owner = saved
+
+    # ----- context manager ------------------------------------------------------------------
+    def __enter__(self) -> Self:
+        """`with sw.CPU(n) as c:` binds the carrier itself."""
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        """Releases the carrier (`release()`, with its rules: an owned carrier or one held by a
+        pending move raises RuntimeError). Exceptions from the block propagate."""
+        self.release()
+
+
+def not_a_carrier(name: str, value: Any, expected: str = "a Carrier") -> TypeError:
+    """The TypeError for an argument that should be a carrier instance. Passing the class
+    itself (`move(t, FileBacked)`) is a common slip, so that case names the fix."""
+    if isinstance(value, type) and issubclass(value, Carrier):
+        return TypeError(f"{name} must be {expected}, not the class {value.__name__} "
+                         f"(did you mean `{value.__name__}()`?)")
+    return TypeError(f"{name} must be {expected}, not {type(value).__name__}")

@@ -27,7 +27,7 @@ import threading
 import weakref
 from typing import Any, Iterable
 
-from strideweave.carriers.base import STATE_LOCK, Carrier, check_index
+from strideweave.carriers.base import STATE_LOCK, Carrier, check_index, not_a_carrier
 from strideweave.carriers.block_device import BlockDeviceCarrier
 from strideweave.carriers.dtype import DType
 
@@ -106,7 +106,7 @@ class Evictable(Carrier):
     def __init__(self, primary: Carrier, secondary: Carrier) -> None:
         for name, tier in (("primary", primary), ("secondary", secondary)):
             if not isinstance(tier, Carrier):
-                raise TypeError(f"Evictable {name} tier must be a Carrier, not {type(tier).__name__}")
+                raise not_a_carrier(f"Evictable {name} tier", tier)
         for name, tier in (("primary", primary), ("secondary", secondary)):
             if isinstance(tier, BlockDeviceCarrier):
                 raise TypeError(f"Evictable {name} tier cannot be a {_describe(tier)}: block tiers in "

@@ -22,7 +22,7 @@ import weakref
 from typing import Any, Callable, Iterable, Protocol, TypeVar, runtime_checkable
 
 from strideweave.carriers import base as _base
-from strideweave.carriers.base import Carrier, check_index
+from strideweave.carriers.base import Carrier, check_index, not_a_carrier
 from strideweave.carriers.dtype import DType
 from strideweave.layout import Layout
 
@@ -209,7 +209,7 @@ class TransferRequest(_Frozen):
         if not isinstance(tensor, Tensor):
             raise TypeError(f"tensor must be a Tensor, not {type(tensor).__name__}")
         if not isinstance(destination, Carrier):
-            raise TypeError(f"destination must be a Carrier, not {type(destination).__name__}")
+            raise not_a_carrier("destination", destination)
         if source_class is not type(tensor.carrier):
             raise TypeError(f"source_class must be the tensor carrier's exact class "
                             f"{type(tensor.carrier).__name__}, not {_class_name(source_class)}")

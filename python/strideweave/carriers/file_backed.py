@@ -29,11 +29,15 @@ class FileBacked(RustBackedCarrier):
     """Slots in a raw file (float64 for Floating, float32, int32). Starts empty; a move into
     it grows it through `_allocate`. Releasing or garbage-collecting it deletes the file."""
 
-    def __init__(self, filename: str | None = None, *, mutable: bool = True,
+    def __init__(self, filename: str | os.PathLike[str] | None = None, *, mutable: bool = True,
                  dtype: DType = DType.Floating) -> None:
         if filename is not None:
-            if not isinstance(filename, str):
-                raise TypeError(f"filename must be a str or None, not {type(filename).__name__}")
+            # Any os.PathLike naming a bare file (`pathlib.Path("x.bin")`) works like its str.
+            name = os.fspath(filename) if isinstance(filename, os.PathLike) else filename
+            if not isinstance(name, str):
+                raise TypeError(f"filename must be a str, an os.PathLike[str] or None, "
+                                f"not {type(filename).__name__}")
+            filename = name
             if (not filename or os.sep in filename or (os.altsep and os.altsep in filename)
                     or filename in (".", "..") or "\0" in filename):
                 raise ValueError(f"filename must be a bare file name, not {filename!r}")

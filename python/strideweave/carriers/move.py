@@ -18,7 +18,8 @@ from typing import Any, Callable
 from strideweave import _autograd, _native, profiler
 from strideweave._autograd import Operation
 from strideweave.carriers import extension
-from strideweave.carriers.base import ACTIVE_CLAIM, STATE_LOCK, Carrier, drop_claims, take_claims
+from strideweave.carriers.base import (ACTIVE_CLAIM, STATE_LOCK, Carrier, drop_claims, not_a_carrier,
+                                      take_claims)
 from strideweave.carriers.block_device import BlockDeviceCarrier
 from strideweave.carriers.cpu import CPU
 from strideweave.carriers.file_backed import FileBacked
@@ -470,7 +471,7 @@ def _validate(tensor: Any, destination: Any, lowered: bool) -> None:
                            f"{type(source._sw_owner).__name__} and cannot be moved directly")
     source._sw_check_unclaimed("move")
     if not isinstance(destination, Carrier):
-        raise TypeError(f"destination must be a Carrier, not {type(destination).__name__}")
+        raise not_a_carrier("destination", destination)
     if destination is source:
         raise ValueError("destination must be a different carrier from the tensor's own carrier")
     if destination.is_released():

@@ -24,7 +24,7 @@ import weakref
 from typing import Any, Iterable, Sequence
 
 from strideweave.carriers import tiled_bulk, tiled_residency
-from strideweave.carriers.base import Carrier, check_size_argument
+from strideweave.carriers.base import Carrier, check_size_argument, not_a_carrier
 from strideweave.carriers.cpu import CPU
 from strideweave.carriers.dtype import DType
 from strideweave.carriers.evictable import Evictable
@@ -62,8 +62,8 @@ class TiledEvictable(Carrier):
                  tile_shape: Iterable[int]) -> None:
         for name, tier in (("primary", primary), ("secondary", secondary)):
             if not isinstance(tier, Carrier) or isinstance(tier, (TiledEvictable, Evictable)):
-                raise TypeError(f"TiledEvictable {name} tier must be a plain Carrier (not an Evictable "
-                                f"or TiledEvictable), not {type(tier).__name__}")
+                raise not_a_carrier(f"TiledEvictable {name} tier", tier,
+                                    "a plain Carrier (not an Evictable or TiledEvictable)")
         if primary is secondary:
             raise ValueError("TiledEvictable primary and secondary must be distinct carrier objects")
         for name, tier in (("primary", primary), ("secondary", secondary)):

@@ -20,7 +20,7 @@ from typing import Any, Iterable
 
 from strideweave import _autograd, _native
 from strideweave.carriers import tiled_bulk
-from strideweave.carriers.base import Carrier
+from strideweave.carriers.base import Carrier, not_a_carrier
 from strideweave.carriers.extension import PreparedTransfer, Unsupported, is_definition_backed
 from strideweave.carriers.move import AwaitResult
 from strideweave.carriers.tiled_types import (PRIMARY, AwaitProjection, AwaitResidency, TileSelection,
@@ -190,8 +190,8 @@ def check_projection(c: Any, tensor: Any, selection: Any, destination: Carrier |
     grow = False
     if destination is not None:
         if not isinstance(destination, Carrier) or type(destination) is not type(c._primary):
-            raise TypeError(f"destination must be a {type(c._primary).__name__} carrier (the "
-                            f"primary tier's exact class), not {type(destination).__name__}")
+            raise not_a_carrier("destination", destination,
+                                f"a {type(c._primary).__name__} carrier (the primary tier's exact class)")
         if destination.is_released():
             raise RuntimeError("the projection destination is released")
         if not destination.is_mutable():

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from strideweave.carriers.base import Carrier
+from strideweave.carriers.base import Carrier, not_a_carrier
 from strideweave.carriers.dtype import PLANAR_FLOAT32_PAIR, DType, storage_schema
 from strideweave.layout import Layout
 
@@ -61,7 +61,7 @@ def tensor_from_subtensors(logical_dtype: DType, subtensors: Sequence[Subtensor]
     # 4. each subtensor
     for i, sub in enumerate(subs):
         if not isinstance(sub.carrier, Carrier):
-            raise TypeError(f"subtensors[{i}].carrier must be a Carrier, not {type(sub.carrier).__name__}")
+            raise not_a_carrier(f"subtensors[{i}].carrier", sub.carrier)
         if isinstance(sub.offset, bool) or not isinstance(sub.offset, int):
             raise TypeError(f"subtensors[{i}].offset must be an int, not {type(sub.offset).__name__}")
         if not isinstance(sub.layout, Layout):

@@ -605,6 +605,14 @@ impl BlockDevice {
         #[cfg(target_os = "linux")]
         {
             let (file, geometry, direct) = sys::open(path)?;
+            log::debug!(
+                target: LOG_TARGET,
+                "opened block device {path}: {} bytes, logical/physical block {}/{}, O_DIRECT {}",
+                geometry.capacity_bytes,
+                geometry.logical_block_size,
+                geometry.physical_block_size,
+                direct
+            );
             Ok(BlockDevice::from_file(file, geometry, direct))
         }
         #[cfg(not(target_os = "linux"))]
@@ -757,6 +765,10 @@ impl BlockDevice {
     /// Reads `out.len()` bytes at device offset `offset`, which must lie inside one live
     /// extent. Any OS error or zero-byte transfer faults the device.
     pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), BlockError> {
+        log_new_fault(self.read_locked(offset, out))
+    }
+
+    fn read_locked(&self, offset: u64, out: &mut [u8]) -> Result<(), BlockError> {
         let mut st = self.state.lock();
         let st = &mut *st;
         let file = usable(&st.fault, &st.file)?;
@@ -773,6 +785,10 @@ impl BlockDevice {
     /// Partial blocks are read-modify-written, so neighbouring bytes keep their values.
     /// Any OS error or zero-byte transfer faults the device.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), BlockError> {
+        log_new_fault(self.write_locked(offset, data))
+    }
+
+    fn write_locked(&self, offset: u64, data: &[u8]) -> Result<(), BlockError> {
         let mut st = self.state.lock();
         let st = &mut *st;
         let file = usable(&st.fault, &st.file)?;
@@ -813,6 +829,19 @@ fn usable<'a>(fault: &Option<String>, file: &'a Option<File>) -> Result<&'a File
         return Err(BlockError::Faulted(cause.clone()));
     }
     file.as_ref().ok_or(BlockError::Closed)
+}
+
+/// Log records go to the Python logger `strideweave.blockdev`.
+const LOG_TARGET: &str = "strideweave::blockdev";
+
+/// Warns once per fault, after the device lock is released (the logging bridge may need the
+/// GIL, which a Python thread could hold while waiting for that lock). A transfer error is
+/// `Io`/`ZeroTransfer` only on the call that faulted the device; later calls see `Faulted`.
+fn log_new_fault(result: Result<(), BlockError>) -> Result<(), BlockError> {
+    if let Err(e @ (BlockError::Io(_) | BlockError::ZeroTransfer { .. })) = &result {
+        log::warn!(target: LOG_TARGET, "{e}");
+    }
+    result
 }
 
 /// Records a transfer error as the device's fault (keeping the first cause) and passes it on.

@@ -5,6 +5,10 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+/// Log records go to the Python logger `strideweave.storage` (the binding maps `::` to `.`).
+/// Nothing here logs while holding a lock: the bridge may need the GIL.
+const LOG_TARGET: &str = "strideweave::storage";
+
 /// Storage in a file the process created. Positioned reads and writes need no shared seek
 /// cursor, so concurrent readers and the transfer engine's threads can share one handle.
 #[derive(Debug)]
@@ -21,6 +25,7 @@ impl FileStore {
     /// adopts somebody else's file.
     pub fn create_new(path: &Path) -> io::Result<Self> {
         let file = OpenOptions::new().read(true).write(true).create_new(true).open(path)?;
+        log::debug!(target: LOG_TARGET, "created file storage {}", path.display());
         Ok(Self { file, path: path.to_path_buf(), creator: std::process::id() })
     }
 
@@ -60,6 +65,10 @@ impl FileStore {
         }
         match std::fs::remove_file(&self.path) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Ok(()) => {
+                log::debug!(target: LOG_TARGET, "removed file storage {}", self.path.display());
+                Ok(())
+            }
             other => other,
         }
     }

@@ -1,0 +1,1 @@
+//! Empty on purpose: this crate only hosts the criterion benchmarks in `benches/`.

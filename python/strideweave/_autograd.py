@@ -19,10 +19,16 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Any, Callable, Iterable, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, TypeVar, cast
 
 from strideweave import _native
 from strideweave.layout import Layout, Shape, Stride
+
+if TYPE_CHECKING:  # annotations only: the tensor module sits below this one
+    from strideweave.tensor import Tensor
+
+_C = TypeVar("_C", bound=Callable[..., Any])
 
 __all__: list[str] = []  # internal module: the public names live in strideweave.operation
 
@@ -63,15 +69,16 @@ class no_grad:
         _mode.enabled = False
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         stack = self._saved.get(threading.get_ident())
         if stack:
             _mode.enabled = stack.pop()
             if not stack:
                 del self._saved[threading.get_ident()]
-        return False
+        return None
 
-    def __call__(self, func: Callable) -> Callable:
+    def __call__(self, func: _C) -> _C:
         import functools
 
         @functools.wraps(func)
@@ -79,7 +86,7 @@ class no_grad:
             with no_grad():
                 return func(*args, **kwargs)
 
-        return wrapper
+        return cast(_C, wrapper)
 
 
 def recording_disabled() -> no_grad:
@@ -128,7 +135,7 @@ def _output_layout(layout: Layout) -> Layout:
     return g if g is not None else Layout.canonical(layout.shape)
 
 
-def _tensor_cls() -> type:
+def _tensor_cls() -> type[Tensor]:
     from strideweave.tensor import Tensor
 
     return Tensor
@@ -547,7 +554,7 @@ def _sum_contributions(target: Any, parts: list) -> Any:
 def _accumulated(target: Any, cot: Any) -> Any:
     """The new `.grad` of `target` after receiving `cot` (nothing is assigned here)."""
     layout = target._layout
-    glayout = gradient_layout(layout)  # not None: validation rejected other aliasing
+    glayout = cast(Layout, gradient_layout(layout))  # not None: validation rejected other aliasing
     like = target._carrier
     if layout.is_injective():
         fresh = copy_to(cot, like, glayout)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Callable
+from types import TracebackType
+from typing import Any, Callable, cast
 
 from strideweave import _autograd, _native, profiler
 from strideweave._autograd import Operation
@@ -36,7 +37,7 @@ __all__ = [
 AwaitResult = _native.AwaitResult
 
 
-class AwaitMove(AwaitResult):
+class AwaitMove(AwaitResult[Tensor]):
     """Completion handle of one `move_async` request; `wait()` returns the moved Tensor
     (the same object every time) or raises the request's terminal failure."""
 
@@ -54,8 +55,9 @@ class MoveOperation(Operation):
     carrier classes to refuse other pairs with TypeError before anything is copied.
     """
 
-    source_class: type | None = None
-    destination_class: type | None = None
+    source_class: type[Carrier] | None = None
+    destination_class: type[Carrier] | None = None
+    _sw_move: _MoveState  # set when the move is recorded for autograd
 
     def _copy(self, tensor: Tensor, destination: Carrier, output: Tensor, element_count: int) -> None:
         raise NotImplementedError(f"{type(self).__name__} does not implement _copy")
@@ -185,7 +187,7 @@ class CpuToBlockDeviceMoveOperation(_BlockBulkMove):
 
     def _copy(self, tensor: Tensor, destination: Carrier, output: Tensor, element_count: int) -> None:
         src = tensor.carrier._sw_storage()
-        handle, device_offset, _ = destination._sw_block_extent()
+        handle, device_offset, _ = cast(Any, destination)._sw_block_extent()
         handle.write_from(src.pointer() + tensor.offset * 4, device_offset, element_count * 4)
 
 
@@ -197,7 +199,7 @@ class BlockDeviceToCpuMoveOperation(_BlockBulkMove):
 
     def _copy(self, tensor: Tensor, destination: Carrier, output: Tensor, element_count: int) -> None:
         dst = destination._sw_storage()
-        handle, device_offset, _ = tensor.carrier._sw_block_extent()
+        handle, device_offset, _ = cast(Any, tensor.carrier)._sw_block_extent()
         handle.read_into(dst.pointer(), device_offset + tensor.offset * 4, element_count * 4)
 
 
@@ -205,7 +207,7 @@ _BLOCK_OPERATIONS = (CpuToBlockDeviceMoveOperation, BlockDeviceToCpuMoveOperatio
 _ITEM_SIZE = {"f32": 4, "i32": 4, "f64": 8, "bool": 1}
 
 
-def _span_plan(src: Any, offset: int, dst: Any, count: int) -> tuple[Callable, Callable, tuple] | None:
+def _span_plan(src: Any, offset: int, dst: Any, count: int) -> Any:
     """How to copy `count` slots from `src` slot `offset` to `dst` slot 0: the blocking engine
     function, its engine-submitted twin (which takes a trailing `then`), and their arguments.
     None for a pair of storages no span function serves."""
@@ -315,9 +317,10 @@ class registered_move_operation(contextlib.AbstractContextManager):
         register_move_operation(*self._pair, self._operation_class)
         return self._operation_class
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         unregister_move_operation(*self._pair)
-        return False
+        return None
 
 
 # ===== routes ===================================================================================
@@ -381,7 +384,7 @@ class _MoveState:
     __slots__ = ("source_carrier", "destination_carrier", "source_layout", "reverse_route")
 
     def __init__(self, source_carrier: Carrier, destination_carrier: Carrier, source_layout: Layout,
-                 reverse_route: _Route) -> None:
+                 reverse_route: _Route | None) -> None:
         self.source_carrier = source_carrier
         self.destination_carrier = destination_carrier
         self.source_layout = source_layout
@@ -401,11 +404,11 @@ class _MoveRequest:
         self.handle = _native.new_completion(AwaitMove)
         self.node: MoveOperation | None = None
         self.recorded = False
-        self.token = None
+        self.token: profiler._MoveToken | None = None
         self.grown = False
         self.lowered = lowered
         self.committed = False
-        self.output: Tensor | None = None
+        self.output: Any = None  # the result Tensor, bound before the transfer is submitted
 
 
 def _validate(tensor: Any, destination: Any, lowered: bool) -> None:
@@ -436,7 +439,7 @@ def _validate(tensor: Any, destination: Any, lowered: bool) -> None:
                         f"dtype {tensor.dtype().name}")
 
 
-def _check_pins(operation_class: type, source: Carrier, destination: Carrier) -> None:
+def _check_pins(operation_class: type[MoveOperation], source: Carrier, destination: Carrier) -> None:
     pinned_source, pinned_destination = operation_class.source_class, operation_class.destination_class
     if pinned_source is not None and type(source) is not pinned_source:
         raise TypeError(f"{operation_class.__name__} requires a {pinned_source.__name__} source carrier, "
@@ -539,7 +542,9 @@ def _submit(request: _MoveRequest, op: MoveOperation, prepared: Any) -> None:
         return
 
     def copy() -> None:
-        returned = op._copy(request.tensor, request.destination, request.output, request.cosize)
+        # A user hook may break its `-> None` contract; the result is checked, not used.
+        returned = op._copy(  # type: ignore[func-returns-value]
+            request.tensor, request.destination, request.output, request.cosize)
         if returned is not None:
             raise TypeError(f"{type(op).__name__}._copy must return None, not {type(returned).__name__}")
 

@@ -25,7 +25,7 @@ import contextlib
 import math
 import threading
 import weakref
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence, final
 
 from strideweave import _autograd, _native
 from strideweave.carriers.base import Carrier, check_size_argument
@@ -38,6 +38,9 @@ from strideweave.carriers.extension import (CarrierDefinition, CarrierFacet, Pre
 from strideweave.carriers.cpu import CPU
 from strideweave.carriers.move import AwaitResult
 from strideweave.layout import Layout, Shape
+
+if TYPE_CHECKING:  # annotations only (imported lazily where it is used)
+    from strideweave.tensor import Tensor
 
 __all__ = ["TiledEvictable", "TileSet", "TileSelection", "AwaitProjection", "AwaitResidency",
            "TiledResidencyFacet"]
@@ -80,6 +83,7 @@ class TileSet(_Immutable):
     """
 
     __slots__ = ("_coordinates",)
+    _coordinates: tuple[tuple[int, ...], ...]
 
     def __init__(self, coordinates: Iterable[Sequence[int]] = ()) -> None:
         try:
@@ -141,6 +145,7 @@ class TileSelection(_Immutable):
     """
 
     __slots__ = ("_per_axis",)
+    _per_axis: tuple[tuple[int, ...], ...]
 
     def __init__(self, per_axis: Iterable[Iterable[int]]) -> None:
         try:
@@ -200,14 +205,14 @@ class TileSelection(_Immutable):
         return f"TileSelection({[list(a) for a in self._per_axis]!r})"
 
 
-class AwaitResidency(AwaitResult):
+class AwaitResidency(AwaitResult[None]):
     """Completion handle of a residency request; `wait()` returns None or raises the first
     transfer failure. Only the framework creates these."""
 
     __slots__ = ()
 
 
-class AwaitProjection(AwaitResult):
+class AwaitProjection(AwaitResult["Tensor"]):
     """Completion handle of a projection; `wait()` returns the compact Tensor (the same
     object every time) or raises the gather's failure. Only the framework creates these."""
 
@@ -219,6 +224,9 @@ class TileState(_Immutable):
     request pins it."""
 
     __slots__ = ("coordinate", "location", "pinned")
+    coordinate: tuple[int, ...]
+    location: str
+    pinned: bool
 
     def __init__(self, coordinate: tuple[int, ...], location: str, pinned: bool) -> None:
         object.__setattr__(self, "coordinate", coordinate)
@@ -285,6 +293,7 @@ def _check_shape(value: Any, name: str) -> tuple[int, ...]:
     return tuple(int(v) for v in items)
 
 
+@final
 class TiledEvictable(Carrier):
     """Tiles of one logical array, each resident in the primary or the secondary tier.
 

@@ -362,18 +362,18 @@ class Operation:
     some positional Tensor input is differentiable."""
 
     # Class-level defaults keep a subclass that skips ``super().__init__()`` usable.
-    _sw_inputs: tuple = ()
-    _sw_versions: tuple = ()
+    _sw_inputs: tuple[Tensor, ...] = ()
+    _sw_versions: tuple[Any, ...] = ()
     _sw_released: bool = False
 
     def __init__(self) -> None:
         self._sw_inputs = ()
         self._sw_versions = ()
         self._sw_released = False
-        self._sw_ctx: dict = {}
+        self._sw_ctx: dict[str, Any] = {}
 
     @property
-    def ctx(self) -> dict:
+    def ctx(self) -> dict[str, Any]:
         """A dict for subclass state; emptied when the graph is released."""
         try:
             return self._sw_ctx
@@ -382,7 +382,7 @@ class Operation:
             return self._sw_ctx
 
     @ctx.setter
-    def ctx(self, value: dict) -> None:
+    def ctx(self, value: dict[str, Any]) -> None:
         if not isinstance(value, dict):
             raise TypeError(f"ctx must be a dict, not {type(value).__name__}")
         self._sw_ctx = value
@@ -404,15 +404,15 @@ class Operation:
     def _forward(self, *inputs: Any) -> Any:
         raise TypeError(f"{type(self).__name__} does not implement _forward")
 
-    def backward(self, gradient: Any) -> tuple:
+    def backward(self, gradient: Any) -> tuple[Any, ...]:
         """One cotangent Tensor (or None) per saved input; the base class has none."""
         raise RuntimeError(f"{type(self).__name__} does not implement backward")
 
-    def inputs(self) -> tuple:
+    def inputs(self) -> tuple[Tensor, ...]:
         """The saved Tensors, one per positional Tensor occurrence; () if none or released."""
         return self._sw_inputs
 
-    def input_versions(self) -> tuple:
+    def input_versions(self) -> tuple[Any, ...]:
         """One immutable version token per saved input, taken at forward entry."""
         return self._sw_versions
 

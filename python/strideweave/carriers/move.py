@@ -67,7 +67,7 @@ class MoveOperation(Operation):
         operation as the transfer; `Operation.forward` records this node around it."""
         return _initiate(tensor, destination, operation=self, attach=False).handle.wait()
 
-    def backward(self, gradient: Tensor) -> tuple:
+    def backward(self, gradient: Tensor) -> tuple[Tensor]:
         """Move the cotangent back through the captured reverse route into fresh storage of
         the source carrier's exact class."""
         state = getattr(self, "_sw_move", None)
@@ -296,10 +296,11 @@ def unregister_move_operation(source_class: type, destination_class: type) -> ty
         return removed
 
 
-class registered_move_operation(contextlib.AbstractContextManager):
+class registered_move_operation(contextlib.AbstractContextManager["type[MoveOperation]", None]):
     """`with registered_move_operation(S, D, Op) as op:` registers the pair for the block."""
 
-    def __init__(self, source_class: type, destination_class: type, operation_class: type) -> None:
+    def __init__(self, source_class: type[Carrier], destination_class: type[Carrier],
+                 operation_class: type[MoveOperation]) -> None:
         _check_carrier_class(source_class, "source_class")
         _check_carrier_class(destination_class, "destination_class")
         _check_operation_class(operation_class)
@@ -313,7 +314,7 @@ class registered_move_operation(contextlib.AbstractContextManager):
                 raise ValueError(f"a move operation is already registered for {_pair_name(*self._pair)}: "
                                  f"{_REGISTRY[self._pair].__name__}")
 
-    def __enter__(self) -> type:
+    def __enter__(self) -> type[MoveOperation]:
         register_move_operation(*self._pair, self._operation_class)
         return self._operation_class
 

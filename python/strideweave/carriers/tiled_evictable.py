@@ -25,7 +25,7 @@ import contextlib
 import math
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Iterable, Sequence, final
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence, final
 
 from strideweave import _autograd, _native
 from strideweave.carriers.base import Carrier, check_size_argument
@@ -119,7 +119,7 @@ class TileSet(_Immutable):
     def __len__(self) -> int:
         return len(self._coordinates)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[tuple[int, ...]]:
         return iter(self._coordinates)
 
     def __contains__(self, coordinate: Any) -> bool:
@@ -485,7 +485,7 @@ class TiledEvictable(Carrier):
         if self._sw_released:
             raise RuntimeError(f"cannot {action} a released TiledEvictable")
 
-    def dlpack_info(self) -> dict:
+    def dlpack_info(self) -> dict[str, Any]:
         raise BufferError("DLPack is not supported for TiledEvictable carrier: its tiles live in "
                           "separate storages")
 

@@ -1,0 +1,33 @@
+"""The typing surface at run time: the typed user script runs, and the static `__all__` lists
+that type checkers read stay equal to the names the modules really export."""
+import importlib
+import pathlib
+import runpy
+
+import strideweave
+from strideweave import carriers
+
+SCRIPT = pathlib.Path(__file__).parent / "typing" / "uses_every_api.py"
+CARRIER_MODULES = ("dtype", "base", "generic", "cpu", "file_backed", "block_device", "evictable")
+
+
+def test_the_typed_user_script_runs():
+    namespace = runpy.run_path(str(SCRIPT))
+    namespace["main"]()
+
+
+def test_carriers_all_is_the_union_of_its_submodules():
+    expected = []
+    for name in CARRIER_MODULES:
+        expected.extend(importlib.import_module(f"strideweave.carriers.{name}").__all__)
+    assert sorted(carriers.__all__) == sorted(expected)
+    assert len(set(carriers.__all__)) == len(carriers.__all__)
+    for name in carriers.__all__:
+        assert getattr(strideweave, name) is getattr(carriers, name)
+
+
+def test_sum_and_dtype_members_are_public():
+    assert strideweave.sum is strideweave.friendly.sum
+    for name in ("Any", "Floating", "Integer", "Float32", "Float64", "Int32", "Bool", "E2M1", "E8M0", "MXFP4"):
+        assert name in strideweave.DType.__annotations__
+        assert getattr(strideweave.DType, name) is strideweave.DType.from_name(name)

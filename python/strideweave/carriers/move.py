@@ -148,15 +148,15 @@ class _BulkSpanMove(MoveOperation):
 class CpuToFileBackedMoveOperation(_BulkSpanMove):
     """Bulk CPU → FileBacked: one positioned write of the cosize span."""
 
-    source_class = CPU
-    destination_class = FileBacked
+    source_class: type[Carrier] | None = CPU
+    destination_class: type[Carrier] | None = FileBacked
 
 
 class FileBackedToCpuMoveOperation(_BulkSpanMove):
     """Bulk FileBacked → CPU: one positioned read of the cosize span."""
 
-    source_class = FileBacked
-    destination_class = CPU
+    source_class: type[Carrier] | None = FileBacked
+    destination_class: type[Carrier] | None = CPU
 
 
 class _BlockBulkMove(MoveOperation):
@@ -182,8 +182,8 @@ class _BlockBulkMove(MoveOperation):
 class CpuToBlockDeviceMoveOperation(_BlockBulkMove):
     """Bulk CPU → BlockDeviceCarrier (Float32): the cosize span in one aligned device write."""
 
-    source_class = CPU
-    destination_class = BlockDeviceCarrier
+    source_class: type[Carrier] | None = CPU
+    destination_class: type[Carrier] | None = BlockDeviceCarrier
 
     def _copy(self, tensor: Tensor, destination: Carrier, output: Tensor, element_count: int) -> None:
         src = tensor.carrier._sw_storage()
@@ -194,8 +194,8 @@ class CpuToBlockDeviceMoveOperation(_BlockBulkMove):
 class BlockDeviceToCpuMoveOperation(_BlockBulkMove):
     """Bulk BlockDeviceCarrier → CPU (Float32): the cosize span in one aligned device read."""
 
-    source_class = BlockDeviceCarrier
-    destination_class = CPU
+    source_class: type[Carrier] | None = BlockDeviceCarrier
+    destination_class: type[Carrier] | None = CPU
 
     def _copy(self, tensor: Tensor, destination: Carrier, output: Tensor, element_count: int) -> None:
         dst = destination._sw_storage()

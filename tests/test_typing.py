@@ -31,3 +31,11 @@ def test_sum_and_dtype_members_are_public():
     for name in ("Any", "Floating", "Integer", "Float32", "Float64", "Int32", "Bool", "E2M1", "E8M0", "MXFP4"):
         assert name in strideweave.DType.__annotations__
         assert getattr(strideweave.DType, name) is strideweave.DType.from_name(name)
+
+
+def test_stubs_exist_only_for_compiled_modules():
+    # A .pyi beside a .py hides the source from type checkers; annotate the .py instead.
+    package = pathlib.Path(strideweave.__file__).parent
+    for stub in package.rglob("*.pyi"):
+        assert not stub.with_suffix(".py").exists(), f"{stub.name} shadows {stub.stem}.py"
+        assert list(stub.parent.glob(f"{stub.stem}.*.so")), f"{stub.name} has no compiled module"

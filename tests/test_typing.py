@@ -39,3 +39,16 @@ def test_stubs_exist_only_for_compiled_modules():
     for stub in package.rglob("*.pyi"):
         assert not stub.with_suffix(".py").exists(), f"{stub.name} shadows {stub.stem}.py"
         assert list(stub.parent.glob(f"{stub.stem}.*.so")), f"{stub.name} has no compiled module"
+
+
+def test_the_typed_script_uses_every_public_name():
+    # Public = exported at the top level, minus the submodules. A name missing here is a name
+    # whose annotations no type checker sees from a user's side: use it in uses_every_api.py.
+    import re
+    import types
+
+    text = SCRIPT.read_text()
+    public = [n for n in dir(strideweave) if not n.startswith("_")
+              and not isinstance(getattr(strideweave, n), types.ModuleType)]
+    missing = [n for n in public if not re.search(rf"\bsw\.{n}\b", text)]
+    assert not missing, f"tests/typing/uses_every_api.py does not use: {missing}"

@@ -68,13 +68,18 @@ def raw_write(path: str, offset: int, data: bytes) -> None:
         os.close(fd)
 
 
-def aligned_array(nbytes: int, align: int = 4096, shift: int = 0) -> np.ndarray:
-    """A uint8 array of `nbytes` whose address is `shift` bytes past an `align` boundary."""
-    raw = np.empty(nbytes + align + shift, dtype=np.uint8)
-    start = (-raw.ctypes.data) % align + shift
-    out = raw[start:start + nbytes]
-    assert out.ctypes.data % align == shift % align
-    return out
+def storage_holding(data: bytes, shift: int = 0) -> "_native.HostStorage":
+    """A HostStorage whose bytes from `shift` on are `data` (Int32 slots carry any 4 bytes
+    exactly). Storages of 64 KiB or more are page-aligned, so `shift` sets the misalignment."""
+    padded = bytes(shift) + data
+    padded += bytes(-len(padded) % 4)
+    storage = _native.HostStorage("i32", len(padded) // 4)
+    storage.set_values(np.frombuffer(padded, dtype=np.int32).tolist())
+    return storage
+
+
+def storage_bytes(storage: "_native.HostStorage") -> bytes:
+    return np.array(storage.to_list(), dtype=np.int32).tobytes()
 
 
 def pattern(n: int, seed: int) -> np.ndarray:
@@ -282,33 +287,36 @@ def test_access_outside_live_extents_is_value_error(dev):
 )
 def test_bulk_round_trip(block_device_path, dev, dev_shift, nbytes, mem_shift):
     ext, length = dev.allocate(dev_shift + nbytes + 4096, True)
-    src = aligned_array(nbytes, shift=mem_shift)
-    src[:] = pattern(nbytes, nbytes)
-    dev.write_from(src.ctypes.data, ext + dev_shift, nbytes)
-    dst = aligned_array(nbytes, shift=mem_shift)
-    dst[:] = 0
-    dev.read_into(dst.ctypes.data, ext + dev_shift, nbytes)
-    assert np.array_equal(dst, src)
+    data = pattern(nbytes, nbytes).tobytes()
+    src = storage_holding(data, mem_shift)
+    dev.write_from(src, mem_shift, ext + dev_shift, nbytes)
+    dst = storage_holding(bytes(nbytes), mem_shift)
+    dev.read_into(dst, mem_shift, ext + dev_shift, nbytes)
+    assert storage_bytes(dst)[mem_shift:mem_shift + nbytes] == data
     on_dev = raw_read(block_device_path, ext, dev_shift + nbytes + 4096)
-    assert on_dev[dev_shift:dev_shift + nbytes] == src.tobytes()
+    assert on_dev[dev_shift:dev_shift + nbytes] == data
     # The zeroed bytes around the written range are untouched.
     assert on_dev[:dev_shift] == bytes(dev_shift)
     assert on_dev[dev_shift + nbytes:] == bytes(4096)
 
 
-def test_bulk_rejects_null_pointer_and_zero_length_is_a_no_op(dev):
+def test_bulk_checks_the_storage_range_and_zero_length_is_a_no_op(dev):
     off, _ = dev.allocate(4096, True)
-    with pytest.raises(ValueError, match="ptr"):
-        dev.write_from(0, off, 16)
-    with pytest.raises(ValueError, match="ptr"):
-        dev.read_into(0, off, 16)
-    dev.write_from(0, off, 0)
-    dev.read_into(0, off, 0)
+    small = _native.HostStorage("i32", 4)
+    with pytest.raises(ValueError, match="run past the end of the storage"):
+        dev.write_from(small, 0, off, 17)
+    with pytest.raises(ValueError, match="run past the end of the storage"):
+        dev.read_into(small, 4, off, 16)
+    with pytest.raises(TypeError):
+        dev.read_into(0, 0, off, 16)  # an address is not a storage
+    released = _native.HostStorage("i32", 4)
+    released.release()
+    with pytest.raises(RuntimeError, match="released"):
+        dev.write_from(released, 0, off, 4)
+    dev.write_from(small, 16, off, 0)
+    dev.read_into(small, 16, off, 0)
     assert dev.read_bytes(off, 4096) == bytes(4096)
     assert not dev.is_faulted()
-
-
-# --- closing ---------------------------------------------------------------------------
 
 
 def test_closed_device_refuses_io_but_free_and_close_work(dev):
@@ -342,7 +350,7 @@ def _assert_faulted_and_inert(h, good_off):
     with pytest.raises(RuntimeError, match="faulted"):
         h.allocate(4096, True)
     with pytest.raises(RuntimeError, match="faulted"):
-        h.read_into(1, good_off, 0)
+        h.read_into(_native.HostStorage("i32", 1), 0, good_off, 0)
     for off, _ in h.live_extents():
         h.free(off)
     assert h.live_extents() == []
@@ -372,10 +380,9 @@ def test_write_past_a_shrunken_device_faults_with_oserror(scratch_loop_device):
     shrink(scratch_loop_device, 8 * MiB)
     # A whole aligned block from aligned memory is written without reading first (an
     # element write would read-modify-write and fail on the read).
-    src = aligned_array(4096)
-    src[:] = 1
+    src = storage_holding(bytes([1]) * 4096)
     with pytest.raises(OSError) as ei:
-        h.write_from(src.ctypes.data, hi + 4 * MiB, 4096)
+        h.write_from(src, 0, hi + 4 * MiB, 4096)
     assert ei.value.errno == errno.ENOSPC
     assert "faulted" in str(ei.value)
     _assert_faulted_and_inert(h, lo)
@@ -392,9 +399,9 @@ def test_write_to_a_device_turned_read_only_faults_and_loses_nothing(scratch_loo
             h.write_f32(off + 4098, 6.0)
         assert ei.value.errno == errno.EPERM
         # A bulk write is refused the same way once faulted, without reaching the device.
-        src = np.full(4096, 0xFF, dtype=np.uint8)
+        src = storage_holding(bytes([0xFF]) * 4096)
         with pytest.raises(RuntimeError, match="faulted"):
-            h.write_from(src.ctypes.data, off, 4096)
+            h.write_from(src, 0, off, 4096)
     finally:
         set_read_only(path, False)
     # The fault is sticky even though the device is writable again: after a failed write the

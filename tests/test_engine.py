@@ -431,127 +431,126 @@ class Then:
         return self.args[0]
 
 
-def ptr(a):
-    return a.ctypes.data
+def host(values, kind="i32"):
+    """A HostStorage holding `values` (the storages are what the transfer functions take)."""
+    storage = _native.HostStorage(kind, len(values))
+    storage.set_values([v.item() if hasattr(v, "item") else v for v in values])
+    return storage
 
 
-@pytest.fixture
-def fd(tmp_path):
-    f = os.open(tmp_path / "store.bin", os.O_RDWR | os.O_CREAT, 0o600)
-    yield f
-    os.close(f)
+def file_storage(path, count, kind="i32"):
+    storage = _native.FileStorage(path, kind)
+    storage.resize(count)
+    return storage
 
 
-def test_host_to_host_copy_sync_and_async():
-    rng = np.random.default_rng(0)
-    src = rng.integers(0, 255, size=1 << 20, dtype=np.uint8)
-    dst = np.zeros_like(src)
-    _native.copy_host_to_host(ptr(src), ptr(dst), src.nbytes)
-    assert np.array_equal(src, dst)
+def test_host_to_host_span_sync_and_async():
+    values = list(range(1000))
+    src = host(values)
+    dst = _native.HostStorage("i32", 1000)
+    _native.copy_span(src, 0, dst, 0, 1000)
+    assert dst.to_list() == values
 
-    dst2 = np.zeros_like(src)
+    dst2 = _native.HostStorage("i32", 1010)
     then = Then()
-    _native.submit_copy_host_to_host(ptr(src), ptr(dst2), src.nbytes, then)
+    _native.submit_span(src, 100, dst2, 10, 900, then)
     assert then.result() is None
     assert then.threads != [threading.get_ident()]
-    assert np.array_equal(src, dst2)
+    assert dst2.to_list() == [0] * 10 + values[100:] + [0] * 100
 
 
-def test_host_to_host_rejects_bad_arguments_without_copying():
-    src = np.arange(16, dtype=np.uint8)
-    dst = np.zeros(16, dtype=np.uint8)
-    with pytest.raises(ValueError, match="nbytes"):
-        _native.copy_host_to_host(ptr(src), ptr(dst), -1)
-    with pytest.raises(ValueError, match="src_ptr"):
-        _native.copy_host_to_host(0, ptr(dst), 4)
+def test_span_rejects_bad_arguments_without_copying(tmp_path):
+    src = host(list(range(16)))
+    dst = _native.HostStorage("i32", 16)
+    with pytest.raises(ValueError, match="count"):
+        _native.copy_span(src, 0, dst, 0, -1)
+    with pytest.raises(ValueError, match="src_slot"):
+        _native.copy_span(src, -1, dst, 0, 4)
+    with pytest.raises(ValueError, match="src_slot 10"):
+        _native.copy_span(src, 10, dst, 0, 8)
+    with pytest.raises(ValueError, match="dst_slot 9"):
+        _native.copy_span(src, 0, dst, 9, 8)
     with pytest.raises(ValueError, match="overlap"):
-        _native.copy_host_to_host(ptr(src), ptr(src) + 4, 8)
+        _native.copy_span(src, 0, src, 4, 8)
+    with pytest.raises(TypeError, match="f32"):
+        _native.copy_span(src, 0, _native.HostStorage("f32", 16), 0, 4)
+    with pytest.raises(TypeError, match="src must be a HostStorage or FileStorage"):
+        _native.copy_span(12345, 0, dst, 0, 4)
     with pytest.raises(TypeError, match="then"):
-        _native.submit_copy_host_to_host(ptr(src), ptr(dst), 16, None)
-    assert not dst.any()
+        _native.submit_span(src, 0, dst, 0, 16, None)
+    gone = host([1, 2])
+    gone.release()
+    with pytest.raises(RuntimeError, match="src storage is released"):
+        _native.copy_span(gone, 0, dst, 0, 1)
+    assert dst.to_list() == [0] * 16
 
 
-def test_host_file_round_trip_at_an_offset(fd):
-    data = np.arange(3 << 20, dtype=np.float32)  # 12 MiB: more than one 8 MiB chunk
-    _native.host_to_file(fd, 4096, ptr(data), data.nbytes)
-    assert os.fstat(fd).st_size == 4096 + data.nbytes
-    assert os.pread(fd, 16, 4096) == data[:4].tobytes()
-
-    back = np.zeros_like(data)
-    _native.file_to_host(fd, 4096, ptr(back), back.nbytes)
-    assert np.array_equal(back, data)
-
-
-def test_async_host_file_round_trip(fd):
-    data = np.random.default_rng(1).standard_normal(1 << 18)
-    w = Then()
-    _native.submit_host_to_file(fd, 8, ptr(data), data.nbytes, w)
-    assert w.result() is None
-    back = np.empty_like(data)
-    r = Then()
-    _native.submit_file_to_host(fd, 8, ptr(back), back.nbytes, r)
-    assert r.result() is None
-    assert np.array_equal(back, data)
-
-
-def test_io_failures_reach_then_as_oserror(fd, tmp_path):
-    data = np.ones(64, dtype=np.uint8)
-    _native.host_to_file(fd, 0, ptr(data), data.nbytes)
-
-    # Reading past the end of the file.
-    back = np.zeros(128, dtype=np.uint8)
-    r = Then()
-    _native.submit_file_to_host(fd, 0, ptr(back), back.nbytes, r)
-    err = r.result()
-    assert isinstance(err, OSError)
-    with pytest.raises(OSError):
-        _native.file_to_host(fd, 0, ptr(back), back.nbytes)
-
-    # Writing through a read-only descriptor: a real OS error with its errno.
-    ro = os.open(tmp_path / "store.bin", os.O_RDONLY)
-    try:
-        w = Then()
-        _native.submit_host_to_file(ro, 0, ptr(data), data.nbytes, w)
-        err = w.result()
-        assert isinstance(err, OSError) and err.errno == errno.EBADF
-        with pytest.raises(OSError) as info:
-            _native.host_to_file(ro, 0, ptr(data), data.nbytes)
-        assert info.value.errno == errno.EBADF
-    finally:
-        os.close(ro)
-
-
-def test_file_arguments_are_checked_before_submission(fd):
-    data = np.ones(8, dtype=np.uint8)
+def test_a_submitted_copy_keeps_its_storages_alive_through_a_release():
+    # The job holds the buffers by reference: releasing both storages while it is queued or
+    # running frees nothing under it, and the copy completes.
+    n = 1 << 22
+    src = _native.HostStorage("f32", n)
+    dst = _native.HostStorage("f32", n)
     then = Then()
-    with pytest.raises(ValueError, match="fd"):
-        _native.submit_host_to_file(-1, 0, ptr(data), 8, then)
-    with pytest.raises(ValueError, match="file_byte_off"):
-        _native.submit_host_to_file(fd, -8, ptr(data), 8, then)
-    with pytest.raises(ValueError, match="dst_ptr"):
-        _native.file_to_host(fd, 0, 0, 8)
-    closed = os.dup(fd)
-    os.close(closed)
-    with pytest.raises(OSError) as info:
-        _native.submit_host_to_file(closed, 0, ptr(data), 8, then)
-    assert info.value.errno == errno.EBADF
-    assert not then.event.is_set()
-    assert os.fstat(fd).st_size == 0
+    _native.submit_span(src, 0, dst, 0, n, then)
+    src.release()
+    dst.release()
+    assert then.result() is None
 
 
-def test_file_to_file_copy(tmp_path, fd):
-    data = np.arange(100_000, dtype=np.int32)
-    _native.host_to_file(fd, 0, ptr(data), data.nbytes)
-    other = os.open(tmp_path / "other.bin", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        _native.file_to_file(fd, 400, other, 4, 40_000)
-        assert os.pread(other, 40_000, 4) == data[100:10_100].tobytes()
-        then = Then()
-        _native.submit_file_to_file(other, 4, fd, 0, 40_000, then)
-        assert then.result() is None
-        assert os.pread(fd, 40_000, 0) == data[100:10_100].tobytes()
-    finally:
-        os.close(other)
+def test_host_file_round_trip_at_an_offset(tmp_path):
+    values = list(range(3 << 20))  # 12 MiB of i32: more than one 8 MiB chunk
+    src = host(values)
+    f = file_storage(tmp_path / "store.bin", 1024 + len(values))
+    _native.copy_span(src, 0, f, 1024, len(values))
+    assert os.path.getsize(tmp_path / "store.bin") == 4 * (1024 + len(values))
+    with open(tmp_path / "store.bin", "rb") as raw:
+        raw.seek(4096)
+        assert raw.read(16) == np.arange(4, dtype=np.int32).tobytes()
+    back = _native.HostStorage("i32", len(values))
+    _native.copy_span(f, 1024, back, 0, len(values))
+    assert back.to_list() == values
+
+
+def test_async_host_file_round_trip(tmp_path):
+    values = np.random.default_rng(1).standard_normal(1 << 16).tolist()
+    src = host(values, "f64")
+    f = file_storage(tmp_path / "store.bin", 2 + len(values), "f64")
+    w = Then()
+    _native.submit_span(src, 0, f, 2, len(values), w)
+    assert w.result() is None
+    back = _native.HostStorage("f64", len(values))
+    r = Then()
+    _native.submit_span(f, 2, back, 0, len(values), r)
+    assert r.result() is None
+    assert back.to_list() == values
+
+
+def test_span_ranges_are_checked_against_the_live_file(tmp_path):
+    f = file_storage(tmp_path / "store.bin", 64)
+    back = _native.HostStorage("i32", 64)
+    # The file shrinks behind the storage's back after the range check: the read comes up short.
+    r = Then()
+    os.truncate(tmp_path / "store.bin", 0)
+    with pytest.raises(ValueError, match="run past the end of src"):
+        _native.submit_span(f, 0, back, 0, 64, r)
+    f.resize(64)
+    then = Then()
+    _native.submit_span(f, 0, back, 0, 64, then)
+    assert then.result() is None
+
+
+def test_file_to_file_copy(tmp_path):
+    data = list(range(100_000))
+    a = file_storage(tmp_path / "a.bin", len(data))
+    _native.copy_span(host(data), 0, a, 0, len(data))
+    b = file_storage(tmp_path / "b.bin", 10_001)
+    _native.copy_span(a, 100, b, 1, 10_000)
+    assert b.to_list()[1:] == data[100:10_100]
+    then = Then()
+    _native.submit_span(b, 1, a, 0, 10_000, then)
+    assert then.result() is None
+    assert a.to_list()[:10_000] == data[100:10_100]
 
 
 def addressed(extents, strides):
@@ -562,66 +561,57 @@ def addressed(extents, strides):
     return idx
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.uint8, np.int32])
-def test_layout_copy_of_a_gapped_hierarchical_layout(dtype):
+@pytest.mark.parametrize("kind,dtype", [("f32", np.float32), ("f64", np.float64), ("i32", np.int32)])
+def test_layout_copy_of_a_gapped_hierarchical_layout(kind, dtype):
     # Layout ((2, 3), (4, 2)) : ((1, 5), (20, 100)): pairs with gaps, blocks with gaps.
     extents, strides = [2, 3, 4, 2], [1, 5, 20, 100]
     src_offset = 7
     span = 1 + 1 + 10 + 60 + 100
-    src = (np.arange(src_offset + span + 5) % 251).astype(dtype)
-    dst = np.full(span + 3, 99, dtype=dtype)
-    _native.copy_layout(ptr(src), src_offset, ptr(dst), 0, extents, strides, src.itemsize,
-                        src_slots=src.size, dst_slots=dst.size)
+    values = (np.arange(src_offset + span + 5) % 251).astype(dtype)
+    src = host(values.tolist(), kind)
+    dst = host([99] * (span + 3), kind)
+    _native.copy_layout(src, src_offset, dst, 0, extents, strides)
     idx = addressed(extents, strides)
-    expect = np.full_like(dst, 99)
-    expect[idx] = src[src_offset + idx]
-    assert np.array_equal(dst, expect)
-    # The result equals NumPy's own strided view of the same layout.
-    it = src.itemsize
-    view = np.lib.stride_tricks.as_strided(
-        src[src_offset:], shape=(2, 3, 4, 2)[::-1], strides=tuple(s * it for s in strides[::-1]))
-    out_view = np.lib.stride_tricks.as_strided(
-        dst, shape=(2, 3, 4, 2)[::-1], strides=tuple(s * it for s in strides[::-1]))
-    assert np.array_equal(out_view, view)
+    expect = np.full(span + 3, 99, dtype=dtype)
+    expect[idx] = values[src_offset + idx]
+    assert np.array_equal(np.array(dst.to_list(), dtype=dtype), expect)
 
 
 def test_async_layout_copy_with_broadcast_and_offset():
     extents, strides = [3, 2, 4], [0, 1, 2]  # a stride-0 leaf, addressing 8 distinct slots
-    src = np.arange(20, dtype=np.float32)
-    dst = np.full(12, -1, dtype=np.float32)
+    src = host(list(range(20)), "f32")
+    dst = host([-1] * 12, "f32")
     then = Then()
-    _native.submit_layout_copy(ptr(src), 2, ptr(dst), 1, extents, strides, 4, then,
-                               src_slots=src.size, dst_slots=dst.size)
+    _native.submit_layout(src, 2, dst, 1, extents, strides, then)
     assert then.result() is None
     idx = addressed(extents, strides)
-    expect = np.full_like(dst, -1)
-    expect[1 + idx] = src[2 + idx]
-    assert np.array_equal(dst, expect)
+    expect = np.full(12, -1, dtype=np.float32)
+    expect[1 + idx] = np.arange(20, dtype=np.float32)[2 + idx]
+    assert np.array_equal(np.array(dst.to_list(), dtype=np.float32), expect)
 
 
-def test_layout_copy_rejects_bad_layouts_without_copying():
-    src = np.arange(32, dtype=np.float32)
-    dst = np.zeros(32, dtype=np.float32)
-    p, q = ptr(src), ptr(dst)
+def test_layout_copy_rejects_bad_layouts_without_copying(tmp_path):
+    p = host(list(range(32)), "f32")
+    q = _native.HostStorage("f32", 32)
     with pytest.raises(ValueError, match="leaf_strides"):
-        _native.copy_layout(p, 0, q, 0, [2, 2], [1], 4)
+        _native.copy_layout(p, 0, q, 0, [2, 2], [1])
     with pytest.raises(ValueError, match="leaf_extents"):
-        _native.copy_layout(p, 0, q, 0, [2, -2], [1, 2], 4)
-    with pytest.raises(ValueError, match="elem_size"):
-        _native.copy_layout(p, 0, q, 0, [2], [1], 0)
-    with pytest.raises(ValueError, match="src_slots"):
-        _native.copy_layout(p, 10, q, 0, [4, 4], [1, 8], 4, src_slots=32, dst_slots=32)
-    with pytest.raises(ValueError, match="dst_slots"):
-        _native.copy_layout(p, 0, q, 8, [4, 4], [1, 8], 4, src_slots=32, dst_slots=32)
-    with pytest.raises(ValueError, match="same buffer"):
-        _native.copy_layout(p, 0, p, 0, [4], [1], 4)
+        _native.copy_layout(p, 0, q, 0, [2, -2], [1, 2])
+    with pytest.raises(ValueError, match="src_offset"):
+        _native.copy_layout(p, 10, q, 0, [4, 4], [1, 8])
+    with pytest.raises(ValueError, match="dst_offset"):
+        _native.copy_layout(p, 0, q, 8, [4, 4], [1, 8])
+    with pytest.raises(ValueError, match="same storage"):
+        _native.copy_layout(p, 0, p, 0, [4], [1])
+    with pytest.raises(TypeError, match="HostStorage"):
+        _native.copy_layout(p, 0, file_storage(tmp_path / "f.bin", 32, "f32"), 0, [4], [1])
     then = Then()
-    with pytest.raises(ValueError, match="src_slots"):
-        _native.submit_layout_copy(p, 10, q, 0, [4, 4], [1, 8], 4, then, src_slots=32)
+    with pytest.raises(ValueError, match="src_offset"):
+        _native.submit_layout(p, 10, q, 0, [4, 4], [1, 8], then)
     assert not then.event.is_set()
-    assert not dst.any()
-    # An empty layout addresses nothing and needs no valid buffers.
-    _native.copy_layout(0, 0, 0, 0, [3, 0], [1, 3], 4)
+    assert q.to_list() == [0.0] * 32
+    # An empty layout addresses nothing, wherever its offsets point.
+    _native.copy_layout(p, 100, q, 100, [3, 0], [1, 3])
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")

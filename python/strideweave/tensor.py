@@ -157,25 +157,21 @@ class Tensor(_native._TensorBase):
     def __setitem__(self, key: Any, value: Any) -> None:
         if len(self._subtensors) != 1:
             raise _multi_subtensor("element assignment")
-        carrier: Any = self._carrier  # built-in internals (`_storage`, `_mutable`) on the fast path
-        # Fast path only when every state check of the reference path would pass (live,
-        # unowned, unclaimed, mutable): the remaining errors are then key → range → value,
-        # all raised by the one Rust call before anything is written, and the version is
-        # bumped once after the write. Any other state takes the reference path, which
-        # raises in the contract's order and honours ACTIVE_CLAIM. As in __getitem__, a
-        # slicing key is recognised on the walker's TypeError (the key is walked before the
-        # value is converted, so a bad value never hides a slice).
-        if (getattr(type(carrier), "_sw_fast_access", False) and not carrier._sw_released
-                and carrier._sw_owner is None and carrier._sw_claim is None and carrier._mutable
-                and type(key) is not slice):
+        carrier = self._carrier
+        # Fast path for a built-in carrier class that keeps the built-in element hooks: one
+        # Rust call checks the state (live, unowned, unclaimed, mutable) under the carrier
+        # state lock, then key -> range -> value, writes and counts the version. It returns
+        # False, having written nothing, whenever the reference path below must decide (a
+        # state check fails, or the lock is busy). As in __getitem__, a slicing key is
+        # recognised on the walker's TypeError (the key is walked before the value is
+        # converted, so a bad value never hides a slice).
+        if getattr(type(carrier), "_sw_fast_access", False) and type(key) is not slice:
             try:
-                _native.write_element(carrier._storage, self._offset, self._layout, key, value)
+                if _native.write_element(carrier, self._offset, self._layout, key, value):
+                    return
             except TypeError:
                 if not _has_slice(key):
                     raise
-            else:
-                carrier._sw_version += 1
-                return
         if _has_slice(key):
             raise TypeError("slice assignment is not supported; assign elements one key at a time")
         self._check_live()

@@ -23,7 +23,11 @@ use pyo3::exceptions::{
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use strideweave_core::storage::block::{BlockDevice, BlockError, Extent};
-use strideweave_core::storage::{ElemKind, Scalar};
+use std::sync::Arc;
+
+use strideweave_core::storage::{ElemKind, HostBuffer, Scalar};
+
+use crate::storage::HostStorage;
 
 fn to_pyerr(e: BlockError, path: &str) -> PyErr {
     let msg = e.to_string();
@@ -234,42 +238,44 @@ impl BlockDeviceHandle {
             .map_err(|e| self.err(e))
     }
 
-    /// Reads `nbytes` at `byte_off` into host memory at address `ptr`, GIL released.
-    ///
-    /// The caller guarantees `[ptr, ptr + nbytes)` is writable memory that stays alive and
-    /// untouched by anyone else for the duration of the call.
-    fn read_into(&self, py: Python<'_>, ptr: usize, byte_off: u64, nbytes: usize) -> PyResult<()> {
-        let addr = check_ptr(ptr, nbytes)?;
+    /// Reads `nbytes` of the device at `byte_off` into `storage` (a `HostStorage`) from its
+    /// byte `storage_byte_off`, GIL released. The storage's buffer is held by reference for
+    /// the call, so a concurrent release cannot free it under the read.
+    fn read_into(
+        &self,
+        py: Python<'_>,
+        storage: &Bound<'_, HostStorage>,
+        storage_byte_off: usize,
+        byte_off: u64,
+        nbytes: usize,
+    ) -> PyResult<()> {
+        let buffer = host_range(storage, storage_byte_off, nbytes)?;
         py.detach(|| {
-            let buf: &mut [u8] = if nbytes == 0 {
-                &mut []
-            } else {
-                // SAFETY: `addr` is non-null (checked) and, by this method's documented
-                // contract, the start of `nbytes` writable bytes that nothing else accesses
-                // until the call returns.
-                unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, nbytes) }
-            };
-            self.dev.read(byte_off, buf)
+            // SAFETY: [storage_byte_off, +nbytes) lies inside the live buffer (checked by
+            // host_range) that `buffer` keeps alive; the move claims keep other readers and
+            // writers off this destination until the call returns.
+            let dst = unsafe { std::slice::from_raw_parts_mut(buffer.as_ptr().add(storage_byte_off), nbytes) };
+            self.dev.read(byte_off, dst)
         })
         .map_err(|e| self.err(e))
     }
 
-    /// Writes `nbytes` from host memory at address `ptr` to `byte_off`, GIL released.
-    ///
-    /// The caller guarantees `[ptr, ptr + nbytes)` is readable memory that stays alive and
-    /// unmodified for the duration of the call.
-    fn write_from(&self, py: Python<'_>, ptr: usize, byte_off: u64, nbytes: usize) -> PyResult<()> {
-        let addr = check_ptr(ptr, nbytes)?;
+    /// Writes `nbytes` of `storage` (a `HostStorage`) from its byte `storage_byte_off` to the
+    /// device at `byte_off`, GIL released, holding the buffer by reference for the call.
+    fn write_from(
+        &self,
+        py: Python<'_>,
+        storage: &Bound<'_, HostStorage>,
+        storage_byte_off: usize,
+        byte_off: u64,
+        nbytes: usize,
+    ) -> PyResult<()> {
+        let buffer = host_range(storage, storage_byte_off, nbytes)?;
         py.detach(|| {
-            let buf: &[u8] = if nbytes == 0 {
-                &[]
-            } else {
-                // SAFETY: `addr` is non-null (checked) and, by this method's documented
-                // contract, the start of `nbytes` readable bytes that stay unmodified until
-                // the call returns.
-                unsafe { std::slice::from_raw_parts(addr as *const u8, nbytes) }
-            };
-            self.dev.write(byte_off, buf)
+            // SAFETY: the range lies inside the live buffer (checked by host_range) that
+            // `buffer` keeps alive for the call.
+            let src = unsafe { std::slice::from_raw_parts(buffer.as_ptr().add(storage_byte_off), nbytes) };
+            self.dev.write(byte_off, src)
         })
         .map_err(|e| self.err(e))
     }
@@ -298,15 +304,17 @@ fn f32_from_py(value: &Bound<'_, PyAny>) -> PyResult<f32> {
     }
 }
 
-/// A null pointer with a non-empty transfer, or a range that wraps the address space, can
-/// only be a caller bug; refuse it before any I/O.
-fn check_ptr(ptr: usize, nbytes: usize) -> PyResult<usize> {
-    if nbytes > 0 && (ptr == 0 || ptr.checked_add(nbytes).is_none()) {
+/// The live buffer of `storage` after checking that `[byte_off, byte_off + nbytes)` lies
+/// inside it: RuntimeError when released, ValueError when out of range.
+fn host_range(storage: &Bound<'_, HostStorage>, byte_off: usize, nbytes: usize) -> PyResult<Arc<HostBuffer>> {
+    let buffer = storage.get().buffer().ok_or_else(|| PyRuntimeError::new_err("storage is released"))?;
+    if byte_off.checked_add(nbytes).is_none_or(|end| end > buffer.len()) {
         return Err(PyValueError::new_err(format!(
-            "ptr {ptr:#x} is not a valid address for {nbytes} bytes"
+            "{nbytes} bytes from storage byte {byte_off} run past the end of the storage ({} bytes)",
+            buffer.len()
         )));
     }
-    Ok(ptr)
+    Ok(buffer)
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

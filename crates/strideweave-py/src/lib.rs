@@ -10,6 +10,7 @@ mod kernels;
 mod layout;
 mod storage;
 mod tensor_base;
+mod transfer;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -22,5 +23,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     block::register(m)?;
     access::register(m)?;
     tensor_base::register(m)?;
+    transfer::register(m)?;
     Ok(())
 }

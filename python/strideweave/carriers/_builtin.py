@@ -44,10 +44,7 @@ class RustBackedCarrier(Carrier):
         return self._storage.get(check_index(self, i))
 
     def set_value(self, i: Any, v: Any) -> None:
-        index = check_index(self, i)
-        self._sw_check_writable()
-        self._storage.set(index, v)
-        self._sw_count_write()
+        self._sw_write_slot(i, lambda index: self._storage.set(index, v))
 
     def _sw_fill(self, i: int, v: Any) -> None:
         self._storage.set(i, v)
@@ -62,4 +59,5 @@ class RustBackedCarrier(Carrier):
 # What `Tensor.__getitem__` / `__setitem__` reach on the reference path (carrier[i], its
 # checks and hooks); overriding any of these opts the subclass out of the Rust fast path.
 _ELEMENT_PATH = ("get_value", "set_value", "__getitem__", "__setitem__", "size", "is_released",
-                 "_is_mutable", "_sw_check_writable", "_sw_check_unclaimed", "_sw_count_write")
+                 "_is_mutable", "_sw_check_writable", "_sw_check_unclaimed", "_sw_count_write",
+                 "_sw_write_slot")

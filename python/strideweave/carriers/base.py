@@ -72,6 +72,55 @@ class _ActiveClaim(threading.local):
 
 ACTIVE_CLAIM = _ActiveClaim()
 
+# Serialises every carrier state transition: taking and dropping claims, the start and end of
+# a release, and the check-then-store of a public write. Each of those reads a carrier's
+# state and then changes it; without one lock two threads can both pass the check (two moves
+# of one source both publish, a release frees storage under an accepted move). Re-entrant
+# because a composite's write writes its tier under the same lock. Hooks that can block for
+# long (`_release`, move transfers) never run under it.
+STATE_LOCK = threading.RLock()
+
+
+class _Releasing:
+    """The claim a carrier holds while its `_release()` hook runs: a move, a write or another
+    release arriving meanwhile fails instead of using storage that is being freed."""
+
+    __slots__ = ()
+
+
+RELEASING = _Releasing()
+
+
+def transfer_may_write(carrier: "Carrier") -> bool:
+    """True when this thread runs the transfer of the move that claims `carrier`: its `_copy`
+    hook or provider `submit` on this thread, or, for the destination only, a provider's
+    own threads until its completion reports done (the request opens its destination then)."""
+    claim = carrier._sw_claim
+    return claim is not None and (claim is ACTIVE_CLAIM.request
+                                  or getattr(claim, "open_destination", None) is carrier)
+
+
+def take_claims(claim: object, carriers: "Iterable[tuple[Carrier, str, str]]") -> None:
+    """Claim every `(carrier, role, action)` for `claim`, or none of them: each must still be
+    live and unclaimed, checked under the state lock together with the claiming, so of two
+    racing requests exactly one wins and the other raises RuntimeError."""
+    carriers = tuple(carriers)
+    with STATE_LOCK:
+        for carrier, role, action in carriers:
+            if carrier._sw_released:
+                raise RuntimeError(f"the {role} {type(carrier).__name__} carrier is released")
+            carrier._sw_check_unclaimed(action)
+        for carrier, _, _ in carriers:
+            carrier._sw_claim = claim
+
+
+def drop_claims(claim: object, carriers: "Iterable[Carrier]") -> None:
+    """Drop `claim` from every carrier that still holds it (idempotent)."""
+    with STATE_LOCK:
+        for carrier in carriers:
+            if carrier._sw_claim is claim:
+                carrier._sw_claim = None
+
 
 def check_index(carrier: "Carrier", index: Any) -> int:
     """The framework's slot checks, in the contract's order: released, type, range."""
@@ -83,6 +132,10 @@ def check_index(carrier: "Carrier", index: Any) -> int:
         raise TypeError(f"carrier index must be an integer, not {type(index).__name__}") from None
     size = carrier.size()
     if i < 0 or i >= size:
+        # Released meanwhile (by `__index__`, or by another thread's release, whose hook
+        # runs outside the state lock): that, not the range, is the error.
+        if carrier._sw_released or carrier._sw_claim is RELEASING:
+            raise RuntimeError(f"{type(carrier).__name__} carrier is released")
         raise IndexError(f"carrier index {i} is outside [0, {size})")
     return i
 
@@ -219,27 +272,36 @@ class Carrier:
         return self.get_value(check_index(self, i))
 
     def __setitem__(self, i: Any, v: Any) -> None:
-        index = check_index(self, i)
-        self._sw_check_writable()
-        self.set_value(index, v)
-        self._sw_count_write()
+        self._sw_write_slot(i, lambda index: self.set_value(index, v))
 
     def release(self) -> None:
-        if self._sw_owner is not None:
-            raise RuntimeError(f"{type(self).__name__} carrier is owned by "
-                               f"{type(self._sw_owner).__name__} and cannot be released directly")
-        self._sw_check_unclaimed("release")
-        if self._sw_released:
-            return None
-        self._release()
-        self._sw_released = True
+        with STATE_LOCK:
+            if self._sw_owner is not None:
+                raise RuntimeError(f"{type(self).__name__} carrier is owned by "
+                                   f"{type(self._sw_owner).__name__} and cannot be released directly")
+            self._sw_check_unclaimed("release")
+            if self._sw_released:
+                return None
+            # Held for the hook's duration (outside the lock: a hook may block), so a racing
+            # move or write fails instead of using storage that is being freed.
+            saved, self._sw_claim = self._sw_claim, RELEASING
+        try:
+            self._release()
+        except BaseException:
+            with STATE_LOCK:
+                self._sw_claim = saved
+            raise
+        with STATE_LOCK:
+            self._sw_released = True
+            self._sw_claim = saved
         return None
 
     def _increment_version(self) -> None:
-        if self._sw_owner is not None:
-            raise RuntimeError(f"{type(self).__name__} carrier is owned by {type(self._sw_owner).__name__}")
-        self._sw_check_unclaimed("mutate")
-        self._sw_version += 1
+        with STATE_LOCK:
+            if self._sw_owner is not None:
+                raise RuntimeError(f"{type(self).__name__} carrier is owned by {type(self._sw_owner).__name__}")
+            self._sw_check_unclaimed("mutate")
+            self._sw_version += 1
 
     def facet(self, facet_type: type[_F]) -> _F | None:
         from strideweave.carriers.extension import _facet_of
@@ -268,18 +330,39 @@ class Carrier:
 
     def _sw_check_unclaimed(self, action: str) -> None:
         claim = self._sw_claim
-        if claim is not None and claim is not ACTIVE_CLAIM.request:
-            raise RuntimeError(f"cannot {action} {type(self).__name__} carrier: it participates in a "
-                               "pending move")
+        if claim is None or claim is ACTIVE_CLAIM.request:
+            return
+        if claim is RELEASING:
+            raise RuntimeError(f"cannot {action} {type(self).__name__} carrier: it is being released")
+        if action == "write to" and getattr(claim, "open_destination", None) is self:
+            return
+        raise RuntimeError(f"cannot {action} {type(self).__name__} carrier: it participates in a "
+                           "pending move")
 
     def _sw_check_writable(self) -> None:
         """Raise unless a public write may proceed now (checked after the index checks)."""
+        if transfer_may_write(self):
+            # The claiming move's own transfer writing through its `output`: ownership by a
+            # composite (an Evictable's tier during evict/promote) does not stop it.
+            if not self._is_mutable():
+                raise RuntimeError(f"{type(self).__name__} carrier is not mutable")
+            return
         if self._sw_owner is not None:
             raise RuntimeError(f"{type(self).__name__} carrier is not mutable: owned by "
                                f"{type(self._sw_owner).__name__}")
         if not self._is_mutable():
             raise RuntimeError(f"{type(self).__name__} carrier is not mutable")
         self._sw_check_unclaimed("write to")
+
+    def _sw_write_slot(self, i: Any, store: Any) -> None:
+        """A public write of slot `i`: the index checks, the writability checks, `store(index)`
+        and the version count as one step under the state lock, so no claim or release can
+        slip in between a check and the store."""
+        with STATE_LOCK:
+            index = check_index(self, i)
+            self._sw_check_writable()
+            store(index)
+            self._sw_count_write()
 
     def _sw_count_write(self) -> None:
         """Count one successful public write in the version. A pending move's own transfer

@@ -232,12 +232,9 @@ class BlockDeviceCarrier(Carrier):
         return self._sw_device._handle.read_f32(self._sw_offset + _SLOT_BYTES * index)
 
     def set_value(self, i: Any, v: Any) -> None:
-        index = check_index(self, i)
-        self._sw_check_writable()
         # The handle checks the value (TypeError) before any I/O; the version moves only
         # after the write reached the device.
-        self._sw_device._handle.write_f32(self._sw_offset + _SLOT_BYTES * index, v)
-        self._sw_version += 1
+        self._sw_write_slot(i, lambda index: self._sw_device._handle.write_f32(self._sw_offset + _SLOT_BYTES * index, v))
 
     __getitem__ = get_value
     __setitem__ = set_value

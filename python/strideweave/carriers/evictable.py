@@ -27,7 +27,7 @@ import threading
 import weakref
 from typing import Any, Iterable
 
-from strideweave.carriers.base import Carrier, check_index
+from strideweave.carriers.base import STATE_LOCK, Carrier, check_index
 from strideweave.carriers.block_device import BlockDeviceCarrier
 from strideweave.carriers.dtype import DType
 
@@ -198,11 +198,12 @@ class Evictable(Carrier):
         return self._primary[index]
 
     def set_value(self, i: Any, v: Any) -> None:
-        index = check_index(self, i)
-        self._check_promoted()
-        self._sw_check_writable()
-        self._primary._sw_write_as_owner(self._ownership, index, v)
-        self._sw_version += 1
+        with STATE_LOCK:  # one state transition, as Carrier._sw_write_slot (promotion checked between)
+            index = check_index(self, i)
+            self._check_promoted()
+            self._sw_check_writable()
+            self._primary._sw_write_as_owner(self._ownership, index, v)
+            self._sw_count_write()
 
     def _sw_fill(self, i: int, v: Any) -> None:
         # A move into this Evictable: the primary's storage write, no version change.

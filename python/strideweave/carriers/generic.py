@@ -79,10 +79,9 @@ class Generic(Carrier):
         return self._values[check_index(self, i)]
 
     def set_value(self, i: Any, v: Any) -> None:
-        index = check_index(self, i)
-        self._sw_check_writable()
-        self._values[index] = coerce_slot_value(self._dtype, v)
-        self._sw_count_write()
+        def store(index: int) -> None:
+            self._values[index] = coerce_slot_value(self._dtype, v)
+        self._sw_write_slot(i, store)
 
     def _sw_fill(self, i: int, v: Any) -> None:
         self._values[i] = coerce_slot_value(self._dtype, v)

@@ -19,7 +19,7 @@ from typing import Any, Callable, cast
 from strideweave import _autograd, _native, profiler
 from strideweave._autograd import Operation
 from strideweave.carriers import extension
-from strideweave.carriers.base import ACTIVE_CLAIM, Carrier
+from strideweave.carriers.base import ACTIVE_CLAIM, STATE_LOCK, Carrier, drop_claims, take_claims
 from strideweave.carriers.block_device import BlockDeviceCarrier
 from strideweave.carriers.cpu import CPU
 from strideweave.carriers.file_backed import FileBacked
@@ -39,9 +39,24 @@ AwaitResult = _native.AwaitResult
 
 class AwaitMove(AwaitResult[Tensor]):
     """Completion handle of one `move_async` request; `wait()` returns the moved Tensor
-    (the same object every time) or raises the request's terminal failure."""
+    (the same object every time) or raises the request's terminal failure.
 
-    __slots__ = ()
+    `bytes_done` / `bytes_total` report progress: the moved span is `layout.cosize` slots of
+    the dtype's size. Bulk transfers on the engine count every 8 MiB chunk as it lands; other
+    transfers (hooks, providers, small inline copies) report 0 until they complete."""
+
+    __slots__ = ("_progress",)
+    _progress: _native.TransferProgress
+
+    @property
+    def bytes_done(self) -> int:
+        """Bytes of the moved span copied so far."""
+        return self._progress.done
+
+    @property
+    def bytes_total(self) -> int:
+        """Bytes of the moved span (`layout.cosize` times the dtype's slot size)."""
+        return self._progress.total
 
 
 # ===== move operations ==========================================================================
@@ -61,6 +76,12 @@ class MoveOperation(Operation):
 
     def _copy(self, tensor: Tensor, destination: Carrier, output: Tensor, element_count: int) -> None:
         raise NotImplementedError(f"{type(self).__name__} does not implement _copy")
+
+    def _sw_native_transfer(self, request: "_MoveRequest") -> "_NativeTransfer | None":
+        """The framework's own transfer for this request, run in Rust instead of `_copy`, or
+        None to run `_copy` on the caller's thread. Only the framework's operations return
+        one, and only while their `_copy` is not overridden (a subclass's hook always runs)."""
+        return None
 
     def _forward(self, tensor: Tensor, destination: Carrier) -> Tensor:
         """A direct `op.forward(tensor, destination)`: the ordinary move path with this
@@ -106,7 +127,7 @@ class ElementwiseMoveOperation(MoveOperation):
             j = layout.index(k)
             destination._sw_fill(j, source[offset + j])
 
-    def _sw_async(self, request: "_MoveRequest") -> Callable | None:
+    def _sw_native_transfer(self, request: "_MoveRequest") -> "_NativeTransfer | None":
         src = request.source._sw_storage()
         dst = request.destination._sw_storage()
         if type(self)._copy is not ElementwiseMoveOperation._copy or src is None or dst is None:
@@ -114,18 +135,13 @@ class ElementwiseMoveOperation(MoveOperation):
         if src.kind != dst.kind:
             return None
         layout, offset = request.layout, request.tensor.offset
-        size = _ITEM_SIZE[src.kind]
         if isinstance(src, _native.HostStorage) and isinstance(dst, _native.HostStorage):
-            return lambda then: _native.submit_layout_copy(
-                src.pointer(), offset, dst.pointer(), 0, list(layout.leaf_shape), list(layout.leaf_stride),
-                size, then, src_slots=src.count, dst_slots=dst.count)
+            return _NativeTransfer(_native.copy_layout, _native.submit_layout, request.cosize,
+                                   (src, offset, dst, 0, list(layout.leaf_shape), list(layout.leaf_stride)))
         # A file is involved: carrying the whole cosize span (holes included) is allowed and
         # turns the fallback into one positioned transfer.
-        plan = _span_plan(src, offset, dst, request.cosize)
-        if plan is None:
-            return None
-        _, submit, args = plan
-        return lambda then: submit(*args, then)
+        return _NativeTransfer(_native.copy_span, _native.submit_span, request.cosize,
+                               (src, offset, dst, 0, request.cosize))
 
 
 class _BulkSpanMove(MoveOperation):
@@ -133,16 +149,15 @@ class _BulkSpanMove(MoveOperation):
     (holes included) in one positioned transfer, on an engine worker when not overridden."""
 
     def _copy(self, tensor: Tensor, destination: Carrier, output: Tensor, element_count: int) -> None:
-        blocking, _, args = _span_plan(tensor.carrier._sw_storage(), tensor.offset,
-                                       destination._sw_storage(), element_count)
-        blocking(*args)
+        _native.copy_span(tensor.carrier._sw_storage(), tensor.offset, destination._sw_storage(), 0,
+                          element_count)
 
-    def _sw_async(self, request: "_MoveRequest") -> Callable | None:
+    def _sw_native_transfer(self, request: "_MoveRequest") -> "_NativeTransfer | None":
         if type(self)._copy is not _BulkSpanMove._copy:
             return None
-        _, submit, args = _span_plan(request.source._sw_storage(), request.tensor.offset,
-                                     request.destination._sw_storage(), request.cosize)
-        return lambda then: submit(*args, then)
+        return _NativeTransfer(_native.copy_span, _native.submit_span, request.cosize,
+                               (request.source._sw_storage(), request.tensor.offset,
+                                request.destination._sw_storage(), 0, request.cosize))
 
 
 class CpuToFileBackedMoveOperation(_BulkSpanMove):
@@ -163,11 +178,11 @@ class _BlockBulkMove(MoveOperation):
     """Shared engine path of the CPU↔block bulk pair: the device I/O (GIL released inside the
     handle) runs on an engine worker, which then commits."""
 
-    def _sw_async(self, request: "_MoveRequest") -> Callable | None:
+    def _sw_native_transfer(self, request: "_MoveRequest") -> "_NativeTransfer | None":
         if type(self) not in _BLOCK_OPERATIONS:
             return None
 
-        def job(then: Callable) -> None:
+        def submit(then: Callable) -> None:
             def run() -> None:
                 try:
                     self._copy(request.tensor, request.destination, request.output, request.cosize)
@@ -176,7 +191,8 @@ class _BlockBulkMove(MoveOperation):
                 else:
                     then(None)
             _native.submit_python(request.handle, run)
-        return job
+        # Device I/O always goes to a worker: never inline, whatever the size.
+        return _NativeTransfer(None, submit, None, ())
 
 
 class CpuToBlockDeviceMoveOperation(_BlockBulkMove):
@@ -186,9 +202,8 @@ class CpuToBlockDeviceMoveOperation(_BlockBulkMove):
     destination_class: type[Carrier] | None = BlockDeviceCarrier
 
     def _copy(self, tensor: Tensor, destination: Carrier, output: Tensor, element_count: int) -> None:
-        src = tensor.carrier._sw_storage()
         handle, device_offset, _ = cast(Any, destination)._sw_block_extent()
-        handle.write_from(src.pointer() + tensor.offset * 4, device_offset, element_count * 4)
+        handle.write_from(tensor.carrier._sw_storage(), tensor.offset * 4, device_offset, element_count * 4)
 
 
 class BlockDeviceToCpuMoveOperation(_BlockBulkMove):
@@ -198,32 +213,37 @@ class BlockDeviceToCpuMoveOperation(_BlockBulkMove):
     destination_class: type[Carrier] | None = CPU
 
     def _copy(self, tensor: Tensor, destination: Carrier, output: Tensor, element_count: int) -> None:
-        dst = destination._sw_storage()
         handle, device_offset, _ = cast(Any, tensor.carrier)._sw_block_extent()
-        handle.read_into(dst.pointer(), device_offset + tensor.offset * 4, element_count * 4)
+        handle.read_into(destination._sw_storage(), 0, device_offset + tensor.offset * 4, element_count * 4)
 
 
 _BLOCK_OPERATIONS = (CpuToBlockDeviceMoveOperation, BlockDeviceToCpuMoveOperation)
-_ITEM_SIZE = {"f32": 4, "i32": 4, "f64": 8, "bool": 1}
+
+# A transfer of at most this many slots runs on the caller's thread (GIL released for the
+# copy) and commits there: handing a 4 KiB memcpy to a worker costs ~50 µs of thread wake-up
+# and GIL hand-over for a copy of well under 1 µs. Larger ones go to the engine, so that
+# move_async returns at once.
+INLINE_SLOTS = 1 << 14
 
 
-def _span_plan(src: Any, offset: int, dst: Any, count: int) -> Any:
-    """How to copy `count` slots from `src` slot `offset` to `dst` slot 0: the blocking engine
-    function, its engine-submitted twin (which takes a trailing `then`), and their arguments.
-    None for a pair of storages no span function serves."""
-    size = _ITEM_SIZE[src.kind]
-    nbytes, src_byte = count * size, offset * size
-    host, file = _native.HostStorage, _native.FileStorage
-    if isinstance(src, host) and isinstance(dst, file):
-        return _native.host_to_file, _native.submit_host_to_file, (dst.fileno(), 0, src.pointer() + src_byte, nbytes)
-    if isinstance(src, file) and isinstance(dst, host):
-        return _native.file_to_host, _native.submit_file_to_host, (src.fileno(), src_byte, dst.pointer(), nbytes)
-    if isinstance(src, file) and isinstance(dst, file):
-        return _native.file_to_file, _native.submit_file_to_file, (src.fileno(), src_byte, dst.fileno(), 0, nbytes)
-    if isinstance(src, host) and isinstance(dst, host):
-        return (_native.copy_host_to_host, _native.submit_copy_host_to_host,
-                (src.pointer() + src_byte, dst.pointer(), nbytes))
-    return None
+class _NativeTransfer:
+    """A framework transfer in Rust: `blocking(*args)` on this thread, or `submit(*args, then)`
+    on an engine worker. `slots` (None: never inline) decides which."""
+
+    __slots__ = ("blocking", "submit", "slots", "args")
+
+    def __init__(self, blocking: Callable | None, submit: Callable, slots: int | None, args: tuple) -> None:
+        self.blocking = blocking
+        self.submit = submit
+        self.slots = slots
+        self.args = args
+
+    def runs_inline(self) -> bool:
+        return self.slots is not None and self.slots <= INLINE_SLOTS
+
+    def progress_argument(self, progress: Any) -> dict:
+        """`progress=` for the submit functions that count chunks (the span copies)."""
+        return {"progress": progress} if self.submit is _native.submit_span else {}
 
 
 # ===== the legacy registry ======================================================================
@@ -365,6 +385,13 @@ def _resolve_uncached(source_class: type, destination_class: type) -> _Route:
         return _Route(None, decision)
     with _registry_lock:
         operation_class = _REGISTRY.get((source_class, destination_class), ElementwiseMoveOperation)
+    return _operation_route(operation_class, source_class, destination_class)
+
+
+def _operation_route(operation_class: type, source_class: type, destination_class: type) -> _Route:
+    """The route of one MoveOperation class for a pair, registered or called directly
+    (`op.forward`): a block device pair only admits the block operations, whichever way the
+    operation was reached (tensor-and-carriers.md §4 refuses the rest before any effect)."""
     if (issubclass(source_class, BlockDeviceCarrier) or issubclass(destination_class, BlockDeviceCarrier)) \
             and operation_class not in _BLOCK_OPERATIONS:
         return _Route(operation_class, refusal=(
@@ -393,8 +420,14 @@ class _MoveState:
 
 
 class _MoveRequest:
+    """One move between initiation and its terminal commit; it is also the claim its carriers
+    hold. `prepared` keeps a provider's PreparedTransfer (and whatever it captured) alive until
+    the commit; `open_destination` is the destination while a provider's own threads may still
+    write it (from submit until its completion reports done)."""
+
     __slots__ = ("tensor", "source", "destination", "layout", "cosize", "handle", "node", "recorded",
-                 "token", "grown", "lowered", "committed", "output", "__weakref__")
+                 "token", "grown", "lowered", "committed", "output", "prepared", "open_destination",
+                 "__weakref__")
 
     def __init__(self, tensor: Tensor, destination: Carrier, lowered: bool) -> None:
         self.tensor = tensor
@@ -403,6 +436,8 @@ class _MoveRequest:
         self.layout = tensor.layout
         self.cosize = tensor.layout.cosize
         self.handle = _native.new_completion(AwaitMove)
+        self.handle._progress = _native.TransferProgress()
+        self.handle._progress.set(0, self.cosize * _slot_bytes(tensor.dtype()))
         self.node: MoveOperation | None = None
         self.recorded = False
         self.token: profiler._MoveToken | None = None
@@ -410,6 +445,13 @@ class _MoveRequest:
         self.lowered = lowered
         self.committed = False
         self.output: Any = None  # the result Tensor, bound before the transfer is submitted
+        self.prepared: Any = None
+        self.open_destination: Carrier | None = None
+
+
+def _slot_bytes(dtype: Any) -> int:
+    bits = getattr(dtype, "bits", None)
+    return bits // 8 if isinstance(bits, int) and bits > 0 else 8
 
 
 def _validate(tensor: Any, destination: Any, lowered: bool) -> None:
@@ -460,7 +502,8 @@ def _initiate(tensor: Any, destination: Any, *, lowered: bool = False, route: _R
     recording = attach and not lowered and _autograd.is_grad_enabled() and tensor.is_differentiable()
     reverse = _lookup_route(type(destination), type(source)) if recording else None
     if route is None:
-        route = _lookup_route(type(source), type(destination)) if operation is None else _Route(type(operation))
+        route = (_lookup_route(type(source), type(destination)) if operation is None
+                 else _operation_route(type(operation), type(source), type(destination)))
     prepared = None
     if route.operation_class is not None:
         _check_pins(route.operation_class, source, destination)
@@ -489,10 +532,16 @@ def _initiate(tensor: Any, destination: Any, *, lowered: bool = False, route: _R
     else:
         op = MoveOperation()
     implementation = type(op) if prepared is None else type(route.decision.route.provider)
+    request.prepared = prepared
+    # The claims are checked and taken in one step: of two racing requests (or a request and
+    # a release) exactly one gets past here, and the other raises RuntimeError.
+    take_claims(request, ((source, "source", "move"), (destination, "destination", "move into")))
     if not lowered:
-        request.token = profiler._move_submit_begin(type(source), type(destination), implementation)
-    source._sw_claim = request
-    destination._sw_claim = request
+        try:
+            request.token = profiler._move_submit_begin(type(source), type(destination), implementation)
+        except BaseException:
+            drop_claims(request, (source, destination))
+            raise
     try:
         if grow:
             if extension.is_definition_backed(destination):
@@ -503,15 +552,20 @@ def _initiate(tensor: Any, destination: Any, *, lowered: bool = False, route: _R
         # Valid by construction (live destination of at least cosize slots, offset 0).
         request.output = Tensor._from_subtensors(
             tensor.dtype(), (Subtensor(tensor.dtype(), destination, 0, tensor.layout),), ())
+        if recording:
+            request.node = op
+            request.recorded = _autograd.record_inputs(op, (tensor,))
+            op._sw_move = _MoveState(source, destination, tensor.layout, reverse)
     except BaseException:
         _restore(request)
+        if request.node is not None:
+            request.node._sw_clear()
         profiler._move_submit_abort(request.token)
         raise
-    if recording:
-        request.node = op
-        request.recorded = _autograd.record_inputs(op, (tensor,))
-        op._sw_move = _MoveState(source, destination, tensor.layout, reverse)
-    _submit(request, op, prepared)
+    try:
+        _submit(request, op, prepared)
+    except BaseException as exc:  # noqa: BLE001 - past the claims, every failure is terminal
+        _commit(request, exc)
     if not lowered:
         profiler._move_submit_end(request.token, request.handle)
     return request
@@ -519,7 +573,14 @@ def _initiate(tensor: Any, destination: Any, *, lowered: bool = False, route: _R
 
 def _submit(request: _MoveRequest, op: MoveOperation, prepared: Any) -> None:
     if prepared is not None:
-        outcome = _run_claimed(request, prepared.submit)
+        # A provider may hand the copy to its own threads and report through a completion:
+        # until that completion is done, their writes into the destination are the move's own.
+        request.open_destination = request.destination
+
+        def submit() -> Any:
+            with _autograd.no_grad():  # provider transfers create no visible node
+                return prepared.submit()
+        outcome = _run_claimed(request, submit)
         if isinstance(outcome, BaseException):
             _commit(request, outcome)
         elif outcome is None:
@@ -534,12 +595,14 @@ def _submit(request: _MoveRequest, op: MoveOperation, prepared: Any) -> None:
                     _commit(request, None)
             _native.submit_python(request.handle, finish_provider)
         return
-    job = op._sw_async(request) if hasattr(op, "_sw_async") else None
-    if job is not None:
-        try:
-            job(lambda error: _commit(request, error))
-        except BaseException as exc:  # noqa: BLE001
-            _commit(request, exc)
+    transfer = op._sw_native_transfer(request)
+    if transfer is not None:
+        if transfer.runs_inline():
+            blocking = cast(Callable[..., None], transfer.blocking)  # set whenever it runs inline
+            _commit(request, _run_claimed(request, lambda: blocking(*transfer.args)))
+        else:
+            transfer.submit(*transfer.args, lambda error: _commit(request, error),
+                            **transfer.progress_argument(request.handle._progress))
         return
 
     def copy() -> None:
@@ -567,8 +630,9 @@ def _run_claimed(request: _MoveRequest, fn: Callable) -> Any:
 
 def _restore(request: _MoveRequest) -> None:
     """Undo the request's effects after a failure: claims, and a destination it grew."""
-    request.source._sw_claim = None
-    request.destination._sw_claim = None
+    request.open_destination = None
+    request.prepared = None
+    drop_claims(request, (request.source, request.destination))
     if request.grown and hasattr(request.destination, "_allocate"):
         with contextlib.suppress(Exception):
             request.destination._allocate(0)
@@ -577,9 +641,11 @@ def _restore(request: _MoveRequest) -> None:
 def _commit(request: _MoveRequest, error: BaseException | None) -> None:
     """The one terminal boundary of a request (runs exactly once, on whichever thread
     finishes the transfer)."""
-    if request.committed:
-        return
-    request.committed = True
+    with STATE_LOCK:
+        if request.committed:
+            return
+        request.committed = True
+    request.open_destination = None
     if error is None:
         try:
             _publish_and_release(request)
@@ -592,6 +658,9 @@ def _commit(request: _MoveRequest, error: BaseException | None) -> None:
         profiler._move_complete(request.token, False)
         request.handle._fail(error)
         return
+    request.prepared = None
+    progress = request.handle._progress
+    progress.set(progress.total, progress.total)
     profiler._move_complete(request.token, True)
     request.handle._succeed(request.output)
 
@@ -600,18 +669,24 @@ def _publish_and_release(request: _MoveRequest) -> None:
     output = request.output
     if request.node is not None:
         _autograd.attach_result(request.node, output, request.recorded)
-    request.destination._sw_claim = None
-    request.source._sw_claim = None
     source = request.source
-    if request.lowered and source._sw_owner is not None:
-        owner, source._sw_owner = source._sw_owner, None
-        try:
+    # The source is released while this request still claims it (as its own transfer, so the
+    # release passes the claim check): dropping the claims first would let another move take
+    # the source in between and make this release fail.
+    saved, ACTIVE_CLAIM.request = ACTIVE_CLAIM.request, request
+    try:
+        if request.lowered and source._sw_owner is not None:
+            owner, source._sw_owner = source._sw_owner, None
+            try:
+                source.release()
+            except BaseException:
+                source._sw_owner = owner
+                raise
+        else:
             source.release()
-        except BaseException:
-            source._sw_owner = owner
-            raise
-    else:
-        source.release()
+    finally:
+        ACTIVE_CLAIM.request = saved
+    drop_claims(request, (request.destination, request.source))
 
 
 # ===== public entry points =======================================================================

@@ -1,0 +1,454 @@
+//! Storage-to-storage transfers on `strideweave._native`: one entry per copy kind, each with a
+//! blocking form (GIL released on the caller's thread) and a `submit_` form (an engine worker,
+//! then `then(None | exc)` with the GIL).
+//!
+//! | copy kind | blocking | submitted |
+//! | --- | --- | --- |
+//! | a span of slots between any two built-in storages (host or file, either side) | `copy_span` | `submit_span` |
+//! | every slot a flattened layout addresses, host to host | `copy_layout` | `submit_layout` |
+//!
+//! Every function takes storage *objects* (`HostStorage`, `FileStorage`), never addresses or
+//! descriptors: it checks each range against the live storage before anything is written and
+//! then holds the storage's buffer or file by `Arc` for the whole job. A concurrent release of
+//! the carrier only drops the carrier's own reference, so a running copy can never touch freed
+//! memory or a closed descriptor. Who may copy what, and when, is decided by the carrier claims
+//! of the move layer; this module only guarantees memory safety.
+
+use std::io;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use strideweave_core::copy;
+use strideweave_core::engine;
+use strideweave_core::storage::{ElemKind, FileStore, HostBuffer};
+
+use crate::storage::{FileStorage, HostStorage};
+
+// ---- errors carried from a worker back to Python ----
+
+/// Why a copy job failed, carried from the worker to the GIL-holding `then` call.
+enum JobError {
+    Io { err: io::Error, context: String },
+    Panic(String),
+}
+
+impl JobError {
+    fn into_pyerr(self, py: Python<'_>) -> PyErr {
+        match self {
+            JobError::Io { err, context } => {
+                let e = io_error(err);
+                // A note keeps OSError's (errno, strerror) shape intact while saying what failed.
+                let _ = e.add_note(py, context);
+                e
+            }
+            JobError::Panic(msg) => PyRuntimeError::new_err(format!("internal error in engine copy job: {msg}")),
+        }
+    }
+}
+
+/// OSError(errno, strerror) for OS errors, so Python maps errno to the usual subclass and
+/// callers can test `e.errno`; a plain OSError(message) for the rest (short file, …).
+pub fn io_error(err: io::Error) -> PyErr {
+    match err.raw_os_error() {
+        Some(code) => {
+            let text = io::Error::from_raw_os_error(code).to_string();
+            let strerror = text.split(" (os error").next().unwrap_or(&text).to_owned();
+            PyOSError::new_err((code, strerror))
+        }
+        None => PyOSError::new_err(err.to_string()),
+    }
+}
+
+fn run_guarded<F>(work: F) -> Result<(), JobError>
+where
+    F: FnOnce() -> Result<(), JobError>,
+{
+    match catch_unwind(AssertUnwindSafe(work)) {
+        Ok(r) => r,
+        Err(p) => Err(JobError::Panic(
+            p.downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "panic".to_owned()),
+        )),
+    }
+}
+
+fn run_blocking<F>(py: Python<'_>, work: F) -> PyResult<()>
+where
+    F: FnOnce() -> Result<(), JobError> + Send,
+{
+    py.detach(|| run_guarded(work)).map_err(|e| e.into_pyerr(py))
+}
+
+/// Queues `work` on the engine; afterwards calls `then(None)` or `then(exc)` with the GIL.
+fn submit_job<F>(then: &Bound<'_, PyAny>, work: F) -> PyResult<()>
+where
+    F: FnOnce() -> Result<(), JobError> + Send + 'static,
+{
+    if !then.is_callable() {
+        return Err(PyTypeError::new_err("then must be callable"));
+    }
+    let then = then.clone().unbind();
+    engine::submit(move || {
+        let result = run_guarded(work);
+        Python::try_attach(move |py| {
+            let arg = match result {
+                Ok(()) => py.None(),
+                Err(e) => e.into_pyerr(py).into_value(py).into_any(),
+            };
+            if let Err(e) = then.call1(py, (arg,)) {
+                e.write_unraisable(py, Some(then.bind(py)));
+            }
+        });
+    });
+    Ok(())
+}
+
+// ---- progress ----
+
+/// Bytes done and in total of one transfer, updated by the job after every chunk and read
+/// by any thread (an `AwaitMove`'s `bytes_done`, a progress bar).
+#[pyclass(frozen, module = "strideweave._native")]
+pub struct TransferProgress {
+    done: AtomicU64,
+    total: AtomicU64,
+}
+
+#[pymethods]
+impl TransferProgress {
+    #[new]
+    fn new() -> Self {
+        TransferProgress { done: AtomicU64::new(0), total: AtomicU64::new(0) }
+    }
+
+    #[getter]
+    fn done(&self) -> u64 {
+        self.done.load(Ordering::Relaxed)
+    }
+
+    #[getter]
+    fn total(&self) -> u64 {
+        self.total.load(Ordering::Relaxed)
+    }
+
+    /// Set both figures (the framework's own record for transfers it does not run here).
+    fn set(&self, done: u64, total: u64) {
+        self.total.store(total, Ordering::Relaxed);
+        self.done.store(done.min(total), Ordering::Relaxed);
+    }
+
+    fn __repr__(&self) -> String {
+        format!("TransferProgress(done={}, total={})", self.done(), self.total())
+    }
+}
+
+/// Chunks of this size are the unit of progress (the core's positioned-I/O chunk).
+const PROGRESS_CHUNK: usize = copy::IO_CHUNK;
+
+// ---- the storages a job holds ----
+
+/// A live built-in storage, held by reference for the life of a job.
+#[derive(Clone)]
+enum Endpoint {
+    Host(Arc<HostBuffer>),
+    File(Arc<FileStore>),
+}
+
+impl Endpoint {
+    /// The live storage behind `obj` and its element kind; TypeError for anything but a
+    /// built-in storage, RuntimeError for a released one.
+    fn resolve(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<(Self, ElemKind)> {
+        if let Ok(host) = obj.cast::<HostStorage>() {
+            let host = host.get();
+            let buffer = host.buffer().ok_or_else(|| released(name))?;
+            return Ok((Endpoint::Host(buffer), host.kind()));
+        }
+        if let Ok(file) = obj.cast::<FileStorage>() {
+            let file = file.get();
+            let store = file.store().ok_or_else(|| released(name))?;
+            return Ok((Endpoint::File(store), file.kind()));
+        }
+        Err(PyTypeError::new_err(format!(
+            "{name} must be a HostStorage or FileStorage, not {}",
+            obj.get_type().name()?
+        )))
+    }
+
+    fn len_bytes(&self) -> PyResult<u64> {
+        match self {
+            Endpoint::Host(b) => Ok(b.len() as u64),
+            Endpoint::File(f) => f.len_bytes().map_err(io_error),
+        }
+    }
+}
+
+fn released(name: &str) -> PyErr {
+    PyRuntimeError::new_err(format!("{name} storage is released"))
+}
+
+fn non_negative(name: &str, value: i64) -> PyResult<u64> {
+    u64::try_from(value).map_err(|_| PyValueError::new_err(format!("{name} must be non-negative, got {value}")))
+}
+
+/// A checked span: `count` slots from `src` slot `src_slot` to `dst` slot `dst_slot`.
+struct SpanJob {
+    src: Endpoint,
+    src_byte: u64,
+    dst: Endpoint,
+    dst_byte: u64,
+    nbytes: u64,
+}
+
+impl SpanJob {
+    fn new(
+        src: &Bound<'_, PyAny>,
+        src_slot: i64,
+        dst: &Bound<'_, PyAny>,
+        dst_slot: i64,
+        count: i64,
+    ) -> PyResult<Self> {
+        let (src, src_kind) = Endpoint::resolve("src", src)?;
+        let (dst, dst_kind) = Endpoint::resolve("dst", dst)?;
+        if src_kind != dst_kind {
+            return Err(PyTypeError::new_err(format!(
+                "src holds {} slots but dst holds {} slots",
+                src_kind.name(),
+                dst_kind.name()
+            )));
+        }
+        let size = src_kind.size() as u64;
+        let count = non_negative("count", count)?;
+        let mut bytes = [0u64; 2];
+        for (i, (name, slot, end, storage)) in
+            [("src_slot", src_slot, "src", &src), ("dst_slot", dst_slot, "dst", &dst)].into_iter().enumerate()
+        {
+            let slot = non_negative(name, slot)?;
+            let slots = storage.len_bytes()? / size;
+            if slot.checked_add(count).is_none_or(|last| last > slots) {
+                return Err(PyValueError::new_err(format!(
+                    "{count} slots from {name} {slot} run past the end of {end} ({slots} slots)"
+                )));
+            }
+            bytes[i] = slot * size;
+        }
+        let nbytes = count * size;
+        if let (Endpoint::Host(a), Endpoint::Host(b)) = (&src, &dst) {
+            if Arc::ptr_eq(a, b) && nbytes > 0 && bytes[0].abs_diff(bytes[1]) < nbytes {
+                return Err(PyValueError::new_err("src and dst spans overlap in one storage"));
+            }
+        }
+        if let (Endpoint::File(a), Endpoint::File(b)) = (&src, &dst) {
+            if Arc::ptr_eq(a, b) && nbytes > 0 && bytes[0].abs_diff(bytes[1]) < nbytes {
+                return Err(PyValueError::new_err("src and dst spans overlap in one storage"));
+            }
+        }
+        Ok(SpanJob { src, src_byte: bytes[0], dst, dst_byte: bytes[1], nbytes })
+    }
+
+    /// Runs the span in chunks of `PROGRESS_CHUNK`, counting each into `progress`.
+    fn run(self, progress: Option<Arc<Py<TransferProgress>>>) -> Result<(), JobError> {
+        let cell = progress.as_ref().map(|p| p.get());
+        if let Some(cell) = cell {
+            cell.total.store(self.nbytes, Ordering::Relaxed);
+        }
+        let mut done = 0u64;
+        while done < self.nbytes {
+            let n = (self.nbytes - done).min(PROGRESS_CHUNK as u64);
+            self.run_piece(done, n)?;
+            done += n;
+            if let Some(cell) = cell {
+                cell.done.store(done, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies bytes `[at, at + len)` of the span.
+    fn run_piece(&self, at: u64, len: u64) -> Result<(), JobError> {
+        let (src_byte, dst_byte, n) = (self.src_byte + at, self.dst_byte + at, len as usize);
+        let io = |err: io::Error, what: &str| JobError::Io {
+            err,
+            context: format!("while {what} {len} bytes at byte {at} of a {}-byte span", self.nbytes),
+        };
+        match (&self.src, &self.dst) {
+            (Endpoint::Host(s), Endpoint::Host(d)) => {
+                // SAFETY: both ranges were checked inside their live buffers, which this job
+                // keeps alive through its `Arc`s; they are disjoint (distinct buffers, or checked
+                // non-overlapping in one). Concurrent writers are excluded by the move claims.
+                unsafe {
+                    copy::copy_span_host_to_host(s.as_ptr().add(src_byte as usize), d.as_ptr().add(dst_byte as usize), n)
+                };
+                Ok(())
+            }
+            (Endpoint::Host(s), Endpoint::File(f)) => {
+                // SAFETY: the range is inside the live buffer held by this job's `Arc`.
+                let src = unsafe { std::slice::from_raw_parts(s.as_ptr().add(src_byte as usize), n) };
+                copy::file_write_from_host(f.file(), dst_byte, src).map_err(|e| io(e, "writing"))
+            }
+            (Endpoint::File(f), Endpoint::Host(d)) => {
+                // SAFETY: the range is inside the live buffer held by this job's `Arc`; the move
+                // claims keep every other reader and writer off the destination meanwhile.
+                let dst = unsafe { std::slice::from_raw_parts_mut(d.as_ptr().add(dst_byte as usize), n) };
+                copy::file_read_into_host(f.file(), src_byte, dst).map_err(|e| io(e, "reading"))
+            }
+            (Endpoint::File(a), Endpoint::File(b)) => {
+                copy::file_copy(a.file(), src_byte, b.file(), dst_byte, len).map_err(|e| io(e, "copying"))
+            }
+        }
+    }
+}
+
+/// A checked layout copy between two host storages.
+struct LayoutJob {
+    src: Arc<HostBuffer>,
+    src_offset: i64,
+    dst: Arc<HostBuffer>,
+    dst_offset: i64,
+    extents: Vec<i64>,
+    strides: Vec<i64>,
+    elem_size: usize,
+}
+
+impl LayoutJob {
+    fn new(
+        src: &Bound<'_, PyAny>,
+        src_offset: i64,
+        dst: &Bound<'_, PyAny>,
+        dst_offset: i64,
+        extents: Vec<i64>,
+        strides: Vec<i64>,
+    ) -> PyResult<Self> {
+        let host = |name: &str, obj: &Bound<'_, PyAny>| -> PyResult<(Arc<HostBuffer>, ElemKind)> {
+            match Endpoint::resolve(name, obj)? {
+                (Endpoint::Host(b), kind) => Ok((b, kind)),
+                _ => Err(PyTypeError::new_err(format!("{name} must be a HostStorage"))),
+            }
+        };
+        let (src, src_kind) = host("src", src)?;
+        let (dst, dst_kind) = host("dst", dst)?;
+        if src_kind != dst_kind {
+            return Err(PyTypeError::new_err(format!(
+                "src holds {} slots but dst holds {} slots",
+                src_kind.name(),
+                dst_kind.name()
+            )));
+        }
+        let elem_size = src_kind.size();
+        let range = copy::addressed_range(&extents, &strides).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        if let Some((lo, hi)) = range {
+            for (name, offset, buffer) in [("src_offset", src_offset, &src), ("dst_offset", dst_offset, &dst)] {
+                let slots = (buffer.len() / elem_size) as i64;
+                let inside = matches!((offset.checked_add(lo), offset.checked_add(hi)),
+                                      (Some(f), Some(l)) if f >= 0 && l < slots);
+                if !inside {
+                    return Err(PyValueError::new_err(format!(
+                        "the layout at {name} {offset} addresses slots outside the storage ({slots} slots)"
+                    )));
+                }
+            }
+            if Arc::ptr_eq(&src, &dst) {
+                return Err(PyValueError::new_err("src and dst are the same storage"));
+            }
+        }
+        Ok(LayoutJob { src, src_offset, dst, dst_offset, extents, strides, elem_size })
+    }
+
+    fn run(self) -> Result<(), JobError> {
+        // SAFETY: every addressed slot was checked inside both live buffers, which this job
+        // keeps alive through its `Arc`s; the buffers are distinct, and the move claims keep
+        // other writers off both meanwhile.
+        unsafe {
+            copy::copy_layout_elements(
+                self.src.as_ptr(),
+                self.src_offset,
+                self.dst.as_ptr(),
+                self.dst_offset,
+                &self.extents,
+                &self.strides,
+                self.elem_size,
+            )
+        }
+        .map_err(|e| JobError::Panic(e.to_string()))
+    }
+}
+
+// ---- Python entry points ----
+
+/// Copies `count` slots from `src` slot `src_slot` to `dst` slot `dst_slot` (host or file
+/// storages of one element kind), GIL released; OSError on an I/O failure.
+#[pyfunction]
+fn copy_span(
+    py: Python<'_>,
+    src: &Bound<'_, PyAny>,
+    src_slot: i64,
+    dst: &Bound<'_, PyAny>,
+    dst_slot: i64,
+    count: i64,
+) -> PyResult<()> {
+    let job = SpanJob::new(src, src_slot, dst, dst_slot, count)?;
+    run_blocking(py, move || job.run(None))
+}
+
+/// `copy_span` on an engine worker; then `then(None)` or `then(exc)` with the GIL. With
+/// `progress`, the bytes copied so far are counted into it chunk by chunk.
+#[pyfunction]
+#[pyo3(signature = (src, src_slot, dst, dst_slot, count, then, *, progress=None))]
+#[allow(clippy::too_many_arguments)]
+fn submit_span(
+    src: &Bound<'_, PyAny>,
+    src_slot: i64,
+    dst: &Bound<'_, PyAny>,
+    dst_slot: i64,
+    count: i64,
+    then: &Bound<'_, PyAny>,
+    progress: Option<Py<TransferProgress>>,
+) -> PyResult<()> {
+    let job = SpanJob::new(src, src_slot, dst, dst_slot, count)?;
+    let progress = progress.map(Arc::new);
+    submit_job(then, move || job.run(progress))
+}
+
+/// Copies every slot the flattened layout (`leaf_extents`, `leaf_strides`) addresses,
+/// `src_offset + i` to `dst_offset + i`, between two host storages, GIL released.
+#[pyfunction]
+fn copy_layout(
+    py: Python<'_>,
+    src: &Bound<'_, PyAny>,
+    src_offset: i64,
+    dst: &Bound<'_, PyAny>,
+    dst_offset: i64,
+    leaf_extents: Vec<i64>,
+    leaf_strides: Vec<i64>,
+) -> PyResult<()> {
+    let job = LayoutJob::new(src, src_offset, dst, dst_offset, leaf_extents, leaf_strides)?;
+    run_blocking(py, move || job.run())
+}
+
+/// `copy_layout` on an engine worker; then `then(None)` or `then(exc)` with the GIL.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn submit_layout(
+    src: &Bound<'_, PyAny>,
+    src_offset: i64,
+    dst: &Bound<'_, PyAny>,
+    dst_offset: i64,
+    leaf_extents: Vec<i64>,
+    leaf_strides: Vec<i64>,
+    then: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let job = LayoutJob::new(src, src_offset, dst, dst_offset, leaf_extents, leaf_strides)?;
+    submit_job(then, move || job.run())
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<TransferProgress>()?;
+    m.add_function(wrap_pyfunction!(copy_span, m)?)?;
+    m.add_function(wrap_pyfunction!(submit_span, m)?)?;
+    m.add_function(wrap_pyfunction!(copy_layout, m)?)?;
+    m.add_function(wrap_pyfunction!(submit_layout, m)?)?;
+    Ok(())
+}

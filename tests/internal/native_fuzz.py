@@ -1,0 +1,106 @@
+"""Calls every `_native` function and storage/handle method with hostile integers and
+objects, many thousands of times. Run as a script (by test_native_fuzz.py, in a child process
+and a scratch directory) so that a crash fails the test with its output instead of killing
+the test run. Exceptions are the expected outcome; only a crash or a hang is a failure.
+
+Excluded, with reasons:
+- `HostStorage.wrap(kind, pointer, count)`: the one entry that takes an address by design: it
+  backs `CPU(size, pointer=...)`, whose contract (tensor-and-carriers.md) makes the caller
+  vouch for the memory. It cannot check what it is given.
+- `AwaitResult.wait` and `_join` without a timeout: blocking on a pending handle is their job.
+- `Layout`/`Shape`/`Stride` methods: safe Rust with no `unsafe`; their constructors are fuzzed.
+"""
+from __future__ import annotations
+
+import os
+import random
+import sys
+import tempfile
+
+from strideweave import _native
+from strideweave.layout import Layout, Shape, Stride
+
+INTS = [-1, 0, 1, 2, 3, 7, 64, 4096, 2**31 - 1, 2**31, 2**32, 2**62, 2**63 - 1, 2**63, 2**64, -2**63,
+        -2**63 - 1, -4096]
+KINDS = ["f32", "f64", "i32", "bool", "x", ""]
+
+
+def pool(tmp: str, serial: int) -> list:
+    """Fresh hostile arguments for one call (storages are made per call so one call's
+    release or resize cannot turn the next into a long job)."""
+    released = _native.HostStorage("f32", 8)
+    released.release()
+    file_storage = _native.FileStorage(os.path.join(tmp, f"f{serial}.bin"), "f32")
+    file_storage.resize(16)
+    pending = _native.new_completion(_native.AwaitResult)
+    done = _native.new_completion(_native.AwaitResult)
+    done._succeed(1)
+    return INTS + KINDS + [
+        None, object(), float("nan"), float("inf"), -0.0, 1.5, True, b"\x00" * 8, bytearray(8),
+        [], [1], [-1], [2**64], [1, 2, 3], [0, 0], [3, 2**62], (1, 2), {"a": 1}, "add", "mul",
+        _native.HostStorage("f32", 16), _native.HostStorage("i32", 0), _native.HostStorage("f64", 3),
+        released, file_storage, pending, done, lambda *a, **k: None,
+        Layout(Shape([4]), Stride([1])), Layout(Shape([2, 2]), Stride([0, 1])),
+        Layout(Shape([3]), Stride([2**40])), Shape([2]), Stride([1]),
+    ]
+
+
+def targets() -> list:
+    """(name, callable factory) for everything fuzzed."""
+    found = []
+    for name in sorted(dir(_native)):
+        obj = getattr(_native, name)
+        if name.startswith("__") or isinstance(obj, type) or not callable(obj):
+            continue
+        found.append((name, lambda obj=obj, **_: obj))
+    def host(**_):
+        return _native.HostStorage("f32", 8)
+
+    def file(tmp, serial, **_):
+        s = _native.FileStorage(os.path.join(tmp, f"t{serial}.bin"), "i32")
+        s.resize(8)
+        return s
+
+    def completion(**_):
+        return _native.new_completion(_native.AwaitResult)
+
+    for cls_name, factory, skip in (("HostStorage", host, {"wrap"}), ("FileStorage", file, set()),
+                                    ("AwaitResult", completion, {"wait", "_join"})):
+        cls = getattr(_native, cls_name)
+        for meth in sorted(m for m in dir(cls) if not m.startswith("__") and m not in skip):
+            if callable(getattr(cls, meth)):
+                found.append((f"{cls_name}.{meth}",
+                              lambda factory=factory, meth=meth, **kw: getattr(factory(**kw), meth)))
+    for cls_name in ("HostStorage", "FileStorage", "BlockDeviceHandle", "Layout", "Shape", "Stride"):
+        found.append((cls_name, lambda cls_name=cls_name, **_: getattr(_native, cls_name)))
+    return found
+
+
+def main(seed: int, rounds: int) -> int:
+    rng = random.Random(seed)
+    calls = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chdir(tmp)  # a constructor given a hostile path creates files only in here
+        for serial in range(rounds):
+            name, factory = rng.choice(TARGETS)
+            try:
+                fn = factory(tmp=tmp, serial=serial)
+            except Exception:  # noqa: BLE001
+                continue
+            args = pool(tmp, serial)
+            call = [rng.choice(args) for _ in range(rng.randrange(0, 10))]
+            if rng.random() < 0.3:
+                call = call[:rng.randrange(0, len(call) + 1)]
+            try:
+                fn(*call)
+            except Exception:  # noqa: BLE001 - refusing hostile input is the expected outcome
+                pass
+            calls += 1
+    print(f"fuzzed {calls} calls over {len(TARGETS)} targets")
+    return 0
+
+
+TARGETS = targets()
+
+if __name__ == "__main__":
+    sys.exit(main(int(sys.argv[1]), int(sys.argv[2])))

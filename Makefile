@@ -4,23 +4,46 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
+# pyright (PyPI) ships its JavaScript and runs it on the system's node; never ask the network
+# whether a newer pyright exists.
+export PYRIGHT_PYTHON_IGNORE_WARNINGS := 1
+export PYRIGHT_PYTHON_GLOBAL_NODE := 1
+# `make wheel`: a stripped, manylinux_2_28 release wheel (cargo profile `dist`, zig linker).
+WHEEL_DIR := target/wheels
+TYPED := examples tests/typing
 
-.PHONY: demo test build deps cargo-test pytest bench bench-rust clean asan test-interop interop-deps
+.PHONY: demo test build deps demo-deps cargo-test pytest typecheck wheel wheel-test bench bench-rust \
+	clean asan test-interop interop-deps
 
-$(VENV)/.deps-stamp: requirements.txt requirements-ray.txt
+$(VENV)/.venv-stamp:
+	@echo "==> creating the virtual environment $(VENV)"
 	$(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install --quiet --upgrade pip
-	$(VPY) -m pip install --quiet -r requirements.txt
-	# The optional `ray` extra, so tests/test_ray_carrier.py runs here and in CI.
+	touch $@
+
+$(VENV)/.demo-stamp: requirements-demo.txt $(VENV)/.venv-stamp
+	@echo "==> installing what the demo needs (requirements-demo.txt: maturin, numpy)"
+	$(VPY) -m pip install --quiet -r requirements-demo.txt
+	touch $@
+
+$(VENV)/.deps-stamp: requirements-test.txt requirements-demo.txt requirements-ray.txt $(VENV)/.venv-stamp
+	@echo "==> installing the test tools (requirements-test.txt)"
+	$(VPY) -m pip install --quiet -r requirements-test.txt
+	@echo "==> installing the optional ray extra (requirements-ray.txt), so the Ray carrier's tests run"
 	$(VPY) -m pip install --quiet -r requirements-ray.txt
 	touch $@
+
+demo-deps: $(VENV)/.demo-stamp
 
 deps: $(VENV)/.deps-stamp
 
 build: deps
 	$(VENV)/bin/maturin develop --release --quiet
 
-demo: build
+demo: demo-deps
+	@echo "==> building the extension in release mode (the first build takes a few minutes)"
+	$(VENV)/bin/maturin develop --release --quiet
+	@echo "==> running examples/demo.py"
 	$(VPY) examples/demo.py
 
 cargo-test:
@@ -29,7 +52,26 @@ cargo-test:
 pytest: build
 	$(VPY) -m pytest -q
 
-test: build cargo-test pytest
+# The package with mypy (settings in pyproject.toml), the stub of the compiled module against
+# the built extension, user-side code with mypy --strict and pyright, and the public API's
+# type completeness.
+typecheck: build
+	$(VPY) -m mypy -p strideweave
+	$(VPY) -m mypy.stubtest strideweave --mypy-config-file pyproject.toml
+	$(VPY) -m mypy --strict --config-file= $(TYPED)
+	$(VENV)/bin/pyright $(TYPED)
+	$(VPY) tests/typing/verify_completeness.py 0.95
+
+wheel: deps
+	rm -rf $(WHEEL_DIR)
+	$(VENV)/bin/maturin build --profile dist --zig --compatibility manylinux_2_28 --out $(WHEEL_DIR)
+
+# Installs the wheel into a fresh venv (no build tools, no source tree on the path) and runs
+# the demo there.
+wheel-test: wheel
+	$(VPY) tests/wheel/install_and_run.py $(WHEEL_DIR)
+
+test: build cargo-test pytest typecheck wheel-test
 
 bench: build
 	$(VPY) benches/run_all.py
@@ -42,7 +84,7 @@ bench-rust:
 # libraries, about 4 GB, but runs on CPU), so it lives in its own pinned requirements file
 # and only this target installs it.
 $(VENV)/.interop-stamp: requirements-interop.txt $(VENV)/.deps-stamp
-	@echo "installing PyTorch from requirements-interop.txt (large download, once per venv)"
+	@echo "==> installing PyTorch from requirements-interop.txt (large download, once per venv)"
 	$(VPY) -m pip install --quiet -r requirements-interop.txt
 	touch $@
 

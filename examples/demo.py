@@ -32,16 +32,21 @@ for k in range(4):
 handle = sw.move_async(x, sw.FileBacked(dtype=F32))
 print(f"move_async returned {handle!r}")
 on_file = handle.wait()
-print(f"on file: {on_file.carrier.path.name}, values {on_file.tolist()}, source released {x.carrier.is_released()}")
+file_carrier = on_file.carrier
+assert isinstance(file_carrier, sw.FileBacked)
+print(f"on file: {file_carrier.path.name}, values {on_file.tolist()}, source released {x.carrier.is_released()}")
 back = sw.move(on_file, sw.CPU(4))
 loss = sw.sum(back * back)
 loss.backward()
-print(f"loss {loss[0]}, d loss / d x = {x.grad.tolist()} (on {type(x.grad.carrier).__name__})")
+grad = x.grad
+assert grad is not None
+print(f"loss {loss[0]}, d loss / d x = {grad.tolist()} (on {type(grad.carrier).__name__})")
 
 with sw.profile() as prof:
     y = sw.move(sw.Tensor(sw.CPU(1 << 20, empty=True), 0, sw.Layout(sw.Shape(1 << 20), sw.Stride(1))),
                 sw.FileBacked(dtype=F32))
 for e in prof.events():
-    print(f"  profile: {e.phase:13s} {e.carrier_type.__name__} -> {e.destination_type.__name__}"
+    destination = e.destination_type.__name__ if e.destination_type is not None else "-"
+    print(f"  profile: {e.phase:13s} {e.carrier_type.__name__} -> {destination}"
           f" {e.duration_ns / 1e6:.2f} ms")
 y.carrier.release()

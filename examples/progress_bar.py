@@ -7,6 +7,7 @@ Uses tqdm when it is installed (`pip install tqdm`) and a plain text line otherw
 """
 from __future__ import annotations
 
+import importlib.util
 import sys
 import time
 
@@ -19,11 +20,9 @@ def main(mib: int = 1024) -> None:
     source[n - 1] = 42.0
     with sw.no_grad():
         handle = sw.move_async(source, sw.FileBacked(dtype=sw.DType.Float32))
-    try:
+    if importlib.util.find_spec("tqdm") is not None:
         from tqdm import tqdm
-    except ImportError:
-        tqdm = None
-    if tqdm is not None:
+
         with tqdm(total=handle.bytes_total, unit="B", unit_scale=True, desc="CPU -> FileBacked") as bar:
             while not handle.done:
                 bar.update(handle.bytes_done - bar.n)
@@ -35,7 +34,7 @@ def main(mib: int = 1024) -> None:
             time.sleep(0.02)
         print(f"\r{handle.bytes_done >> 20} / {handle.bytes_total >> 20} MiB")
     moved = handle.wait()
-    assert moved[n - 1] == 42.0
+    assert moved[n - 1] == 42.0 and isinstance(moved.carrier, sw.FileBacked)
     print(f"moved {handle.bytes_total >> 20} MiB to {moved.carrier.path}")
     moved.carrier.release()
 

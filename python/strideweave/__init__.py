@@ -15,7 +15,7 @@ from strideweave.layout import *  # noqa: F401,F403
 from strideweave.carriers import *  # noqa: F401,F403
 from strideweave.tensor import *  # noqa: F401,F403
 from strideweave.operation import *  # noqa: F401,F403
-from strideweave.friendly import sum  # noqa: F401  (shadows builtins.sum on purpose: spec name)
+from strideweave.friendly import sum as sum  # noqa: F401  (spec name; "as" re-exports it)
 from strideweave.profiler import *  # noqa: F401,F403
 from strideweave.carriers.move import *  # noqa: F401,F403
 from strideweave.carriers.extension import *  # noqa: F401,F403

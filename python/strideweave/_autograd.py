@@ -19,10 +19,16 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Any, Callable, Iterable, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, TypeVar, cast
 
 from strideweave import _native
 from strideweave.layout import Layout, Shape, Stride
+
+if TYPE_CHECKING:  # annotations only: the tensor module sits below this one
+    from strideweave.tensor import Tensor
+
+_C = TypeVar("_C", bound=Callable[..., Any])
 
 __all__: list[str] = []  # internal module: the public names live in strideweave.operation
 
@@ -63,15 +69,16 @@ class no_grad:
         _mode.enabled = False
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         stack = self._saved.get(threading.get_ident())
         if stack:
             _mode.enabled = stack.pop()
             if not stack:
                 del self._saved[threading.get_ident()]
-        return False
+        return None
 
-    def __call__(self, func: Callable) -> Callable:
+    def __call__(self, func: _C) -> _C:
         import functools
 
         @functools.wraps(func)
@@ -79,7 +86,7 @@ class no_grad:
             with no_grad():
                 return func(*args, **kwargs)
 
-        return wrapper
+        return cast(_C, wrapper)
 
 
 def recording_disabled() -> no_grad:
@@ -128,7 +135,7 @@ def _output_layout(layout: Layout) -> Layout:
     return g if g is not None else Layout.canonical(layout.shape)
 
 
-def _tensor_cls() -> type:
+def _tensor_cls() -> type[Tensor]:
     from strideweave.tensor import Tensor
 
     return Tensor
@@ -355,18 +362,18 @@ class Operation:
     some positional Tensor input is differentiable."""
 
     # Class-level defaults keep a subclass that skips ``super().__init__()`` usable.
-    _sw_inputs: tuple = ()
-    _sw_versions: tuple = ()
+    _sw_inputs: tuple[Tensor, ...] = ()
+    _sw_versions: tuple[Any, ...] = ()
     _sw_released: bool = False
 
     def __init__(self) -> None:
         self._sw_inputs = ()
         self._sw_versions = ()
         self._sw_released = False
-        self._sw_ctx: dict = {}
+        self._sw_ctx: dict[str, Any] = {}
 
     @property
-    def ctx(self) -> dict:
+    def ctx(self) -> dict[str, Any]:
         """A dict for subclass state; emptied when the graph is released."""
         try:
             return self._sw_ctx
@@ -375,7 +382,7 @@ class Operation:
             return self._sw_ctx
 
     @ctx.setter
-    def ctx(self, value: dict) -> None:
+    def ctx(self, value: dict[str, Any]) -> None:
         if not isinstance(value, dict):
             raise TypeError(f"ctx must be a dict, not {type(value).__name__}")
         self._sw_ctx = value
@@ -397,15 +404,15 @@ class Operation:
     def _forward(self, *inputs: Any) -> Any:
         raise TypeError(f"{type(self).__name__} does not implement _forward")
 
-    def backward(self, gradient: Any) -> tuple:
+    def backward(self, gradient: Any) -> tuple[Any, ...]:
         """One cotangent Tensor (or None) per saved input; the base class has none."""
         raise RuntimeError(f"{type(self).__name__} does not implement backward")
 
-    def inputs(self) -> tuple:
+    def inputs(self) -> tuple[Tensor, ...]:
         """The saved Tensors, one per positional Tensor occurrence; () if none or released."""
         return self._sw_inputs
 
-    def input_versions(self) -> tuple:
+    def input_versions(self) -> tuple[Any, ...]:
         """One immutable version token per saved input, taken at forward entry."""
         return self._sw_versions
 
@@ -547,7 +554,7 @@ def _sum_contributions(target: Any, parts: list) -> Any:
 def _accumulated(target: Any, cot: Any) -> Any:
     """The new `.grad` of `target` after receiving `cot` (nothing is assigned here)."""
     layout = target._layout
-    glayout = gradient_layout(layout)  # not None: validation rejected other aliasing
+    glayout = cast(Layout, gradient_layout(layout))  # not None: validation rejected other aliasing
     like = target._carrier
     if layout.is_injective():
         fresh = copy_to(cot, like, glayout)

@@ -2,16 +2,194 @@
 
 Public names are re-exported by the package (`Shape`, `Stride`, `Layout` via
 `strideweave.layout`, `AwaitResult` via `strideweave.carriers.move`); everything else is
-framework-internal and may change without notice."""
-import concurrent.futures
-from typing import Any, Callable, Generic, Iterable, Sequence, TypeVar
+framework-internal and may change without notice. This is the only hand-written stub of the
+package (the pure-Python modules carry inline annotations); `make typecheck` runs mypy's
+stubtest, which checks it against the built module.
 
-from strideweave.layout import Layout as Layout, Shape as Shape, Stride as Stride
+Layout API shape decisions: ``size``, ``cosize``, ``depth``, ``is_leaf``, ``leaf_shape``,
+``leaf_stride``, ``profile``, ``top_level``, ``shape`` and ``stride`` are properties;
+``is_injective()``, ``infix()``, ``index()``, ``decode()``, ``encode()``, ``broadcast_to()``,
+``concat()``, ``append()`` and ``permute()`` are methods. Shape, Stride and Layout are
+immutable (setting or deleting any attribute raises AttributeError), hashable, and compare
+equal only to the same class with the same tree.
+"""
+import concurrent.futures
+from types import GenericAlias
+from typing import Any, Callable, Generic, Iterable, Iterator, Sequence, SupportsIndex, TypeVar, Union, final, overload
+
+from typing_extensions import Self, disjoint_base
+
+from strideweave.layout import Node
 
 _T = TypeVar("_T")
 
-__version__: str
+# An element of a Shape/Stride constructor: int (bool counts as 0/1), nested list/tuple, or
+# a same-class tree.
+_Item = Union[int, Sequence["_Item"], "Shape", "Stride"]
+# A nested tuple of ints as returned by ``top_level`` and ``Shape.decode``.
+_NestedInts = tuple[Union[int, "_NestedInts"], ...]
+# An index key: an int ordinal, or a list/tuple congruent with the shape where an int may
+# replace any subtree. Bools are rejected (TypeError).
+_Key = Union[int, Sequence["_Key"]]
 
+__version__: str
+__all__ = ["__version__", "Shape", "Stride", "Layout", "HostStorage", "FileStorage", "dlpack_export",
+           "dlpack_device", "AwaitResult", "new_completion", "submit_python", "binary_f32", "copy_f32",
+           "scale_f32", "scatter_add_f32", "sum_f32", "BlockDeviceHandle", "read_element", "write_element",
+           "_TensorBase", "TransferProgress", "copy_span", "submit_span", "copy_layout", "submit_layout",
+           "copy_spans", "submit_copy_spans", "copy_blocks", "submit_copy_blocks", "copy_buffer_to_host"]
+
+@final
+class Shape:
+    """Immutable hierarchical tree of extents (each >= 1)."""
+
+    def __new__(cls, *items: _Item) -> Self:
+        """No items: rank 0. One item: the whole tree (an int gives rank 1, a list/tuple
+        supplies the top-level modes). Several items: the top-level modes.
+
+        Raises ValueError for a bad value, a bad element type or an empty nested mode, and
+        OverflowError for an int outside signed 64 bits."""
+    @property
+    def top_level(self) -> _NestedInts:
+        """The tree as a nested tuple of ints."""
+    @property
+    def depth(self) -> int:
+        """1 if flat (rank 0 included), else 1 + the greatest child depth."""
+    def __len__(self) -> int:
+        """Rank: the number of top-level modes."""
+    def __hash__(self) -> int: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    @overload
+    def __getitem__(self, key: SupportsIndex, /) -> "Shape":
+        """Top-level mode (a nested mode's children become the top level). IndexError out
+        of range; TypeError for other key types."""
+    @overload
+    def __getitem__(self, key: slice, /) -> "Shape": ...
+    def __iter__(self) -> Iterator["Shape"]: ...
+    @property
+    def size(self) -> int:
+        """Product of the extents (1 for rank 0). OverflowError beyond 2**63-1."""
+    def decode(self, i: int) -> _NestedInts:
+        """Coordinate of ordinal ``i`` (mixed radix, first mode fastest).
+        TypeError for a non-int or bool; ValueError outside [0, size)."""
+    def encode(self, c: _Key) -> int:
+        """Inverse of ``decode``; an int may replace any subtree. Errors as for layout keys."""
+    def concat(self, other: "Shape") -> "Shape":
+        """``Shape.concat(a, b)``: the top-level modes of a, then of b. TypeError for a non-Shape."""
+    def append(self, other: "Shape") -> "Shape":
+        """``Shape.append(a, b)``: a if b is rank 0, the concat if b is a leaf, else b as one
+        new last mode. TypeError for a non-Shape."""
+
+@final
+class Stride:
+    """Immutable hierarchical tree of strides (each >= 0)."""
+
+    def __new__(cls, *items: _Item) -> Self:
+        """No items: rank 0. One item: the whole tree (an int gives rank 1, a list/tuple
+        supplies the top-level modes). Several items: the top-level modes.
+
+        Raises ValueError for a bad value, a bad element type or an empty nested mode, and
+        OverflowError for an int outside signed 64 bits."""
+    @property
+    def top_level(self) -> _NestedInts:
+        """The tree as a nested tuple of ints."""
+    @property
+    def depth(self) -> int:
+        """1 if flat (rank 0 included), else 1 + the greatest child depth."""
+    def __len__(self) -> int:
+        """Rank: the number of top-level modes."""
+    def __hash__(self) -> int: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    @overload
+    def __getitem__(self, key: SupportsIndex, /) -> "Stride": ...
+    @overload
+    def __getitem__(self, key: slice, /) -> "Stride": ...
+    def __iter__(self) -> Iterator["Stride"]: ...
+    def concat(self, other: "Stride") -> "Stride":
+        """``Stride.concat(a, b)``: the top-level modes of a, then of b."""
+    def append(self, other: "Stride") -> "Stride":
+        """``Stride.append(a, b)``: as ``Shape.append``."""
+
+@final
+class Layout:
+    """Immutable hierarchical layout: a congruent Shape and Stride."""
+
+    def __new__(cls, shape: Shape, stride: Stride) -> Self:
+        """ValueError unless ``shape`` is a Shape, ``stride`` a Stride and they are congruent;
+        OverflowError if the size or cosize exceeds 2**63-1."""
+    @property
+    def shape(self) -> Shape: ...
+    @property
+    def stride(self) -> Stride: ...
+    def __len__(self) -> int:
+        """Rank: the number of top-level modes."""
+    def __iter__(self) -> Iterator["Layout"]:
+        """``layout[0]``, ``layout[1]``, …"""
+    @overload
+    def __getitem__(self, key: SupportsIndex, /) -> "Layout":
+        """``Layout(shape[key], stride[key])``: a selected nested mode's children become the
+        top-level modes. IndexError out of range; TypeError for other key types."""
+    @overload
+    def __getitem__(self, key: slice, /) -> "Layout": ...
+    @property
+    def depth(self) -> int:
+        """``shape.depth``."""
+    @property
+    def is_leaf(self) -> bool:
+        """Rank 1 with an int mode."""
+    def __call__(self, key: _Key) -> int:
+        """Σ leaf coordinate × leaf stride. ValueError for out-of-range, negative, missing or
+        extra components; TypeError for a bool anywhere or a non-int, non-list/tuple."""
+    def index(self, key: _Key) -> int:
+        """Same as ``layout(key)``."""
+    @staticmethod
+    def get_index(layout: "Layout", key: _Key) -> int:
+        """Same as ``layout(key)``; ValueError if ``layout`` is not a Layout."""
+    @property
+    def size(self) -> int:
+        """Number of coordinates (``shape.size``)."""
+    @property
+    def cosize(self) -> int:
+        """1 + Σ (extent−1)·stride over the leaves: one past the greatest index reached."""
+    @property
+    def leaf_shape(self) -> tuple[int, ...]:
+        """Leaf extents, depth-first, left to right."""
+    @property
+    def leaf_stride(self) -> tuple[int, ...]:
+        """Leaf strides matching ``leaf_shape``."""
+    def infix(self) -> list[tuple[int, int]]:
+        """``(extent, stride)`` of every leaf, depth-first."""
+    @property
+    def profile(self) -> list[Node]:
+        """A fresh depth-first list of Node markers (values ignored)."""
+    def is_injective(self) -> bool:
+        """True iff distinct coordinates give distinct indices (a method, not a property)."""
+    def broadcast_to(self, target: Shape) -> "Layout":
+        """Per leaf: equal extent keeps its stride, extent 1 takes the target extent with
+        stride 0. TypeError for a non-Shape; ValueError for another profile or extent change."""
+    @staticmethod
+    def canonical(shape: Shape) -> "Layout":
+        """The canonical injective layout: each leaf's stride is the product of the earlier
+        leaves' extents. TypeError for a non-Shape."""
+    def concat(self, other: "Layout") -> "Layout":
+        """``Layout.concat(a, b)`` / ``a.concat(b)`` / ``a + b``: a's top-level modes, then
+        b's. TypeError for a non-Layout operand."""
+    def __add__(self, other: "Layout", /) -> "Layout": ...
+    def __radd__(self, value: "Layout", /) -> "Layout": ...
+    def append(self, other: "Layout") -> "Layout":
+        """``Layout.append(a, b)``: a if b is rank 0, the concat if b is a leaf, else b's
+        whole tree as one new last mode. TypeError for a non-Layout operand."""
+    @overload
+    def permute(self, *order: int) -> "Layout":
+        """``Layout.permute(layout, *order)``: ``order[j]`` is the source top-level mode at
+        j; variadic or one list/tuple. TypeError for a non-int entry (bools included);
+        ValueError unless a permutation of range(rank)."""
+    @overload
+    def permute(self, order: Sequence[int], /) -> "Layout": ...
+    def __hash__(self) -> int: ...
+    def __eq__(self, other: object, /) -> bool: ...
+
+@disjoint_base
 class AwaitResult(Generic[_T]):
     """Read-only completion handle: `done` turns True at the terminal outcome; `wait()` blocks
     (GIL released) and returns the same object, or raises the same exception, every time.
@@ -24,6 +202,7 @@ class AwaitResult(Generic[_T]):
     def exception(self, timeout: float | None = None) -> BaseException | None: ...
     def add_done_callback(self, fn: Callable[["AwaitResult[_T]"], object]) -> None: ...
     def future(self) -> concurrent.futures.Future[_T]: ...
+    def __class_getitem__(cls, item: Any) -> GenericAlias: ...
     def _succeed(self, value: Any) -> bool: ...
     def _fail(self, exc: BaseException) -> bool: ...
     def _add_done_callback(self, fn: Callable[["AwaitResult[_T]"], Any]) -> None: ...
@@ -32,11 +211,14 @@ class AwaitResult(Generic[_T]):
 class _TensorBase:
     """Native base of `strideweave.Tensor`: the DLPack protocol methods, implemented in Rust
     so a consumer's call never runs Python code for a built-in carrier."""
+    def __new__(cls, *_args: Any, **_kwargs: Any) -> Self: ...
     def __dlpack__(self, stream: Any = None, *, max_version: tuple[int, int] | list[int] | None = None,
                    dl_device: tuple[int, int] | list[int] | None = None, copy: bool | None = None) -> Any: ...
     def __dlpack_device__(self) -> tuple[int, int]: ...
 
-def new_completion(cls: type[AwaitResult[Any]]) -> AwaitResult[Any]: ...
+_A = TypeVar("_A", bound=AwaitResult[Any])
+
+def new_completion(cls: type[_A]) -> _A: ...
 def submit_python(handle: AwaitResult[Any] | None, job: Callable[[], Any]) -> None: ...
 
 _Then = Callable[[BaseException | None], Any]
@@ -47,8 +229,9 @@ def copy_span(src: _Storage, src_slot: int, dst: _Storage, dst_slot: int, count:
 def submit_span(src: _Storage, src_slot: int, dst: _Storage, dst_slot: int, count: int, then: _Then, *,
                 progress: TransferProgress | None = None) -> None: ...
 
+@final
 class TransferProgress:
-    def __init__(self) -> None: ...
+    def __new__(cls) -> Self: ...
     @property
     def done(self) -> int: ...
     @property
@@ -59,8 +242,9 @@ def copy_layout(src: HostStorage, src_offset: int, dst: HostStorage, dst_offset:
 def submit_layout(src: HostStorage, src_offset: int, dst: HostStorage, dst_offset: int, leaf_extents: Sequence[int],
                   leaf_strides: Sequence[int], then: _Then) -> None: ...
 
+@final
 class HostStorage:
-    def __init__(self, kind: str, count: int, zeroed: bool = True) -> None: ...
+    def __new__(cls, kind: str, count: int, zeroed: bool = True) -> Self: ...
     @staticmethod
     def wrap(kind: str, pointer: int, count: int) -> "HostStorage": ...
     @property
@@ -76,8 +260,9 @@ class HostStorage:
     def set_values(self, values: Any) -> None: ...
     def to_list(self) -> list[Any]: ...
 
+@final
 class FileStorage:
-    def __init__(self, path: str, kind: str) -> None: ...
+    def __new__(cls, path: str, kind: str) -> Self: ...
     @property
     def kind(self) -> str: ...
     @property
@@ -93,8 +278,9 @@ class FileStorage:
     def assign_values(self, values: Any) -> None: ...
     def to_list(self) -> list[Any]: ...
 
+@final
 class BlockDeviceHandle:
-    def __init__(self, path: str) -> None: ...
+    def __new__(cls, path: str) -> Self: ...
     path: str
     capacity_bytes: int
     logical_block_size: int
@@ -113,6 +299,10 @@ class BlockDeviceHandle:
     def write_f32(self, byte_off: int, value: float) -> None: ...
     def read_into(self, storage: HostStorage, storage_byte_off: int, byte_off: int, nbytes: int) -> None: ...
     def write_from(self, storage: HostStorage, storage_byte_off: int, byte_off: int, nbytes: int) -> None: ...
+    def write_values(self, byte_off: int, values: Iterable[float | None]) -> None: ...
+    def read_values(self, byte_off: int, count: int) -> list[float]: ...
+    def read_bytes(self, byte_off: int, nbytes: int) -> bytes: ...
+    def write_bytes(self, byte_off: int, data: bytes) -> None: ...
 
 def read_element(storage: HostStorage | FileStorage, offset: int, layout: Layout, key: Any) -> Any: ...
 def write_element(carrier: Any, offset: int, layout: Layout, key: Any, value: Any) -> bool: ...

@@ -14,20 +14,24 @@ layout; `broadcast_to` alone is a view.
 from __future__ import annotations
 
 import numbers
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from strideweave import _autograd, profiler as _profiler
 from strideweave._autograd import Operation, is_grad_enabled, no_grad, set_grad_enabled
 from strideweave.layout import Layout, Shape
 from strideweave.profiler import Profiler, ProfilerEvent, profile
 
-_BASE_ALL = ["Operation", "no_grad", "is_grad_enabled", "set_grad_enabled", "add", "elementwise_mul",
-             "mul", "broadcast_to", "profile", "Profiler", "ProfilerEvent", "BroadcastOperation"]
-__all__ = list(_BASE_ALL)
+if TYPE_CHECKING:  # annotations only: the tensor module sits below this one
+    from strideweave.tensor import Tensor
+    # Resolved lazily at run time by __getattr__ below (the move module imports this one).
+    from strideweave.carriers.move import MoveOperation as MoveOperation
+
+__all__ = ["Operation", "no_grad", "is_grad_enabled", "set_grad_enabled", "add", "elementwise_mul",
+           "mul", "broadcast_to", "profile", "Profiler", "ProfilerEvent", "BroadcastOperation"]
 
 
 # ===== validation and dispatch ====================================================================
-def _tensor_cls() -> type:
+def _tensor_cls() -> type[Tensor]:
     from strideweave.tensor import Tensor
 
     return Tensor
@@ -93,7 +97,7 @@ class AddOperation(Operation):
         _executor(a, "add")
         return _autograd.binary("add", a, b, a._carrier, _result_layout(a))
 
-    def backward(self, gradient: Any) -> tuple:
+    def backward(self, gradient: Any) -> tuple[Any, ...]:
         return tuple(_autograd.gradient_for(x, gradient) for x in self.inputs())
 
 
@@ -104,7 +108,7 @@ class ElementwiseMulOperation(Operation):
         _executor(a, "mul")
         return _autograd.binary("mul", a, b, a._carrier, _result_layout(a))
 
-    def backward(self, gradient: Any) -> tuple:
+    def backward(self, gradient: Any) -> tuple[Any, ...]:
         a, b = self.inputs()
         _autograd.check_live(a, "saved input 0")
         _autograd.check_live(b, "saved input 1")
@@ -125,7 +129,7 @@ class ScalarMulOperation(Operation):
         self.ctx["scalar"] = scalar
         return _autograd.scaled(a, scalar, a._carrier, _result_layout(a))
 
-    def backward(self, gradient: Any) -> tuple:
+    def backward(self, gradient: Any) -> tuple[Any, ...]:
         (a,) = self.inputs()
         return (_autograd.scaled(gradient, self.ctx["scalar"], a._carrier, _autograd._output_layout(a._layout)),)
 
@@ -138,7 +142,7 @@ class SumOperation(Operation):
         value = _autograd.total(t)
         return _tensor_cls()(t._carrier.new_like([value]), 0, _autograd.unit_layout())
 
-    def backward(self, gradient: Any) -> tuple:
+    def backward(self, gradient: Any) -> tuple[Any, ...]:
         (t,) = self.inputs()
         return (_autograd.filled(gradient, t._carrier, _autograd._output_layout(t._layout)),)
 
@@ -152,7 +156,7 @@ class BroadcastOperation(Operation):
         self.ctx["shape"] = shape
         return tensor._broadcast_view(shape)
 
-    def backward(self, gradient: Any) -> tuple:
+    def backward(self, gradient: Any) -> tuple[Any, ...]:
         (source,) = self.inputs()
         if not isinstance(gradient, _tensor_cls()):
             raise TypeError(f"gradient must be a Tensor, not {type(gradient).__name__}")
@@ -165,19 +169,19 @@ class BroadcastOperation(Operation):
         return (_autograd.reduce_broadcast(gradient, source),)
 
 
-def add(a: Any, b: Any) -> Any:
+def add(a: Tensor, b: Tensor) -> Tensor:
     """Elementwise `a + b` (dispatch name ``add``), recorded for autograd."""
     _check_binary(a, b, "add")
     return _dispatch("add", type(a._carrier), AddOperation(), a, b)
 
 
-def elementwise_mul(a: Any, b: Any) -> Any:
+def elementwise_mul(a: Tensor, b: Tensor) -> Tensor:
     """Elementwise product of two Tensors (dispatch name ``elementwise_mul``)."""
     _check_binary(a, b, "elementwise_mul")
     return _dispatch("elementwise_mul", type(a._carrier), ElementwiseMulOperation(), a, b)
 
 
-def mul(a: Any, b: Any) -> Any:
+def mul(a: Tensor, b: Tensor | float) -> Tensor:
     """`a * b` for two Tensors (elementwise) or a Tensor and a real number (dispatch ``mul``)."""
     Tensor = _tensor_cls()
     if isinstance(b, Tensor) or not isinstance(a, Tensor):
@@ -190,7 +194,7 @@ def mul(a: Any, b: Any) -> Any:
     return _dispatch("mul", type(a._carrier), ScalarMulOperation(), a, b)
 
 
-def broadcast_to(tensor: Any, shape: Any) -> Any:
+def broadcast_to(tensor: Tensor, shape: Shape) -> Tensor:
     """View `tensor` with `shape` (extent-1 leaves widen with stride 0); recorded as a
     `BroadcastOperation` node whose backward sums over the widened coordinates."""
     _check_tensor(tensor, "tensor", "broadcast_to")
@@ -201,7 +205,7 @@ def broadcast_to(tensor: Any, shape: Any) -> Any:
     return _dispatch("broadcast_to", type(tensor._carrier), BroadcastOperation(), tensor, shape)
 
 
-def reduce_sum(tensor: Any) -> Any:
+def reduce_sum(tensor: Tensor) -> Tensor:
     """Implementation of `strideweave.sum` (dispatch name ``reduce_sum``)."""
     _check_tensor(tensor, "tensor", "sum")
     _check_live(tensor, "tensor", "sum")

@@ -55,6 +55,7 @@ import json
 import os
 import threading
 import time
+from types import TracebackType
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -175,7 +176,8 @@ class Profiler:
         _tls.profiler = self
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         if self._state != _ACTIVE:
             raise RuntimeError("this Profiler is not active")
         if threading.get_ident() != self._thread:
@@ -191,7 +193,7 @@ class Profiler:
         self._wait_for_moves()
         with self._lock:
             self._state = _EXITED
-        return False
+        return None
 
     def _wait_for_moves(self) -> None:
         with self._lock:
@@ -270,10 +272,11 @@ class _ExecuteScope:
         self._frame = frame
         frame.start = _now()
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         frame = self._frame
         if frame is None:
-            return False
+            return None
         end = _now()
         frames = _tls.frames
         while frames and frames.pop() is not frame:
@@ -286,7 +289,7 @@ class _ExecuteScope:
                 frame.id, frame.parent_id, self._name, self._carrier_type, self._impl, None,
                 frame.start, duration, max(0, duration - frame.child_ns), threading.get_ident(),
                 exc_type is None, "execute", None, None))
-        return False
+        return None
 
 
 def _execute(name: str, carrier_type: type, implementation_type: type) -> _ExecuteScope:

@@ -6,7 +6,7 @@ rules live in `strideweave._autograd`; DLPack export lives in Rust (`_native.dlp
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 from strideweave import _native
 from strideweave.carriers.base import Carrier, not_a_carrier
@@ -45,7 +45,7 @@ class Tensor(_native._TensorBase):
         dtype = carrier.dtype()
         self._init_fields((Subtensor(dtype, carrier, offset, layout),), dtype, ())
 
-    def _init_fields(self, subtensors: tuple, dtype: DType, adjacent: tuple) -> None:
+    def _init_fields(self, subtensors: tuple[Subtensor, ...], dtype: DType, adjacent: tuple[Any, ...]) -> None:
         first = subtensors[0]
         self._subtensors = subtensors
         self._dtype = dtype
@@ -58,7 +58,7 @@ class Tensor(_native._TensorBase):
         self._retain_grad = False
 
     @classmethod
-    def _from_subtensors(cls, dtype: DType, subtensors: tuple, adjacent: tuple) -> "Tensor":
+    def _from_subtensors(cls, dtype: DType, subtensors: tuple[Subtensor, ...], adjacent: tuple[Any, ...]) -> "Tensor":
         """Framework constructor for validated representations (core.representation)."""
         tensor = cls.__new__(cls)
         tensor._init_fields(subtensors, dtype, adjacent)
@@ -78,11 +78,11 @@ class Tensor(_native._TensorBase):
         return self._layout
 
     @property
-    def subtensors(self) -> tuple:
+    def subtensors(self) -> tuple[Subtensor, ...]:
         return self._subtensors
 
     @property
-    def adjacent_layouts(self) -> tuple:
+    def adjacent_layouts(self) -> tuple[Any, ...]:
         return self._adjacent
 
     @property
@@ -95,13 +95,13 @@ class Tensor(_native._TensorBase):
     def size(self) -> int:
         return self._layout.size
 
-    def carrier_type(self) -> type:
+    def carrier_type(self) -> type[Carrier]:
         return type(self._carrier)
 
     def is_mutable(self) -> bool:
         return len(self._subtensors) == 1 and self._carrier.is_mutable()
 
-    def version_snapshot(self) -> tuple:
+    def version_snapshot(self) -> tuple[tuple[int, int], ...]:
         seen: dict[int, Carrier] = {}
         for sub in self._subtensors:
             seen.setdefault(id(sub.carrier), sub.carrier)
@@ -127,7 +127,7 @@ class Tensor(_native._TensorBase):
         return format_values(self.shape, lambda c: carrier[offset + sum(map(int.__mul__, c, strides))],
                              self._dtype is DType.Float32)
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> NoReturn:
         raise TypeError("Tensor is not iterable; index it or export it through DLPack")
 
     # ----- what array users reach for first -----------------------------------------------
@@ -193,7 +193,7 @@ class Tensor(_native._TensorBase):
         values = values.reshape(self.shape, order="F")
         return values if dtype is None else values.astype(dtype, copy=False)
 
-    def tolist(self) -> list:
+    def tolist(self) -> list[Any]:
         """The logical values in integer-key order (first mode fastest)."""
         if self._is_multi():
             raise _multi_subtensor("tolist")
@@ -209,7 +209,7 @@ class Tensor(_native._TensorBase):
     def __getitem__(self, key: Any) -> Any:
         if len(self._subtensors) != 1:
             raise _multi_subtensor("element access")
-        carrier = self._carrier
+        carrier: Any = self._carrier  # built-in internals (`_storage`) on the fast path
         # Fast path (RustBackedCarrier._sw_fast_access): a live built-in carrier whose element
         # hooks are the built-in ones. One Rust call raises the key, range and storage errors
         # of the reference path below, in its order. A slice anywhere in a key is a TypeError
@@ -264,7 +264,7 @@ class Tensor(_native._TensorBase):
         for position, entry in enumerate(entries):
             mode = layout[position:position + 1]
             mode_shape = mode.shape.top_level[0]
-            mode_stride = mode.stride.top_level[0]
+            mode_stride: Any = mode.stride.top_level[0]  # an int unless the mode is nested
             if isinstance(entry, bool) or not isinstance(entry, (int, slice)):
                 raise TypeError(f"slicing key entry {position} must be an int or a slice, not {type(entry).__name__}")
             if isinstance(entry, int):

@@ -6,8 +6,14 @@ from strideweave.carriers.cpu import *  # noqa: F401,F403
 from strideweave.carriers.file_backed import *  # noqa: F401,F403
 from strideweave.carriers.block_device import *  # noqa: F401,F403
 from strideweave.carriers.evictable import *  # noqa: F401,F403
-from strideweave.carriers import dtype as _dtype, base as _base, generic as _generic, cpu as _cpu
-from strideweave.carriers import file_backed as _fb, block_device as _bd, evictable as _ev
 
-__all__ = [*_dtype.__all__, *_base.__all__, *_generic.__all__, *_cpu.__all__, *_fb.__all__,
-           *_bd.__all__, *_ev.__all__]
+# Static, so that type checkers see the names (a computed list hides them all); a test checks
+# that it is exactly the union of the submodules' __all__, so a new public name must be added
+# both there and here.
+__all__ = [
+    # dtype
+    "DType", "DTypeCategory", "SimpleDType", "CompoundDType", "BlockScaledDType", "storage_schema",
+    "storage_zero",
+    # base, generic, cpu, file_backed, block_device, evictable
+    "Carrier", "Generic", "CPU", "FileBacked", "BlockDevice", "BlockDeviceCarrier", "Evictable",
+]

@@ -13,11 +13,16 @@ from __future__ import annotations
 import operator
 import threading
 from types import TracebackType
-from typing import Any, Iterable, Self
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Self, TypeVar
 
 from strideweave.carriers.dtype import CompoundDType, DType
 
 __all__ = ["Carrier"]
+
+if TYPE_CHECKING:  # annotations only: the extension module imports this one
+    from strideweave.carriers.extension import CarrierFacet
+
+_F = TypeVar("_F", bound="CarrierFacet")
 
 
 class _DefinitionHooks:
@@ -39,6 +44,17 @@ class _DefinitionHooks:
     @staticmethod
     def init_defined(carrier: "Carrier", definition: Any, slots: Any, dtype: Any, mutable: Any) -> None:
         raise NotImplementedError  # replaced by the extension module
+
+    # Installed by the extension module only (used only once a definition is bound).
+    defined_size: Callable[["Carrier"], int]
+    defined_dtype: Callable[["Carrier"], DType]
+    defined_get: Callable[["Carrier", int], Any]
+    defined_set: Callable[["Carrier", int, Any], None]
+    defined_new_like: Callable[..., "Carrier"]
+    defined_allocate_like: Callable[..., "Carrier"]
+    defined_is_mutable: Callable[["Carrier"], bool]
+    defined_supports_dtype: Callable[["Carrier", DType], bool]
+    defined_release: Callable[["Carrier"], None]
 
 
 DEFINITION_HOOKS = _DefinitionHooks()
@@ -166,13 +182,17 @@ class Carrier:
     # init_defined; the default hooks below delegate to it because a user's class
     # (`class Slab(Carrier): pass`) has no methods of its own to run the provider.
     _sw_definition: Any = None
+    # Set by init_defined on a definition-backed instance only.
+    _sw_def_dtype: DType
+    _sw_def_mutable: bool
 
     def __init__(self, slots: Any = None, *, dtype: Any = None, mutable: Any = True) -> None:
         cls = type(self)
         definition = DEFINITION_HOOKS.definition_for(cls)
         self._sw_version = 0
         self._sw_released = False
-        self._sw_owner: Carrier | None = None
+        # The owning composite's token (Evictable, TiledEvictable), or None.
+        self._sw_owner: object | None = None
         self._sw_claim: object | None = None
         if definition is None:
             DEFINITION_HOOKS.observe(cls)
@@ -229,7 +249,7 @@ class Carrier:
             return DEFINITION_HOOKS.defined_release(self)
         return None
 
-    def dlpack_info(self) -> dict:
+    def dlpack_info(self) -> dict[str, Any]:
         raise BufferError(f"DLPack is not supported for {type(self).__name__} carrier")
 
     # ----- framework-owned members ------------------------------------------------------
@@ -290,11 +310,11 @@ class Carrier:
             self._sw_check_unclaimed("mutate")
             self._sw_version += 1
 
-    def facet(self, facet_type: type) -> Any:
+    def facet(self, facet_type: type[_F]) -> _F | None:
         from strideweave.carriers.extension import _facet_of
         return _facet_of(self, facet_type)
 
-    def require_facet(self, facet_type: type) -> Any:
+    def require_facet(self, facet_type: type[_F]) -> _F:
         found = self.facet(facet_type)
         if found is None:
             raise NotImplementedError(f"{type(self).__name__} carrier has no {facet_type.__name__} facet")
@@ -368,7 +388,7 @@ class Carrier:
         version change (a move is not an in-place mutation). Built-ins write storage directly."""
         self.set_value(i, v)
 
-    def _sw_write_as_owner(self, owner: "Carrier", i: int, v: Any) -> None:
+    def _sw_write_as_owner(self, owner: object, i: int, v: Any) -> None:
         """A write by the owning composite (Evictable), which bypasses the ownership guard."""
         if owner is not self._sw_owner:
             raise RuntimeError("only the owning carrier may write through this path")

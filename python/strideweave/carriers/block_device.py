@@ -104,7 +104,7 @@ class BlockDevice:
         """
         return self._allocate(BlockDeviceCarrier, size, mutable, dtype, empty)
 
-    def _allocate(self, cls: type, size: Any, mutable: Any, dtype: Any, empty: Any) -> "BlockDeviceCarrier":
+    def _allocate(self, cls: type[BlockDeviceCarrier], size: Any, mutable: Any, dtype: Any, empty: Any) -> "BlockDeviceCarrier":
         n = check_size_argument(size)
         check_bool_argument(mutable, "mutable")
         check_bool_argument(empty, "empty")
@@ -181,6 +181,7 @@ class BlockDeviceCarrier(Carrier):
     _sw_extent: int
     _sw_slots: int
     _mutable: bool
+    _sw_free: weakref.finalize
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError(f"{type(self).__name__} cannot be constructed directly; "

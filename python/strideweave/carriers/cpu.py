@@ -57,7 +57,7 @@ class CPU(RustBackedCarrier):
         """Address of slot 0 while live, 0 after release."""
         return 0 if self._sw_released else self._storage.pointer()
 
-    def dlpack_info(self) -> dict:
+    def dlpack_info(self) -> dict[str, Any]:
         return {"pointer": self.pointer(), "device_type": 1, "device_id": 0}
 
     def new_like(self, values: Iterable[Any], *, mutable: bool = True, dtype: DType | None = None) -> "CPU":

@@ -6,24 +6,25 @@ object for the life of the process (copy, deepcopy and pickle return it too).
 """
 from __future__ import annotations
 
-from typing import Any as _AnyType
+from typing import Any as _AnyType, ClassVar, NoReturn, TypeVar
 
 __all__ = ["DType", "DTypeCategory", "SimpleDType", "CompoundDType", "BlockScaledDType",
            "storage_schema", "storage_zero"]
 
 _REGISTRY: dict[str, "DType"] = {}
+_D = TypeVar("_D", bound="DType")
 
 
 class _FrozenDTypeMeta(type):
     """Blocks `DType(...)` and rebinding or adding class attributes such as `DType.Float32`."""
 
-    def __call__(cls, *args, **kwargs):
+    def __call__(cls, *args: object, **kwargs: object) -> NoReturn:
         raise TypeError(f"{cls.__name__} descriptors are singletons; use DType.from_name(name)")
 
-    def __setattr__(cls, name, value):
+    def __setattr__(cls, name: str, value: object) -> NoReturn:
         raise AttributeError(f"cannot set attribute {name!r} of {cls.__name__}: dtypes are immutable")
 
-    def __delattr__(cls, name):
+    def __delattr__(cls, name: str) -> NoReturn:
         raise AttributeError(f"cannot delete attribute {name!r} of {cls.__name__}: dtypes are immutable")
 
 
@@ -35,23 +36,39 @@ class DType(metaclass=_FrozenDTypeMeta):
     """Abstract base of every dtype descriptor."""
 
     __slots__ = ("_name", "_supertype", "_opaque")
+    _name: str
+    _supertype: DType | None
+    _opaque: bool
 
-    def __setattr__(self, name, value):
+    # The singletons, created once by `_make` below; declared here so that type checkers
+    # know `DType.Float32` and its siblings (the metaclass forbids rebinding them).
+    Any: ClassVar[DTypeCategory]
+    Floating: ClassVar[DTypeCategory]
+    Integer: ClassVar[DTypeCategory]
+    Float32: ClassVar[SimpleDType]
+    Float64: ClassVar[SimpleDType]
+    Int32: ClassVar[SimpleDType]
+    Bool: ClassVar[SimpleDType]
+    E2M1: ClassVar[SimpleDType]
+    E8M0: ClassVar[SimpleDType]
+    MXFP4: ClassVar[BlockScaledDType]
+
+    def __setattr__(self, name: str, value: object) -> NoReturn:
         raise AttributeError(f"cannot set attribute {name!r}: dtypes are immutable")
 
-    def __delattr__(self, name):
+    def __delattr__(self, name: str) -> NoReturn:
         raise AttributeError(f"cannot delete attribute {name!r}: dtypes are immutable")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._name!r})"
 
-    def __copy__(self):
+    def __copy__(self) -> DType:
         return self
 
-    def __deepcopy__(self, memo):
+    def __deepcopy__(self, memo: object) -> DType:
         return self
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[_AnyType, tuple[str]]:
         return (_lookup, (self._name,))
 
     @property
@@ -67,11 +84,11 @@ class DType(metaclass=_FrozenDTypeMeta):
         return self._supertype
 
     @property
-    def representation_rules(self) -> tuple:
+    def representation_rules(self) -> tuple[_AnyType, ...]:
         return ()
 
     def supertypes(self) -> tuple["DType", ...]:
-        chain = []
+        chain: list[DType] = []
         node = self._supertype
         while node is not None:
             chain.append(node)
@@ -117,6 +134,7 @@ class SimpleDType(DType):
     """A scalar dtype with a fixed bit width."""
 
     __slots__ = ("_bits",)
+    _bits: int
 
     @property
     def bits(self) -> int:
@@ -127,6 +145,7 @@ class CompoundDType(DType):
     """A dtype stored as several planes, one carrier each."""
 
     __slots__ = ("_simple_types",)
+    _simple_types: tuple[DType, ...]
 
     @property
     def simple_types(self) -> tuple[DType, ...]:
@@ -147,9 +166,9 @@ class BlockScaledDType(CompoundDType):
     __slots__ = ()
 
 
-def _make(cls, name: str, supertype: DType | None, *, opaque: bool = False, bits: int | None = None,
-          simple_types: tuple = (), attribute: bool = True) -> DType:
-    obj = object.__new__(cls)
+def _make(cls: type[_D], name: str, supertype: DType | None, *, opaque: bool = False, bits: int | None = None,
+          simple_types: tuple[DType, ...] = (), attribute: bool = True) -> _D:
+    obj: _D = object.__new__(cls)
     object.__setattr__(obj, "_name", name)
     object.__setattr__(obj, "_supertype", supertype)
     object.__setattr__(obj, "_opaque", opaque)
@@ -178,10 +197,10 @@ _mxfp4 = _make(BlockScaledDType, "MXFP4", _any, simple_types=(_e2m1, _e8m0))
 PLANAR_FLOAT32_PAIR = _make(CompoundDType, "PlanarFloat32Pair", _any,
                             simple_types=(_float32, _float32), attribute=False)
 
-_ZEROS = {_float32: 0.0, _int32: 0, _bool: False}
+_ZEROS: dict[DType, _AnyType] = {_float32: 0.0, _int32: 0, _bool: False}
 
 # Native slot encodings of the Rust storages (see crates/strideweave-core/src/storage).
-STORAGE_KIND = {_float32: "f32", _int32: "i32", _bool: "bool", _floating: "f64", _float64: "f64"}
+STORAGE_KIND: dict[DType, str] = {_float32: "f32", _int32: "i32", _bool: "bool", _floating: "f64", _float64: "f64"}
 
 
 def storage_schema(dtype: DType) -> tuple[DType, ...]:
@@ -202,7 +221,7 @@ def storage_zero(dtype: DType) -> _AnyType:
     return _ZEROS.get(dtype)
 
 
-def item_size(dtype: DType) -> int:
+def item_size(dtype: SimpleDType) -> int:
     """Bytes per element of a simple dtype (`bits // 8`)."""
     return dtype.bits // 8
 

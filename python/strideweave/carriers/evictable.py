@@ -180,7 +180,7 @@ class Evictable(Carrier):
     def _supports_storage_dtype(self, d: DType) -> bool:
         return self._primary.supports_storage_dtype(d) and self._secondary.supports_storage_dtype(d)
 
-    def dlpack_info(self) -> dict:
+    def dlpack_info(self) -> dict[str, Any]:
         cls = type(self).__name__
         shown = "Evictable" if cls == "Evictable" else f"{cls} (an Evictable)"
         raise BufferError(f"DLPack is not supported for {shown} carrier: its values may move between "

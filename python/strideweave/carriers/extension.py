@@ -19,12 +19,15 @@ import operator
 import sys
 import threading
 import weakref
-from typing import Any, Callable, Iterable, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, TypeVar, runtime_checkable
 
 from strideweave.carriers import base as _base
 from strideweave.carriers.base import Carrier, check_index, not_a_carrier
 from strideweave.carriers.dtype import DType
 from strideweave.layout import Layout
+
+if TYPE_CHECKING:  # annotations only: the tensor module sits above this one
+    from strideweave.tensor import Tensor
 
 __all__ = ["CarrierDefinition", "StorageProvider", "TransferProvider", "TransferRoute",
            "TransferRequest", "PreparedTransfer", "Unsupported", "ProviderCompletion",
@@ -38,13 +41,13 @@ def _is_carrier_class(value: Any) -> bool:
     return isinstance(value, type) and issubclass(value, Carrier) and value is not Carrier
 
 
-def _check_callable(value: Any, name: str) -> Callable:
+def _check_callable(value: Any, name: str) -> Callable[..., Any]:
     if not callable(value):
         raise TypeError(f"{name} must be callable, not {type(value).__name__}")
     return value
 
 
-def _check_carrier_class(value: Any, name: str) -> type:
+def _check_carrier_class(value: Any, name: str) -> type[Carrier]:
     if not _is_carrier_class(value):
         shown = value.__name__ if isinstance(value, type) else type(value).__name__
         raise TypeError(f"{name} must be a Carrier subclass, not {shown}")
@@ -62,7 +65,7 @@ def _check_nonempty(value: str, name: str) -> None:
         raise ValueError(f"{name} must be a non-empty string")
 
 
-def _consume(values: Any, name: str, entry_type: type) -> tuple:
+def _consume(values: Any, name: str, entry_type: type) -> tuple[Any, ...]:
     """Consume an iterable exactly once into a tuple, checking every entry's type."""
     try:
         iterator = iter(values)
@@ -110,9 +113,21 @@ class StorageProvider(_Frozen):
 
     __slots__ = ("supports_dtype", "physical_size", "allocate", "release", "read", "write",
                  "elementwise_fallback")
+    supports_dtype: Callable[[Any, DType], bool]
+    physical_size: Callable[[Any], int]
+    # Each callback's first parameter is the exact carrier class the definition is registered
+    # for (hence Any). allocate, release and write should return None; they are typed
+    # `object` because the framework checks what they return (TypeError for anything else).
+    allocate: Callable[[Any, int], object]
+    release: Callable[[Any], object]
+    read: Callable[[Any, int], Any]
+    write: Callable[[Any, int, Any], object]
+    elementwise_fallback: bool
 
-    def __init__(self, supports_dtype: Callable, physical_size: Callable, allocate: Callable,
-                 release: Callable, read: Callable, write: Callable,
+    def __init__(self, supports_dtype: Callable[[Any, DType], bool],
+                 physical_size: Callable[[Any], int], allocate: Callable[[Any, int], object],
+                 release: Callable[[Any], object], read: Callable[[Any, int], Any],
+                 write: Callable[[Any, int, Any], object],
                  elementwise_fallback: bool = False) -> None:
         _check_callable(supports_dtype, "supports_dtype")
         _check_callable(physical_size, "physical_size")
@@ -135,8 +150,9 @@ class TransferProvider(_Frozen):
     """The mechanics of one route: `prepare(request) -> PreparedTransfer | Unsupported`."""
 
     __slots__ = ("prepare",)
+    prepare: Callable[[TransferRequest], PreparedTransfer | Unsupported]
 
-    def __init__(self, prepare: Callable) -> None:
+    def __init__(self, prepare: Callable[[TransferRequest], PreparedTransfer | Unsupported]) -> None:
         self._sw_set(prepare=_check_callable(prepare, "prepare"))
 
     def __repr__(self) -> str:
@@ -150,8 +166,12 @@ class TransferRoute(_Frozen):
     """
 
     __slots__ = ("source_class", "destination_class", "route_id", "provider")
+    source_class: type[Carrier]
+    destination_class: type[Carrier]
+    route_id: str
+    provider: TransferProvider
 
-    def __init__(self, source_class: type, destination_class: type, route_id: str,
+    def __init__(self, source_class: type[Carrier], destination_class: type[Carrier], route_id: str,
                  provider: TransferProvider) -> None:
         _check_carrier_class(source_class, "source_class")
         _check_carrier_class(destination_class, "destination_class")
@@ -171,6 +191,7 @@ class Unsupported(_Frozen):
     """A provider's answer declining a request without failing; `reason` says why."""
 
     __slots__ = ("reason",)
+    reason: str
 
     def __init__(self, reason: str) -> None:
         _check_str(reason, "reason")
@@ -186,8 +207,9 @@ class PreparedTransfer(_Frozen):
     while it holds both carriers. `submit()` returns None (done) or a ProviderCompletion."""
 
     __slots__ = ("submit",)
+    submit: Callable[[], ProviderCompletion[None] | None]
 
-    def __init__(self, submit: Callable) -> None:
+    def __init__(self, submit: Callable[[], ProviderCompletion[None] | None]) -> None:
         self._sw_set(submit=_check_callable(submit, "submit"))
 
     def __repr__(self) -> str:
@@ -201,9 +223,17 @@ class TransferRequest(_Frozen):
 
     __slots__ = ("tensor", "destination", "source_class", "destination_class", "dtype", "layout",
                  "physical_span")
+    tensor: Tensor
+    destination: Carrier
+    source_class: type[Carrier]
+    destination_class: type[Carrier]
+    dtype: DType
+    layout: Layout
+    physical_span: int
 
-    def __init__(self, tensor: Any, destination: Carrier, source_class: type,
-                 destination_class: type, dtype: DType, layout: Layout, physical_span: int) -> None:
+    def __init__(self, tensor: Tensor, destination: Carrier, source_class: type[Carrier],
+                 destination_class: type[Carrier], dtype: DType, layout: Layout,
+                 physical_span: int) -> None:
         from strideweave.tensor import Tensor
 
         if not isinstance(tensor, Tensor):
@@ -257,9 +287,16 @@ class CarrierDefinition(_Frozen):
     and must be None."""
 
     __slots__ = ("storage", "kernels", "transfers", "composite", "facets", "_routes", "_facets")
+    storage: StorageProvider
+    kernels: None
+    transfers: tuple[TransferRoute, ...]
+    composite: None
+    facets: tuple[CarrierFacet, ...]
+    _routes: dict[type[Carrier], TransferRoute]
+    _facets: dict[type[CarrierFacet], CarrierFacet]
 
-    def __init__(self, storage: StorageProvider, kernels: Any = None,
-                 transfers: Iterable[TransferRoute] = (), composite: Any = None,
+    def __init__(self, storage: StorageProvider, kernels: None = None,
+                 transfers: Iterable[TransferRoute] = (), composite: None = None,
                  facets: Iterable[CarrierFacet] = ()) -> None:
         if not isinstance(storage, StorageProvider):
             raise TypeError(f"storage must be a StorageProvider, not {type(storage).__name__}")
@@ -269,7 +306,7 @@ class CarrierDefinition(_Frozen):
         if composite is not None:
             raise TypeError("composite must be None: composite providers are not supported yet")
         facet_items = _consume(facets, "facets", CarrierFacet)
-        by_pair: dict[tuple[type, type], TransferRoute] = {}
+        by_pair: dict[tuple[type[Carrier], type[Carrier]], TransferRoute] = {}
         for route in routes:
             pair = (route.source_class, route.destination_class)
             if pair in by_pair:
@@ -277,7 +314,7 @@ class CarrierDefinition(_Frozen):
                                  f"{pair[1].__name__}): {by_pair[pair].route_id!r} and "
                                  f"{route.route_id!r}")
             by_pair[pair] = route
-        by_type: dict[type, CarrierFacet] = {}
+        by_type: dict[type[CarrierFacet], CarrierFacet] = {}
         for facet in facet_items:
             if type(facet) in by_type:
                 raise ValueError(f"facets declares two facets of type {type(facet).__name__}")
@@ -393,7 +430,7 @@ def _register(carrier_class: Any, definition: Any, *, allow_shipped: bool) -> No
         _definitions[carrier_class] = definition
 
 
-def register_carrier_definition(carrier_class: type, definition: CarrierDefinition) -> None:
+def register_carrier_definition(carrier_class: type[Carrier], definition: CarrierDefinition) -> None:
     """Bind `definition` to exactly `carrier_class` for the life of the process.
 
     TypeError, checked in order: not a Carrier subclass; not a CarrierDefinition; a shipped
@@ -405,7 +442,7 @@ def register_carrier_definition(carrier_class: type, definition: CarrierDefiniti
     return None
 
 
-def _register_shipped_definition(carrier_class: type, definition: CarrierDefinition) -> None:
+def _register_shipped_definition(carrier_class: type[Carrier], definition: CarrierDefinition) -> None:
     """Registration for a shipped class that is itself definition-backed (TiledEvictable),
     called once by its own module at import; every other check still applies."""
     _register(carrier_class, definition, allow_shipped=True)
@@ -414,7 +451,8 @@ def _register_shipped_definition(carrier_class: type, definition: CarrierDefinit
 # ----- definition-backed carrier behaviour (§3, §4) -----------------------------------------
 
 def _storage(carrier: Carrier) -> StorageProvider:
-    return carrier._sw_definition.storage
+    storage: StorageProvider = carrier._sw_definition.storage
+    return storage
 
 
 def _checked_supports(storage: StorageProvider, carrier: Carrier, dtype: DType) -> bool:
@@ -584,8 +622,12 @@ class RouteDecision(_Frozen):
     fallback is permitted when there is no route or the route declines."""
 
     __slots__ = ("source_class", "destination_class", "route", "fallback")
+    source_class: type[Carrier]
+    destination_class: type[Carrier]
+    route: TransferRoute | None
+    fallback: bool
 
-    def __init__(self, source_class: type, destination_class: type, route: TransferRoute | None,
+    def __init__(self, source_class: type[Carrier], destination_class: type[Carrier], route: TransferRoute | None,
                  fallback: bool) -> None:
         self._sw_set(source_class=source_class, destination_class=destination_class, route=route,
                      fallback=fallback)
@@ -623,11 +665,11 @@ def resolve_route(source_cls: type, dest_cls: type) -> RouteDecision | None:
     return RouteDecision(source_cls, dest_cls, route, fallback)
 
 
-def _state(carrier: Carrier) -> tuple:
+def _state(carrier: Carrier) -> tuple[int, bool, int]:
     return (carrier.version, carrier.is_released(), carrier.size())
 
 
-def prepare_route(decision: RouteDecision, tensor: Any, destination: Carrier) -> PreparedTransfer | None:
+def prepare_route(decision: RouteDecision, tensor: Tensor, destination: Carrier) -> PreparedTransfer | None:
     """Run the decided route's `prepare` (§5 steps 1–2). None means: use the elementwise
     fallback (no route, or the route declined and fallback is permitted)."""
     from strideweave import _autograd
@@ -706,9 +748,10 @@ def require_no_definition(*classes: Any) -> None:
 # ----- wiring into the base class ----------------------------------------------------------
 
 _hooks = _base.DEFINITION_HOOKS
-_hooks.definition_for = _observe_and_lookup
-_hooks.observe = observe
-_hooks.init_defined = init_defined
+# The base class's placeholder static methods are replaced on purpose (see _DefinitionHooks).
+_hooks.definition_for = _observe_and_lookup  # type: ignore[method-assign]
+_hooks.observe = observe  # type: ignore[method-assign]
+_hooks.init_defined = init_defined  # type: ignore[method-assign]
 _hooks.defined_size = defined_size
 _hooks.defined_dtype = defined_dtype
 _hooks.defined_get = defined_get

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Callable
+from types import TracebackType
+from typing import Any, Callable, cast
 
 from strideweave import _autograd, _native, profiler
 from strideweave._autograd import Operation
@@ -37,7 +38,7 @@ __all__ = [
 AwaitResult = _native.AwaitResult
 
 
-class AwaitMove(AwaitResult):
+class AwaitMove(AwaitResult[Tensor]):
     """Completion handle of one `move_async` request; `wait()` returns the moved Tensor
     (the same object every time) or raises the request's terminal failure.
 
@@ -46,6 +47,7 @@ class AwaitMove(AwaitResult):
     transfers (hooks, providers, small inline copies) report 0 until they complete."""
 
     __slots__ = ("_progress",)
+    _progress: _native.TransferProgress
 
     @property
     def bytes_done(self) -> int:
@@ -69,8 +71,9 @@ class MoveOperation(Operation):
     carrier classes to refuse other pairs with TypeError before anything is copied.
     """
 
-    source_class: type | None = None
-    destination_class: type | None = None
+    source_class: type[Carrier] | None = None
+    destination_class: type[Carrier] | None = None
+    _sw_move: _MoveState  # set when the move is recorded for autograd
 
     def _copy(self, tensor: Tensor, destination: Carrier, output: Tensor, element_count: int) -> None:
         raise NotImplementedError(f"{type(self).__name__} does not implement _copy")
@@ -86,7 +89,7 @@ class MoveOperation(Operation):
         operation as the transfer; `Operation.forward` records this node around it."""
         return _initiate(tensor, destination, operation=self, attach=False).handle.wait()
 
-    def backward(self, gradient: Tensor) -> tuple:
+    def backward(self, gradient: Tensor) -> tuple[Tensor]:
         """Move the cotangent back through the captured reverse route into fresh storage of
         the source carrier's exact class."""
         state = getattr(self, "_sw_move", None)
@@ -161,15 +164,15 @@ class _BulkSpanMove(MoveOperation):
 class CpuToFileBackedMoveOperation(_BulkSpanMove):
     """Bulk CPU → FileBacked: one positioned write of the cosize span."""
 
-    source_class = CPU
-    destination_class = FileBacked
+    source_class: type[Carrier] | None = CPU
+    destination_class: type[Carrier] | None = FileBacked
 
 
 class FileBackedToCpuMoveOperation(_BulkSpanMove):
     """Bulk FileBacked → CPU: one positioned read of the cosize span."""
 
-    source_class = FileBacked
-    destination_class = CPU
+    source_class: type[Carrier] | None = FileBacked
+    destination_class: type[Carrier] | None = CPU
 
 
 class WorkerMove(MoveOperation):
@@ -201,24 +204,24 @@ class WorkerMove(MoveOperation):
 class CpuToBlockDeviceMoveOperation(WorkerMove):
     """Bulk CPU → BlockDeviceCarrier (Float32): the cosize span in one aligned device write."""
 
-    source_class = CPU
-    destination_class = BlockDeviceCarrier
+    source_class: type[Carrier] | None = CPU
+    destination_class: type[Carrier] | None = BlockDeviceCarrier
     _sw_runs_on_worker = True
 
     def _copy(self, tensor: Tensor, destination: Carrier, output: Tensor, element_count: int) -> None:
-        handle, device_offset, _ = destination._sw_block_extent()
+        handle, device_offset, _ = cast(Any, destination)._sw_block_extent()
         handle.write_from(tensor.carrier._sw_storage(), tensor.offset * 4, device_offset, element_count * 4)
 
 
 class BlockDeviceToCpuMoveOperation(WorkerMove):
     """Bulk BlockDeviceCarrier → CPU (Float32): the cosize span in one aligned device read."""
 
-    source_class = BlockDeviceCarrier
-    destination_class = CPU
+    source_class: type[Carrier] | None = BlockDeviceCarrier
+    destination_class: type[Carrier] | None = CPU
     _sw_runs_on_worker = True
 
     def _copy(self, tensor: Tensor, destination: Carrier, output: Tensor, element_count: int) -> None:
-        handle, device_offset, _ = tensor.carrier._sw_block_extent()
+        handle, device_offset, _ = cast(Any, tensor.carrier)._sw_block_extent()
         handle.read_into(destination._sw_storage(), 0, device_offset + tensor.offset * 4, element_count * 4)
 
 
@@ -321,10 +324,11 @@ def unregister_move_operation(source_class: type, destination_class: type) -> ty
         return removed
 
 
-class registered_move_operation(contextlib.AbstractContextManager):
+class registered_move_operation(contextlib.AbstractContextManager["type[MoveOperation]", None]):
     """`with registered_move_operation(S, D, Op) as op:` registers the pair for the block."""
 
-    def __init__(self, source_class: type, destination_class: type, operation_class: type) -> None:
+    def __init__(self, source_class: type[Carrier], destination_class: type[Carrier],
+                 operation_class: type[MoveOperation]) -> None:
         _check_carrier_class(source_class, "source_class")
         _check_carrier_class(destination_class, "destination_class")
         _check_operation_class(operation_class)
@@ -338,13 +342,14 @@ class registered_move_operation(contextlib.AbstractContextManager):
                 raise ValueError(f"a move operation is already registered for {_pair_name(*self._pair)}: "
                                  f"{_REGISTRY[self._pair].__name__}")
 
-    def __enter__(self) -> type:
+    def __enter__(self) -> type[MoveOperation]:
         register_move_operation(*self._pair, self._operation_class)
         return self._operation_class
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         unregister_move_operation(*self._pair)
-        return False
+        return None
 
 
 # ===== routes ===================================================================================
@@ -415,7 +420,7 @@ class _MoveState:
     __slots__ = ("source_carrier", "destination_carrier", "source_layout", "reverse_route")
 
     def __init__(self, source_carrier: Carrier, destination_carrier: Carrier, source_layout: Layout,
-                 reverse_route: _Route) -> None:
+                 reverse_route: _Route | None) -> None:
         self.source_carrier = source_carrier
         self.destination_carrier = destination_carrier
         self.source_layout = source_layout
@@ -443,11 +448,11 @@ class _MoveRequest:
         self.handle._progress.set(0, self.cosize * _slot_bytes(tensor.dtype()))
         self.node: MoveOperation | None = None
         self.recorded = False
-        self.token = None
+        self.token: profiler._MoveToken | None = None
         self.grown = False
         self.lowered = lowered
         self.committed = False
-        self.output: Tensor | None = None
+        self.output: Any = None  # the result Tensor, bound before the transfer is submitted
         self.prepared: Any = None
         self.open_destination: Carrier | None = None
 
@@ -485,7 +490,7 @@ def _validate(tensor: Any, destination: Any, lowered: bool) -> None:
                         f"dtype {tensor.dtype().name}")
 
 
-def _check_pins(operation_class: type, source: Carrier, destination: Carrier) -> None:
+def _check_pins(operation_class: type[MoveOperation], source: Carrier, destination: Carrier) -> None:
     pinned_source, pinned_destination = operation_class.source_class, operation_class.destination_class
     if pinned_source is not None and type(source) is not pinned_source:
         raise TypeError(f"{operation_class.__name__} requires a {pinned_source.__name__} source carrier, "
@@ -601,14 +606,17 @@ def _submit(request: _MoveRequest, op: MoveOperation, prepared: Any) -> None:
     transfer = op._sw_native_transfer(request)
     if transfer is not None:
         if transfer.runs_inline():
-            _commit(request, _run_claimed(request, lambda: transfer.blocking(*transfer.args)))
+            blocking = cast(Callable[..., None], transfer.blocking)  # set whenever it runs inline
+            _commit(request, _run_claimed(request, lambda: blocking(*transfer.args)))
         else:
             transfer.submit(*transfer.args, lambda error: _commit(request, error),
                             **transfer.progress_argument(request.handle._progress))
         return
 
     def copy() -> None:
-        returned = op._copy(request.tensor, request.destination, request.output, request.cosize)
+        # A user hook may break its `-> None` contract; the result is checked, not used.
+        returned = op._copy(  # type: ignore[func-returns-value]
+            request.tensor, request.destination, request.output, request.cosize)
         if returned is not None:
             raise TypeError(f"{type(op).__name__}._copy must return None, not {type(returned).__name__}")
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import threading
 import weakref
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence, final
 
 from strideweave.carriers import tiled_bulk, tiled_residency
 from strideweave.carriers.base import Carrier, check_size_argument, not_a_carrier
@@ -34,6 +34,9 @@ from strideweave.carriers.extension import (CarrierDefinition, CarrierFacet, Sto
 from strideweave.carriers.tiled_types import (PRIMARY, SECONDARY, AwaitProjection, AwaitResidency,
                                               TileSelection, TileSet, TileState, _check_shape,
                                               _consume_ints, _Ownership, _release_quietly)
+
+if TYPE_CHECKING:  # annotations only (imported lazily where it is used)
+    from strideweave.tensor import Tensor
 
 __all__ = ["TiledEvictable", "TileSet", "TileSelection", "AwaitProjection", "AwaitResidency",
            "TiledResidencyFacet"]
@@ -240,7 +243,7 @@ class TiledEvictable(Carrier):
         if self._sw_released:
             raise RuntimeError(f"cannot {action} a released TiledEvictable")
 
-    def dlpack_info(self) -> dict:
+    def dlpack_info(self) -> dict[str, Any]:
         raise BufferError("DLPack is not supported for TiledEvictable carrier: its tiles live in "
                           "separate storages")
 

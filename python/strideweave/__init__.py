@@ -3,6 +3,7 @@
 The top-level namespace only re-exports; each name lives in the module that owns it
 (see ARCHITECTURE.md).
 """
+import atexit as _atexit
 import logging as _logging
 
 # Records of the Rust core (bridged by pyo3-log) and of the Python layers go to the
@@ -22,3 +23,9 @@ from strideweave.carriers.extension import *  # noqa: F401,F403
 from strideweave.carriers.tiled_evictable import *  # noqa: F401,F403
 
 __version__ = _native.__version__
+
+# Let the engine finish its jobs before the interpreter finalizes (a worker calling back into
+# a finalizing interpreter is stopped there, which aborts the process). Registered after every
+# carrier module, so it runs before their exit handlers (atexit is last in, first out): no
+# FileBacked file is removed under a copy still writing it.
+_atexit.register(_native.engine_quiesce, 30.0, stop_logging=True)

@@ -34,7 +34,7 @@ _Key = Union[int, Sequence["_Key"]]
 
 __version__: str
 __all__ = ["__version__", "Shape", "Stride", "Layout", "HostStorage", "FileStorage", "dlpack_export",
-           "dlpack_device", "AwaitResult", "new_completion", "submit_python", "binary_f32", "copy_f32",
+           "dlpack_device", "AwaitResult", "new_completion", "submit_python", "engine_quiesce", "binary_f32", "copy_f32",
            "scale_f32", "scatter_add_f32", "sum_f32", "BlockDeviceHandle", "read_element", "write_element",
            "_TensorBase", "TransferProgress", "copy_span", "submit_span", "copy_layout", "submit_layout",
            "copy_spans", "submit_copy_spans", "copy_blocks", "submit_copy_blocks", "copy_buffer_to_host"]
@@ -219,6 +219,7 @@ class _TensorBase:
 _A = TypeVar("_A", bound=AwaitResult[Any])
 
 def new_completion(cls: type[_A]) -> _A: ...
+def engine_quiesce(timeout_seconds: float, stop_logging: bool = False) -> bool: ...
 def submit_python(handle: AwaitResult[Any] | None, job: Callable[[], Any]) -> None: ...
 
 _Then = Callable[[BaseException | None], Any]

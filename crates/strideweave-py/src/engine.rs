@@ -444,7 +444,30 @@ fn submit_python(handle: &Bound<'_, PyAny>, job: &Bound<'_, PyAny>) -> PyResult<
     Ok(())
 }
 
+/// Waits (GIL released) until the engine has no queued or running job, up to
+/// `timeout_seconds`; True when it got quiet. Registered with `atexit` by the package: a
+/// worker still finishing a job when the interpreter finalizes could call back into Python
+/// (a move's commit, a log record) and be stopped there by CPython, which aborts the process.
+/// With `stop_logging` (the exit hook), Rust log records are no longer forwarded to Python
+/// logging afterwards, since forwarding one means entering the interpreter.
+#[pyfunction]
+#[pyo3(signature = (timeout_seconds, stop_logging=false))]
+fn engine_quiesce(py: Python<'_>, timeout_seconds: f64, stop_logging: bool) -> PyResult<bool> {
+    if !(timeout_seconds.is_finite() && timeout_seconds >= 0.0) {
+        return Err(PyValueError::new_err(format!(
+            "timeout_seconds must be a finite non-negative number, got {timeout_seconds}"
+        )));
+    }
+    let timeout = Duration::from_secs_f64(timeout_seconds.min(3600.0));
+    let quiet = py.detach(|| engine::pool::quiesce(timeout));
+    if stop_logging {
+        log::set_max_level(log::LevelFilter::Off);
+    }
+    Ok(quiet)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(engine_quiesce, m)?)?;
     m.add_class::<AwaitResult>()?;
     m.add_function(wrap_pyfunction!(new_completion, m)?)?;
     m.add_function(wrap_pyfunction!(submit_python, m)?)?;

@@ -32,6 +32,8 @@ import stat
 import tempfile
 import threading
 
+from strideweave import _native
+
 __all__ = ["filebacked_directory"]
 
 _PREFIX = ".strideweave-filebacked-"
@@ -110,8 +112,10 @@ def _reclaim_dead(parent: pathlib.Path, here: tuple[str, int]) -> None:
 
 
 def _remove_if_creator(path: str, pid: int) -> None:
-    """The atexit hook: only the creating process removes its directory."""
+    """The atexit hook: only the creating process removes its directory, once the engine has
+    no copy still writing into it."""
     if os.getpid() == pid:
+        _native.engine_quiesce(30.0)
         shutil.rmtree(path, ignore_errors=True)
 
 

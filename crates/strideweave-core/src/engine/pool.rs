@@ -222,6 +222,30 @@ where
     submit_to(&ensure_started().wait, Box::new(job));
 }
 
+/// Waits until no job is queued or running on either lane, or `timeout` passes; true when
+/// the pool is quiet. Bindings call it as their host shuts down (Python's `atexit`), so no
+/// worker is still inside a job (which may call back into the host) when the host tears
+/// itself down. A pool never started, or one inherited from a parent, is quiet.
+pub fn quiesce(timeout: std::time::Duration) -> bool {
+    let Some(pool) = current_if_ours(std::process::id()) else {
+        return true;
+    };
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let quiet = [&pool.copy, &pool.wait].iter().all(|lane| {
+            let c = lane.counts.lock();
+            c.queued == 0 && c.idle == c.total
+        });
+        if quiet {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 /// A snapshot of the pool's counters: `(live threads, jobs completed)` over both lanes.
 pub fn stats() -> (usize, u64) {
     let p = ensure_started();

@@ -7,6 +7,7 @@ mod block;
 mod buffer_copy;
 mod dlpack;
 mod engine;
+mod jobs;
 mod kernels;
 mod layout;
 mod storage;

@@ -12,12 +12,14 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use parking_lot::RwLock;
-use pyo3::exceptions::{PyIndexError, PyMemoryError, PyOSError, PyOverflowError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyIndexError, PyMemoryError, PyOverflowError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyType};
 use strideweave_core::engine;
 use strideweave_core::storage::{ElemKind, FileStore, HostBuffer, Scalar};
+
+use crate::jobs::os_error;
 
 /// Released host buffers of at least this size are freed on an engine worker.
 const DEFERRED_FREE_BYTES: usize = 1 << 20;
@@ -132,20 +134,6 @@ fn decode_all<'py>(py: Python<'py>, kind: ElemKind, bytes: &[u8]) -> PyResult<Bo
         .map(|c| scalar_to_py(py, kind.decode(c)))
         .collect::<PyResult<Vec<_>>>()?;
     PyList::new(py, items)
-}
-
-/// OSError(errno, strerror) for an OS error, so Python picks the usual subclass and callers
-/// can test `e.errno` (ENOSPC = 28 on a full disk), as the bulk copy path reports it; PyO3's
-/// own conversion keeps only the text. Anything else is a plain OSError(message).
-pub fn os_error(err: std::io::Error) -> PyErr {
-    match err.raw_os_error() {
-        Some(code) => {
-            let text = std::io::Error::from_raw_os_error(code).to_string();
-            let strerror = text.split(" (os error").next().unwrap_or(&text).to_owned();
-            PyOSError::new_err((code, strerror))
-        }
-        None => PyOSError::new_err(err.to_string()),
-    }
 }
 
 fn released() -> PyErr {

@@ -17,16 +17,14 @@
 //! GIL released.
 
 use std::collections::HashMap;
-use std::io;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use strideweave_core::engine;
 use strideweave_core::storage::{ElemKind, FileStore, HostBuffer};
 use strideweave_core::tiles::{self, Block, BlockGeometry, Span, SpanError, Store};
 
+use crate::jobs::{os_error, run_blocking, submit_job, JobError};
 use crate::storage::{FileStorage, HostStorage};
 
 /// A storage's bytes, kept alive for the request.
@@ -76,59 +74,22 @@ impl Request {
         }
     }
 
-    /// Runs every span; panics become an error rather than unwinding into the engine.
-    fn run(&self) -> Result<(), Failure> {
+    /// Runs every span or block; an I/O error says how large the request was.
+    fn run(&self) -> Result<(), JobError> {
         let stores = self.stores();
         // SAFETY: `check` passed for these stores before the request was run; `held` keeps
         // every buffer and file alive; the carrier layer pins the tiles and claims the
         // destination it names, so no other thread writes these ranges meanwhile.
-        let run = || match &self.work {
+        let done = match &self.work {
             // SAFETY: as above.
             Work::Spans(spans) => unsafe { tiles::run_spans(&stores, self.elem, spans) },
             // SAFETY: as above.
             Work::Blocks(geo, blocks) => unsafe { tiles::run_blocks(&stores, self.elem, geo, blocks) },
         };
-        match catch_unwind(AssertUnwindSafe(run)) {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(Failure::Io(e)),
-            Err(p) => Err(Failure::Panic(
-                p.downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| p.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "panic".to_owned()),
-            )),
-        }
-    }
-}
-
-enum Failure {
-    Io(io::Error),
-    Panic(String),
-}
-
-impl Failure {
-    fn into_pyerr(self, py: Python<'_>, spans: usize) -> PyErr {
-        match self {
-            Failure::Io(err) => {
-                let e = os_error(err);
-                let _ = e.add_note(py, format!("while copying a request of {spans} spans or blocks between storages"));
-                e
-            }
-            Failure::Panic(msg) => PyRuntimeError::new_err(format!("internal error in a span copy job: {msg}")),
-        }
-    }
-}
-
-/// OSError(errno, strerror), so Python maps errno to the usual subclass (ENOSPC stays
-/// `OSError` with `.errno`); a plain message for errors without an errno.
-fn os_error(err: io::Error) -> PyErr {
-    match err.raw_os_error() {
-        Some(code) => {
-            let text = io::Error::from_raw_os_error(code).to_string();
-            let strerror = text.split(" (os error").next().unwrap_or(&text).to_owned();
-            PyOSError::new_err((code, strerror))
-        }
-        None => PyOSError::new_err(err.to_string()),
+        done.map_err(|err| JobError::Io {
+            err,
+            context: format!("while copying a request of {} spans or blocks between storages", self.len()),
+        })
     }
 }
 
@@ -240,35 +201,15 @@ fn parse_blocks(blocks: &Bound<'_, PyAny>, block_shape: &[i64], src_shape: &[i64
     interner.finish(Work::Blocks(geo, parsed))
 }
 
-fn run_blocking(py: Python<'_>, request: Request) -> PyResult<()> {
-    let n = request.len();
-    py.detach(|| request.run()).map_err(|f| f.into_pyerr(py, n))
+fn run_now(py: Python<'_>, request: Request) -> PyResult<()> {
+    run_blocking(py, move || request.run())
 }
 
 /// Queues the request as one engine job; `then(None)` or `then(exc)` runs afterwards with the
-/// GIL held on the worker. An exception from `then` goes to `sys.unraisablehook`.
+/// GIL held on the worker. The storages are dropped before Python learns of the outcome, so a
+/// commit that releases the old tiles frees their memory at once.
 fn submit(then: &Bound<'_, PyAny>, request: Request) -> PyResult<()> {
-    if !then.is_callable() {
-        return Err(PyTypeError::new_err("then must be callable"));
-    }
-    let then = then.clone().unbind();
-    engine::submit(move || {
-        let n = request.len();
-        let result = request.run();
-        // The storages are dropped before Python learns of the outcome, so a commit that
-        // releases the old tiles frees their memory at once.
-        drop(request);
-        Python::try_attach(move |py| {
-            let arg = match result {
-                Ok(()) => py.None(),
-                Err(f) => f.into_pyerr(py, n).into_value(py).into_any(),
-            };
-            if let Err(e) = then.call1(py, (arg,)) {
-                e.write_unraisable(py, Some(then.bind(py)));
-            }
-        });
-    });
-    Ok(())
+    submit_job(then, move || request.run())
 }
 
 /// Copies every `(src, src_slot, dst, dst_slot, count)` span, in order, with the GIL
@@ -276,7 +217,7 @@ fn submit(then: &Bound<'_, PyAny>, request: Request) -> PyResult<()> {
 #[pyfunction]
 fn copy_spans(py: Python<'_>, spans: &Bound<'_, PyAny>) -> PyResult<()> {
     let request = parse_spans(spans)?;
-    run_blocking(py, request)
+    run_now(py, request)
 }
 
 /// `copy_spans` as one engine job; then `then(None)` or `then(exc)`.
@@ -298,7 +239,7 @@ fn copy_blocks(
     dst_shape: Vec<i64>,
 ) -> PyResult<()> {
     let request = parse_blocks(blocks, &block_shape, &src_shape, &dst_shape)?;
-    run_blocking(py, request)
+    run_now(py, request)
 }
 
 /// `copy_blocks` as one engine job; then `then(None)` or `then(exc)`.

@@ -15,98 +15,16 @@
 //! of the move layer; this module only guarantees memory safety.
 
 use std::io;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use strideweave_core::copy;
-use strideweave_core::engine;
 use strideweave_core::storage::{ElemKind, FileStore, HostBuffer};
 
+use crate::jobs::{os_error, run_blocking, submit_job, JobError};
 use crate::storage::{FileStorage, HostStorage};
-
-// ---- errors carried from a worker back to Python ----
-
-/// Why a copy job failed, carried from the worker to the GIL-holding `then` call.
-enum JobError {
-    Io { err: io::Error, context: String },
-    Panic(String),
-}
-
-impl JobError {
-    fn into_pyerr(self, py: Python<'_>) -> PyErr {
-        match self {
-            JobError::Io { err, context } => {
-                let e = io_error(err);
-                // A note keeps OSError's (errno, strerror) shape intact while saying what failed.
-                let _ = e.add_note(py, context);
-                e
-            }
-            JobError::Panic(msg) => PyRuntimeError::new_err(format!("internal error in engine copy job: {msg}")),
-        }
-    }
-}
-
-/// OSError(errno, strerror) for OS errors, so Python maps errno to the usual subclass and
-/// callers can test `e.errno`; a plain OSError(message) for the rest (short file, …).
-pub fn io_error(err: io::Error) -> PyErr {
-    match err.raw_os_error() {
-        Some(code) => {
-            let text = io::Error::from_raw_os_error(code).to_string();
-            let strerror = text.split(" (os error").next().unwrap_or(&text).to_owned();
-            PyOSError::new_err((code, strerror))
-        }
-        None => PyOSError::new_err(err.to_string()),
-    }
-}
-
-fn run_guarded<F>(work: F) -> Result<(), JobError>
-where
-    F: FnOnce() -> Result<(), JobError>,
-{
-    match catch_unwind(AssertUnwindSafe(work)) {
-        Ok(r) => r,
-        Err(p) => Err(JobError::Panic(
-            p.downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "panic".to_owned()),
-        )),
-    }
-}
-
-fn run_blocking<F>(py: Python<'_>, work: F) -> PyResult<()>
-where
-    F: FnOnce() -> Result<(), JobError> + Send,
-{
-    py.detach(|| run_guarded(work)).map_err(|e| e.into_pyerr(py))
-}
-
-/// Queues `work` on the engine; afterwards calls `then(None)` or `then(exc)` with the GIL.
-fn submit_job<F>(then: &Bound<'_, PyAny>, work: F) -> PyResult<()>
-where
-    F: FnOnce() -> Result<(), JobError> + Send + 'static,
-{
-    if !then.is_callable() {
-        return Err(PyTypeError::new_err("then must be callable"));
-    }
-    let then = then.clone().unbind();
-    engine::submit(move || {
-        let result = run_guarded(work);
-        Python::try_attach(move |py| {
-            let arg = match result {
-                Ok(()) => py.None(),
-                Err(e) => e.into_pyerr(py).into_value(py).into_any(),
-            };
-            if let Err(e) = then.call1(py, (arg,)) {
-                e.write_unraisable(py, Some(then.bind(py)));
-            }
-        });
-    });
-    Ok(())
-}
 
 // ---- progress ----
 
@@ -181,7 +99,7 @@ impl Endpoint {
     fn len_bytes(&self) -> PyResult<u64> {
         match self {
             Endpoint::Host(b) => Ok(b.len() as u64),
-            Endpoint::File(f) => f.len_bytes().map_err(io_error),
+            Endpoint::File(f) => f.len_bytes().map_err(os_error),
         }
     }
 }

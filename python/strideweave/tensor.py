@@ -350,7 +350,8 @@ class Tensor(_native._TensorBase):
 
 def _numpy_dtype(dtype: DType) -> str | None:
     """The NumPy dtype of a copied Tensor; None lets NumPy infer one (Generic's objects)."""
-    return {DType.Float32: "float32", DType.Int32: "int32", DType.Bool: "bool"}.get(dtype)
+    names: dict[DType, str] = {DType.Float32: "float32", DType.Int32: "int32", DType.Bool: "bool"}
+    return names.get(dtype)
 
 
 def _has_slice(key: Any) -> bool:

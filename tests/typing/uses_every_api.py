@@ -4,7 +4,12 @@ their part is type-checked only). When a public name is added, use it here: the 
 cover its annotations as a user would meet them."""
 from __future__ import annotations
 
+import concurrent.futures
+import os
+import tempfile
 from typing import Any
+
+import numpy as np
 
 import strideweave as sw
 from strideweave import carriers
@@ -139,6 +144,44 @@ def tiles() -> None:
     assert compact.size() == 8 and tiled.grid_shape == (2, 2) and len(tiled.primary_tiles) == 4
 
 
+def arrays_and_handles() -> None:
+    t = sw.Tensor(sw.CPU(6), 0, sw.Layout(sw.Shape([2, 3]), sw.Stride([1, 2])))
+    shape: tuple[int, ...] = t.shape
+    ndim: int = t.ndim
+    array = np.asarray(t)
+    assert shape == (2, 3) and ndim == 2 and array.shape == shape
+    with sw.CPU(4) as carrier:
+        source = sw.Tensor(carrier, 0, sw.Layout(sw.Shape(4), sw.Stride(1)))
+        with sw.profile() as prof:
+            handle: sw.AwaitMove = sw.move_async(source, sw.CPU(4))
+            seen: list[sw.AwaitResult[sw.Tensor]] = []
+            handle.add_done_callback(seen.append)
+            moved: sw.Tensor = handle.wait(timeout=60.0)
+        error: BaseException | None = handle.exception(timeout=60.0)
+        future: concurrent.futures.Future[sw.Tensor] = handle.future()
+        done: int = handle.bytes_done
+        total: int = handle.bytes_total
+        assert error is None and future.result() is moved and done == total and seen == [handle]
+    with tempfile.TemporaryDirectory() as directory:
+        prof.export_chrome_trace(os.path.join(directory, "trace.json"))
+
+
+def ray_objects() -> int:
+    """Type-checked only (needs a running Ray; tests/test_ray_carrier.py runs it)."""
+    import ray
+
+    from strideweave.ray import (CpuToRayObjectMoveOperation, RayObjectCarrier, RayObjectLostError,
+                                 RayObjectToCpuMoveOperation)
+
+    ray.init(num_cpus=1)
+    on_ray = sw.move(sw.Tensor(sw.CPU(4), 0, sw.Layout(sw.Shape(4), sw.Stride(1))), RayObjectCarrier())
+    carrier = on_ray.carrier
+    assert isinstance(carrier, RayObjectCarrier) and carrier.is_sealed() and carrier.object_ref is not None
+    ops: tuple[type[sw.MoveOperation], ...] = (CpuToRayObjectMoveOperation, RayObjectToCpuMoveOperation)
+    assert issubclass(RayObjectLostError, RuntimeError) and len(ops) == 2
+    return carrier.size()
+
+
 def block_devices(path: str) -> float:
     """Type-checked only (needs a disposable block device)."""
     device = sw.BlockDevice(path)
@@ -165,6 +208,7 @@ def main() -> None:
     moves()
     definitions()
     tiles()
+    arrays_and_handles()
     namespaces()
 
 

@@ -12,7 +12,7 @@ Anything else, and every tier defined in Python, keeps the object-model path.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from strideweave import _native
 from strideweave.carriers._builtin import RustBackedCarrier
@@ -23,7 +23,8 @@ from strideweave.carriers.file_backed import FileBacked
 __all__: list[str] = []
 
 _STORAGES = (_native.HostStorage, _native.FileStorage)
-_FACTORIES = {CPU: (CPU.new_like, CPU.allocate_like), FileBacked: (FileBacked.new_like, FileBacked.allocate_like)}
+_FACTORIES: dict[type[RustBackedCarrier], tuple[Callable[..., Carrier], Callable[..., Carrier]]] = {
+    CPU: (CPU.new_like, CPU.allocate_like), FileBacked: (FileBacked.new_like, FileBacked.allocate_like)}
 
 
 _NATIVE_CLASSES: dict[type, bool] = {}
@@ -48,10 +49,10 @@ def native_storage(carrier: Carrier) -> Any:
 
 
 def tile_blocks(tiles: Sequence[Carrier], indices: Sequence[int], origins: Sequence[int],
-                destination: Any) -> list | None:
+                destination: Any) -> list[tuple[Any, int, Any, int]] | None:
     """`(tile storage, 0, destination, origin)` for each tile `tiles[i]`; None unless every
     tile is built-in."""
-    blocks = []
+    blocks: list[tuple[Any, int, Any, int]] = []
     for i, origin in zip(indices, origins):
         storage = native_storage(tiles[i])
         if storage is None:
@@ -60,7 +61,7 @@ def tile_blocks(tiles: Sequence[Carrier], indices: Sequence[int], origins: Seque
     return blocks
 
 
-def placement(per_axis: Sequence[Sequence[int]], grid: Sequence[int], tile_shape: Sequence[int]) -> tuple:
+def placement(per_axis: Sequence[Sequence[int]], grid: Sequence[int], tile_shape: Sequence[int]) -> tuple[list[int], list[int]]:
     """For the Cartesian product of `per_axis` (first mode fastest): each selected tile's
     index in `grid` and the slot of its first element in the dense compact array."""
     compact = [len(axis) * t for axis, t in zip(per_axis, tile_shape)]
@@ -110,7 +111,7 @@ def snapshot(tile: Carrier) -> Carrier | None:
     return copy
 
 
-def split(seed: Carrier, grid: Sequence[int], tile_shape: Sequence[int], tiles: list) -> bool:
+def split(seed: Carrier, grid: Sequence[int], tile_shape: Sequence[int], tiles: list[Carrier]) -> bool:
     """Split a built-in seeding tier into fresh tiles of its class, appended to `tiles`, with
     one Rust block copy: what `new_like` of each tile's values would give. False (nothing
     made) when the seed is not built-in."""

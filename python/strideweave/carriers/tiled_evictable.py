@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence, final
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence, cast, final
 
 from strideweave.carriers import tiled_bulk, tiled_residency
 from strideweave.carriers.base import Carrier, check_size_argument, not_a_carrier
@@ -48,6 +48,7 @@ for _public in (TileSet, TileSelection, AwaitProjection, AwaitResidency, TileSta
 
 # ===== the carrier ==============================================================================
 
+@final
 class TiledEvictable(Carrier):
     """Tiles of one logical array, each resident in the primary or the secondary tier.
 
@@ -117,7 +118,7 @@ class TiledEvictable(Carrier):
         self._tile_size = math.prod(tile)
         # Each tile's first slot in the logical array, by tile index (the route's gather).
         self._origins = tiled_bulk.placement([range(g) for g in grid], grid, tile)[1]
-        self._seed = primary if sizes[0] == full else secondary
+        self._seed: Carrier | None = primary if sizes[0] == full else secondary
         self._tiles: list[Carrier] | None = None
         self._where: list[str] = []
         self._pins: list[int] = []
@@ -129,7 +130,8 @@ class TiledEvictable(Carrier):
         ownership = self._ownership
         ownership.take(primary)
         ownership.take(secondary)
-        for t in self._tiles:
+        # The storage provider's allocate (run by Carrier.__init__, full > 0) built the tiles.
+        for t in cast("list[Carrier]", self._tiles):
             ownership.take(t)
         self._finalizer = weakref.finalize(self, ownership.disown_all)
 
@@ -318,7 +320,7 @@ def _provider_allocate(c: TiledEvictable, slots: int) -> None:
     """Construction: split the seeding tier into tiles (every tile lands in that tier)."""
     if slots != c._full:
         raise ValueError(f"TiledEvictable storage holds exactly its full size {c._full}, not {slots}")
-    seed = c._seed
+    seed = cast(Carrier, c._seed)  # set for the duration of __init__, which is what calls this
     location = PRIMARY if seed is c._primary else SECONDARY
     tiles: list[Carrier] = []
     try:
@@ -342,7 +344,7 @@ def _provider_release(c: TiledEvictable) -> None:
                                "projection is pending")
         ownership = c._ownership
         c._finalizer.detach()
-        carriers = [*c._tiles, c._primary, c._secondary]
+        carriers = [*cast("list[Carrier]", c._tiles), c._primary, c._secondary]
         ownership.disown_all()
         c._tiles = None
         for carrier in carriers:
@@ -354,7 +356,7 @@ def _provider_read(c: TiledEvictable, i: int) -> Any:
     # Under the lock a commit swaps tiles with: a reader never holds a tile that the commit
     # has just released.
     with c._state_lock:
-        return c._tiles[tile][k]
+        return cast("list[Carrier]", c._tiles)[tile][k]
 
 
 def _provider_write(c: TiledEvictable, i: int, v: Any) -> None:
@@ -363,7 +365,7 @@ def _provider_write(c: TiledEvictable, i: int, v: Any) -> None:
         if c._pins[tile]:
             raise RuntimeError(f"cannot write to tile {c._coordinate_of(tile)} of a TiledEvictable: "
                                "it is pinned by a pending residency request or projection")
-        c._tiles[tile]._sw_write_as_owner(c._ownership, k, v)
+        cast("list[Carrier]", c._tiles)[tile]._sw_write_as_owner(c._ownership, k, v)
     return None
 
 

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any, Iterable
+from typing import Any, Iterable, Protocol, cast
 
 from strideweave import _autograd, _native
 from strideweave.carriers import tiled_bulk
 from strideweave.carriers.base import Carrier, not_a_carrier
+from strideweave.carriers.dtype import DType
 from strideweave.carriers.extension import PreparedTransfer, Unsupported, is_definition_backed
 from strideweave.carriers.move import AwaitResult
 from strideweave.carriers.tiled_types import (PRIMARY, AwaitProjection, AwaitResidency, TileSelection,
@@ -124,7 +125,7 @@ def residency(c: Any, tiles: Any, target: str) -> AwaitResidency:
     return handle
 
 
-def _stage_native(c: Any, moving: list[int], prototype: Carrier, staged: dict, copies: list) -> None:
+def _stage_native(c: Any, moving: list[int], prototype: Carrier, staged: dict[int, Carrier], copies: list[Carrier]) -> None:
     """Allocate every fresh tile, then copy every moving tile into its fresh tile in one
     batched Rust copy (GIL released), reading the pinned current tiles in place. A tile whose
     storage turns out not to be built-in sends the whole request down the object-model path."""
@@ -143,7 +144,7 @@ def _stage_native(c: Any, moving: list[int], prototype: Carrier, staged: dict, c
     _native.copy_spans(spans)
 
 
-def _stage_moves(c: Any, moving: list[int], prototype: Carrier, staged: dict, copies: list) -> None:
+def _stage_moves(c: Any, moving: list[int], prototype: Carrier, staged: dict[int, Carrier], copies: list[Carrier]) -> None:
     """The object-model path: each tile's private copy moves into a fresh target-tier tile
     through a lowered move (§5 resolution, graph construction off)."""
     from strideweave.carriers.move import _lowered_move
@@ -164,7 +165,29 @@ class _ProjectionClaim:
     __slots__ = ()
 
 
-def check_projection(c: Any, tensor: Any, selection: Any, destination: Carrier | None) -> tuple:
+class _ProjectionSource(Protocol):
+    """What `check_projection` reads of the TiledEvictable (that module imports this one, so
+    it cannot be named here)."""
+
+    _logical: tuple[int, ...]
+    _grid: tuple[int, ...]
+    _tile: tuple[int, ...]
+    _primary: Carrier
+
+    def _check_live(self, action: str) -> None: ...
+
+    def _is_full(self, tensor: Any) -> bool: ...
+
+    def dtype(self) -> DType: ...
+
+
+class _Growable(Protocol):
+    """An empty destination that grows in place (FileBacked, RayObjectCarrier)."""
+
+    def _allocate(self, size: int) -> None: ...
+
+
+def check_projection(c: _ProjectionSource, tensor: Any, selection: Any, destination: Carrier | None) -> tuple[TileSelection, tuple[int, ...], bool]:
     """Projection argument checks in the specified order; returns (selection, compact shape,
     whether an empty destination must grow)."""
     from strideweave.tensor import Tensor
@@ -223,14 +246,14 @@ def project(c: Any, tensor: Any, selection: Any, destination: Carrier | None) ->
         _pin(c, selected)
     owned_destination = destination is None
     try:
-        if owned_destination:
+        if destination is None:  # = owned_destination, tested on the variable so it narrows
             destination = c._primary.allocate_like(total, mutable=True, empty=True)
         elif grow:
             if is_definition_backed(destination):
                 from strideweave.carriers.extension import allocate_destination
                 allocate_destination(destination, total)
-            else:
-                destination._allocate(total)
+            else:  # check_projection grows only a destination that has `_allocate`
+                cast(_Growable, destination)._allocate(total)
         handle = _native.new_completion(AwaitProjection)
     except BaseException:
         _unpin(c, selected)
@@ -281,7 +304,7 @@ def project(c: Any, tensor: Any, selection: Any, destination: Carrier | None) ->
     return handle
 
 
-def _native_blocks(c: Any, selection: TileSelection, destination: Carrier) -> list | None:
+def _native_blocks(c: Any, selection: TileSelection, destination: Carrier) -> list[tuple[Any, int, Any, int]] | None:
     """One `(tile storage, 0, destination storage, origin)` block per selected tile, each
     placed at its block of the compact array; None unless every end is built-in."""
     dst = tiled_bulk.native_storage(destination)

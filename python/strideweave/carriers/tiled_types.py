@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 from strideweave.carriers.base import Carrier
 from strideweave.carriers.move import AwaitResult
+
+if TYPE_CHECKING:  # annotations only: the projection's result type
+    from strideweave.tensor import Tensor
 
 __all__ = ["TileSet", "TileSelection", "AwaitProjection", "AwaitResidency", "TileState"]
 
@@ -31,6 +34,12 @@ def _consume_ints(values: Any, what: str) -> tuple[int, ...]:
     except TypeError:
         raise TypeError(f"{what} must be an iterable of ints, not {type(values).__name__}") from None
     return tuple(_component(v, f"{what}[{k}]") for k, v in enumerate(items))
+
+
+def _added(seen: set[tuple[int, ...]], coordinate: tuple[int, ...]) -> bool:
+    """Add `coordinate` to `seen`; False, so a generator can record and test in one pass."""
+    seen.add(coordinate)
+    return False
 
 
 class _Immutable:
@@ -53,6 +62,7 @@ class TileSet(_Immutable):
     """
 
     __slots__ = ("_coordinates",)
+    _coordinates: tuple[tuple[int, ...], ...]
 
     def __init__(self, coordinates: Iterable[Sequence[int]] = ()) -> None:
         try:
@@ -70,8 +80,8 @@ class TileSet(_Immutable):
             if any(v < 0 for v in c):
                 raise ValueError(f"tile coordinate {c} has a negative component")
         if len(set(coords)) != len(coords):
-            seen: set = set()
-            duplicate = next(c for c in coords if c in seen or seen.add(c))
+            seen: set[tuple[int, ...]] = set()
+            duplicate = next(c for c in coords if c in seen or _added(seen, c))
             raise ValueError(f"tile coordinate {duplicate} appears more than once")
         object.__setattr__(self, "_coordinates", tuple(sorted(coords, key=lambda c: c[::-1])))
 
@@ -88,7 +98,7 @@ class TileSet(_Immutable):
     def __len__(self) -> int:
         return len(self._coordinates)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[tuple[int, ...]]:
         return iter(self._coordinates)
 
     def __contains__(self, coordinate: Any) -> bool:
@@ -114,6 +124,7 @@ class TileSelection(_Immutable):
     """
 
     __slots__ = ("_per_axis",)
+    _per_axis: tuple[tuple[int, ...], ...]
 
     def __init__(self, per_axis: Iterable[Iterable[int]]) -> None:
         try:
@@ -173,14 +184,14 @@ class TileSelection(_Immutable):
         return f"TileSelection({[list(a) for a in self._per_axis]!r})"
 
 
-class AwaitResidency(AwaitResult):
+class AwaitResidency(AwaitResult[None]):
     """Completion handle of a residency request; `wait()` returns None or raises the first
     transfer failure. Only the framework creates these."""
 
     __slots__ = ()
 
 
-class AwaitProjection(AwaitResult):
+class AwaitProjection(AwaitResult["Tensor"]):
     """Completion handle of a projection; `wait()` returns the compact Tensor (the same
     object every time) or raises the gather's failure. Only the framework creates these."""
 
@@ -192,6 +203,9 @@ class TileState(_Immutable):
     request pins it."""
 
     __slots__ = ("coordinate", "location", "pinned")
+    coordinate: tuple[int, ...]
+    location: str
+    pinned: bool
 
     def __init__(self, coordinate: tuple[int, ...], location: str, pinned: bool) -> None:
         object.__setattr__(self, "coordinate", coordinate)

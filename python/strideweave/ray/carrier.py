@@ -27,7 +27,7 @@ __all__ = ["RayObjectCarrier", "RayObjectLostError"]
 
 PAYLOAD_TAG = "strideweave.RayObjectCarrier/1"
 RAY_DTYPES = (DType.Float32, DType.Int32)
-NUMPY_DTYPE = {DType.Float32: np.dtype(np.float32), DType.Int32: np.dtype(np.int32)}
+NUMPY_DTYPE: dict[DType, np.dtype[Any]] = {DType.Float32: np.dtype(np.float32), DType.Int32: np.dtype(np.int32)}
 
 
 class RayObjectLostError(RuntimeError):
@@ -127,7 +127,7 @@ class RayObjectCarrier(Carrier):
     def _release(self) -> None:
         self._drop_object()
 
-    def dlpack_info(self) -> dict:
+    def dlpack_info(self) -> dict[str, Any]:
         """A read-only (the carrier is immutable) CPU view of the local object-store buffer;
         pointer 0 once released, which DLPack refuses."""
         if self._sw_released or self._ref is None:
@@ -165,7 +165,7 @@ class RayObjectCarrier(Carrier):
         return type(self)._sw_from_ref(put_payload(np.zeros(n, NUMPY_DTYPE[dtype]), dtype), dtype, n)
 
     # ----- pickling: only the reference and metadata travel -------------------------------
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         if self._sw_released:
             raise RuntimeError(f"cannot pickle a released {type(self).__name__}")
         if self._ref is None:
@@ -204,7 +204,7 @@ class RayObjectCarrier(Carrier):
                 self._array = None
 
 
-def _rebuild_carrier(cls: type, ref: Any, dtype: DType, slots: int) -> RayObjectCarrier:
+def _rebuild_carrier(cls: type[RayObjectCarrier], ref: Any, dtype: DType, slots: int) -> RayObjectCarrier:
     return cls._sw_from_ref(ref, dtype, slots)
 
 

@@ -14,6 +14,8 @@ profiling events, publish or undo — is the ordinary move path of `carriers/mov
 """
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from strideweave import _native
@@ -30,26 +32,27 @@ __all__ = ["CpuToRayObjectMoveOperation", "RayObjectToCpuMoveOperation"]
 class CpuToRayObjectMoveOperation(WorkerMove):
     """Bulk CPU -> RayObjectCarrier (Float32, Int32): one `ray.put` of the cosize span."""
 
-    source_class = CPU
-    destination_class = RayObjectCarrier
+    source_class: type[Carrier] | None = CPU
+    destination_class: type[Carrier] | None = RayObjectCarrier
     _sw_runs_on_worker = True
 
     def _copy(self, tensor: Tensor, destination: Carrier, output: Tensor, element_count: int) -> None:
         # A zero-copy NumPy view of the span through the CPU carrier's own DLPack export.
         span = Tensor(tensor.carrier, tensor.offset, Layout(Shape(element_count), Stride(1)))
         view = np.from_dlpack(span)
-        destination._sw_seal(view)
+        # destination_class guarantees the class; the cast only tells the type checker.
+        cast(RayObjectCarrier, destination)._sw_seal(view)
 
 
 class RayObjectToCpuMoveOperation(WorkerMove):
     """Bulk RayObjectCarrier -> CPU (Float32, Int32): fetch through Ray, one native copy."""
 
-    source_class = RayObjectCarrier
-    destination_class = CPU
+    source_class: type[Carrier] | None = RayObjectCarrier
+    destination_class: type[Carrier] | None = CPU
     _sw_runs_on_worker = True
 
     def _copy(self, tensor: Tensor, destination: Carrier, output: Tensor, element_count: int) -> None:
-        array = tensor.carrier._sw_local_array()
+        array = cast(RayObjectCarrier, tensor.carrier)._sw_local_array()
         size = NUMPY_DTYPE[tensor.dtype()].itemsize
         _native.copy_buffer_to_host(array, tensor.offset * size, destination._sw_storage(), 0,
                                     element_count * size)

@@ -5,7 +5,7 @@
 One round of each, interleaved so both see the same machine load and page-cache state:
   evict+promote   Evictable(CPU primary, FileBacked secondary): evict() writes the values to
                   a fresh file, promote() reads them into fresh CPU memory (each transition is
-                  one lowered move: a positioned transfer on an engine thread)
+                  one move between tiers: a positioned transfer on an engine thread)
   tofile+fromfile ndarray.tofile(path) then np.fromfile(path), then unlinking the file (the
                   Evictable's promote deletes its file too), same bytes, same directory
 Reported: best and median seconds per round and the throughput ratio

@@ -1,5 +1,5 @@
 """Evictable (tensor-and-carriers.md §3.2) and its rows of interop-movement.md: construction
-checks in order with nothing owned on failure, promoted/evicted access, lowered transitions
+checks in order with nothing owned on failure, promoted/evicted access, transitions as moves between tiers
 that keep the version and are failure-atomic and retryable (failures injected during evict
 and during promote), release, GC disowning, factories, DLPack refusal in both residencies,
 and owned tiers that export read-only and cannot be moved, released or written through.
@@ -314,7 +314,7 @@ def test_round_trips_keep_values_and_version_for_int32_and_generic_tiers():
     assert values(g) == ["a", ("b",), None] and g.version == 0
 
 
-def test_transitions_are_lowered_no_autograd_node_and_no_profiling(monkeypatch):
+def test_transitions_are_moves_between_tiers_with_no_autograd_node_and_no_profiling(monkeypatch):
     recorded = []
     real = _autograd.record_inputs
     monkeypatch.setattr(_autograd, "record_inputs", lambda *a: recorded.append(a) or real(*a))
@@ -338,7 +338,7 @@ def test_transitions_on_released_or_owned_evictable_raise():
         with pytest.raises(RuntimeError, match="owned"):
             transition()
     assert not ev.is_evicted()
-    outer.evict()  # the owner moves it (lowered): reads through the promoted inner Evictable
+    outer.evict()  # the owner moves it (a move between tiers): reads through the promoted inner Evictable
     assert outer.secondary[0] == 1.0 and ev.is_released()
     outer.release()
     other = sw.Evictable(cpu([1.0]), filebacked())

@@ -146,7 +146,7 @@ def test_projection_into_a_file_backed_destination_reads_cpu_tiles_in_place():
 
 
 def test_a_python_storage_tier_keeps_the_object_model_path():
-    """Generic keeps its slots in Python: its tile moves run through the lowered moves and
+    """Generic keeps its slots in Python: its tile moves run through moves between tiers and
     hooks, while the CPU side's private copies are made in Rust."""
     data = random_logical((6, 4), F32, seed=2)
     te = TiledEvictable(seeded(sw.CPU, data, F32), sw.Generic([], dtype=F32), (3, 2), (2, 2))

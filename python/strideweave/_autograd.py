@@ -90,15 +90,11 @@ class no_grad:
 
 
 def recording_disabled() -> no_grad:
-    """Internal alias used by the framework (node backward, lowered moves)."""
+    """Internal alias used by the framework (node backward, moves between tiers)."""
     return no_grad()
 
 
 # ===== layout terms ===============================================================================
-def canonical(shape: Shape) -> Layout:
-    return Layout.canonical(shape)
-
-
 _UNIT = None
 
 
@@ -460,11 +456,6 @@ def attach_result(node: Operation, result: Any, recorded: bool) -> None:
         result._autograd_ctx = node
     else:
         node._sw_clear()
-
-
-def attach_node(node: Operation, inputs: Iterable[Any], result: Any) -> None:
-    """`record_inputs` then `attach_result`, for a node whose forward ran elsewhere."""
-    attach_result(node, result, record_inputs(node, inputs))
 
 
 # ===== Tensor surface ==============================================================================

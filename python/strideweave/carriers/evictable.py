@@ -2,7 +2,7 @@
 (tensor-and-carriers.md §3.2).
 
 The values live in exactly one tier at a time. `evict()` moves them to the secondary and
-`promote()` back, each as one lowered move (`move._lowered_move`: the ordinary route and
+`promote()` back, each as one move between tiers (`move._move_between_tiers`: the ordinary route and
 transfer, no autograd node, no profiling) of a flat canonical tensor over the whole tier, so
 a transition costs what a public move between the two tier classes costs and uses the same
 bulk routes (CPU ↔ FileBacked is one positioned transfer on an engine thread).
@@ -233,7 +233,7 @@ class Evictable(Carrier):
             self._sw_check_unclaimed(action)
             if self._evicted == evict:
                 return None
-            from strideweave.carriers.move import _lowered_move
+            from strideweave.carriers.move import _move_between_tiers
             source = self._primary if evict else self._secondary
             target = self._secondary if evict else self._primary
             size = self._size
@@ -249,7 +249,7 @@ class Evictable(Carrier):
                 destination = target
             self._sw_claim = _TransitionClaim()
             try:
-                _lowered_move(_flat_tensor(source, size), destination)
+                _move_between_tiers(_flat_tensor(source, size), destination)
             except BaseException:
                 if fresh is not None:
                     self._ownership.drop(fresh)

@@ -356,11 +356,11 @@ _definitions: "weakref.WeakKeyDictionary[type, CarrierDefinition]" = weakref.Wea
 _sealed: "weakref.WeakSet[type]" = weakref.WeakSet()
 
 _SHIPPED = (("strideweave.carriers.generic", "Generic"), ("strideweave.carriers.cpu", "CPU"),
-            ("strideweave.carriers.metal", "Metal"),
             ("strideweave.carriers.file_backed", "FileBacked"),
             ("strideweave.carriers.block_device", "BlockDeviceCarrier"),
             ("strideweave.carriers.evictable", "Evictable"),
-            ("strideweave.carriers.tiled_evictable", "TiledEvictable"))
+            ("strideweave.carriers.tiled_evictable", "TiledEvictable"),
+            ("strideweave.ray.carrier", "RayObjectCarrier"))
 
 
 def _is_shipped(cls: type) -> bool:

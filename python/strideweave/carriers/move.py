@@ -434,10 +434,10 @@ class _MoveRequest:
     write it (from submit until its completion reports done)."""
 
     __slots__ = ("tensor", "source", "destination", "layout", "cosize", "handle", "node", "recorded",
-                 "token", "grown", "lowered", "committed", "output", "prepared", "open_destination",
+                 "token", "grown", "between_tiers", "committed", "output", "prepared", "open_destination",
                  "__weakref__")
 
-    def __init__(self, tensor: Tensor, destination: Carrier, lowered: bool) -> None:
+    def __init__(self, tensor: Tensor, destination: Carrier, between_tiers: bool) -> None:
         self.tensor = tensor
         self.source = tensor.carrier
         self.destination = destination
@@ -450,7 +450,7 @@ class _MoveRequest:
         self.recorded = False
         self.token: profiler._MoveToken | None = None
         self.grown = False
-        self.lowered = lowered
+        self.between_tiers = between_tiers
         self.committed = False
         self.output: Any = None  # the result Tensor, bound before the transfer is submitted
         self.prepared: Any = None
@@ -462,7 +462,7 @@ def _slot_bytes(dtype: Any) -> int:
     return bits // 8 if isinstance(bits, int) and bits > 0 else 8
 
 
-def _validate(tensor: Any, destination: Any, lowered: bool) -> None:
+def _validate(tensor: Any, destination: Any, between_tiers: bool) -> None:
     """The validation table of interop-movement.md, in order, before any effect."""
     if isinstance(tensor, Tensor) and len(tensor.subtensors) != 1:
         raise NotImplementedError("move is not implemented for a multi-subtensor Tensor")
@@ -471,7 +471,7 @@ def _validate(tensor: Any, destination: Any, lowered: bool) -> None:
     source = tensor.carrier
     if source.is_released():
         raise RuntimeError(f"the source {type(source).__name__} carrier is released")
-    if source.is_owned() and not lowered:
+    if source.is_owned() and not between_tiers:
         raise RuntimeError(f"the source {type(source).__name__} carrier is owned by "
                            f"{type(source._sw_owner).__name__} and cannot be moved directly")
     source._sw_check_unclaimed("move")
@@ -481,7 +481,7 @@ def _validate(tensor: Any, destination: Any, lowered: bool) -> None:
         raise ValueError("destination must be a different carrier from the tensor's own carrier")
     if destination.is_released():
         raise RuntimeError(f"the destination {type(destination).__name__} carrier is released")
-    mutable = destination._is_mutable() if lowered else destination.is_mutable()
+    mutable = destination._is_mutable() if between_tiers else destination.is_mutable()
     if not mutable:
         raise RuntimeError(f"the destination {type(destination).__name__} carrier is not publicly mutable")
     destination._sw_check_unclaimed("move into")
@@ -500,14 +500,14 @@ def _check_pins(operation_class: type[MoveOperation], source: Carrier, destinati
                         f"carrier, not {type(destination).__name__}")
 
 
-def _initiate(tensor: Any, destination: Any, *, lowered: bool = False, route: _Route | None = None,
+def _initiate(tensor: Any, destination: Any, *, between_tiers: bool = False, route: _Route | None = None,
               operation: MoveOperation | None = None, attach: bool = True) -> _MoveRequest:
     """Validate, resolve, claim, size and submit one move. Errors before submission raise
     here; errors after it become the handle's terminal failure."""
     # A sequence in either position fails the table's own rows (not a Tensor / not a Carrier).
-    _validate(tensor, destination, lowered)
+    _validate(tensor, destination, between_tiers)
     source = tensor.carrier
-    recording = attach and not lowered and _autograd.is_grad_enabled() and tensor.is_differentiable()
+    recording = attach and not between_tiers and _autograd.is_grad_enabled() and tensor.is_differentiable()
     reverse = _lookup_route(type(destination), type(source)) if recording else None
     if route is None:
         route = (_lookup_route(type(source), type(destination)) if operation is None
@@ -532,7 +532,7 @@ def _initiate(tensor: Any, destination: Any, *, lowered: bool = False, route: _R
         prepared = extension.prepare_route(route.decision, tensor, destination)
         if prepared is None:
             route = _Route(ElementwiseMoveOperation)
-    request = _MoveRequest(tensor, destination, lowered)
+    request = _MoveRequest(tensor, destination, between_tiers)
     if operation is not None:
         op = operation
     elif route.operation_class is not None:
@@ -544,7 +544,7 @@ def _initiate(tensor: Any, destination: Any, *, lowered: bool = False, route: _R
     # The claims are checked and taken in one step: of two racing requests (or a request and
     # a release) exactly one gets past here, and the other raises RuntimeError.
     take_claims(request, ((source, "source", "move"), (destination, "destination", "move into")))
-    if not lowered:
+    if not between_tiers:
         try:
             request.token = profiler._move_submit_begin(type(source), type(destination), implementation)
         except BaseException:
@@ -574,7 +574,7 @@ def _initiate(tensor: Any, destination: Any, *, lowered: bool = False, route: _R
         _submit(request, op, prepared)
     except BaseException as exc:  # noqa: BLE001 - past the claims, every failure is terminal
         _commit(request, exc)
-    if not lowered:
+    if not between_tiers:
         profiler._move_submit_end(request.token, request.handle)
     return request
 
@@ -683,7 +683,7 @@ def _publish_and_release(request: _MoveRequest) -> None:
     # the source in between and make this release fail.
     saved, ACTIVE_CLAIM.request = ACTIVE_CLAIM.request, request
     try:
-        if request.lowered and source._sw_owner is not None:
+        if request.between_tiers and source._sw_owner is not None:
             owner, source._sw_owner = source._sw_owner, None
             try:
                 source.release()
@@ -710,7 +710,7 @@ def move(tensor: Tensor, destination: Carrier) -> Tensor:
     return move_async(tensor, destination).wait()
 
 
-def _lowered_move(tensor: Tensor, destination: Carrier) -> Tensor:
+def _move_between_tiers(tensor: Tensor, destination: Carrier) -> Tensor:
     """Framework-internal move for composite carriers (Evictable residency transitions): the
     same route and transfer, no autograd node, no profiling, ownership handled by the owner."""
-    return _initiate(tensor, destination, lowered=True).handle.wait()
+    return _initiate(tensor, destination, between_tiers=True).handle.wait()

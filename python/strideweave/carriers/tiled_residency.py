@@ -4,7 +4,7 @@ and the "tiled.to_cpu" transfer. `tiled_evictable.py` validates the carrier and 
 Every request pins the tiles it covers (writes to them and conflicting requests raise
 RuntimeError) and runs as one job on the engine. Between built-in tiers (`tiled_bulk`) that
 job is one batched span copy in Rust with the GIL released; otherwise each tile goes through
-the object model (§5 route resolution, lowered moves, `_sw_fill`), exactly as a Python tier
+the object model (§5 route resolution, moves between tiers, `_sw_fill`), exactly as a Python tier
 expects. Either way a residency request commits every tile swap at once under the carrier's
 lock, and any failure releases what was staged and changes nothing.
 
@@ -46,7 +46,7 @@ def _unpin(c: Any, indices: Iterable[int]) -> None:
 
 
 def _private_copy(tile: Carrier) -> Carrier:
-    """A dense copy of `tile` of the same class, so the lowered move (which releases its
+    """A dense copy of `tile` of the same class, so the move between tiers (which releases its
     source) leaves the current tile readable until commit: in Rust for a built-in tile,
     through the tile's hooks otherwise."""
     copy = tiled_bulk.snapshot(tile)
@@ -146,15 +146,15 @@ def _stage_native(c: Any, moving: list[int], prototype: Carrier, staged: dict[in
 
 def _stage_moves(c: Any, moving: list[int], prototype: Carrier, staged: dict[int, Carrier], copies: list[Carrier]) -> None:
     """The object-model path: each tile's private copy moves into a fresh target-tier tile
-    through a lowered move (§5 resolution, graph construction off)."""
-    from strideweave.carriers.move import _lowered_move
+    through a move between tiers (§5 resolution, graph construction off)."""
+    from strideweave.carriers.move import _move_between_tiers
     with _autograd.no_grad():
         for i in moving:
             copy = _private_copy(c._tiles[i])
             copies.append(copy)
             fresh = prototype.allocate_like(c._tile_size, mutable=True, empty=True)
             staged[i] = fresh
-            _lowered_move(_flat(copy, c._tile_size), fresh)
+            _move_between_tiers(_flat(copy, c._tile_size), fresh)
 
 
 # ===== projection ================================================================================

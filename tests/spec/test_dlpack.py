@@ -606,7 +606,7 @@ def test_finalization_with_outstanding_capsules_is_safe():
         threading.Thread(target=late, daemon=True).start()
         del t
         print("ok")
-    """).format(tests=str(__import__("pathlib").Path(__file__).parent))
+    """).format(tests=str(__import__("pathlib").Path(__file__).parents[1]))
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"

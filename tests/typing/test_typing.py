@@ -7,7 +7,7 @@ import runpy
 import strideweave
 from strideweave import carriers
 
-SCRIPT = pathlib.Path(__file__).parent / "typing" / "uses_every_api.py"
+SCRIPT = pathlib.Path(__file__).parent / "uses_every_api.py"
 CARRIER_MODULES = ("dtype", "base", "generic", "cpu", "file_backed", "block_device", "evictable")
 
 

@@ -69,7 +69,7 @@ def test_the_progress_bar_example_runs():
     import pathlib
     import subprocess
     import sys
-    script = pathlib.Path(__file__).parents[1] / "examples" / "progress_bar.py"
+    script = pathlib.Path(__file__).parents[2] / "examples" / "progress_bar.py"
     result = subprocess.run([sys.executable, str(script), "32"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "moved 32 MiB" in result.stdout

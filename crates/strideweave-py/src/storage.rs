@@ -426,9 +426,17 @@ impl FileStorage {
         let taken = self.store.write().take();
         if let Some(store) = taken {
             py.detach(|| store.unlink()).map_err(os_error)?;
-            // The last close of an unlinked file frees its cached pages, a millisecond per 16
-            // MiB that nobody needs to wait for: the name is gone and the carrier released.
-            engine::submit(move || drop(store));
+            // The last close of an unlinked file frees its blocks and cached pages. For a large
+            // file that is a millisecond per 16 MiB nobody needs to wait for, so it happens on
+            // a worker; a small one is closed here, so its space is free when release returns
+            // (a caller that releases to make room can use the room at once). A running copy
+            // may still hold the file, and then the last of them closes it.
+            let small = store.len_bytes().map_or(true, |n| n < DEFERRED_FREE_BYTES as u64);
+            if small {
+                py.detach(|| drop(store));
+            } else {
+                engine::submit(move || drop(store));
+            }
         }
         Ok(())
     }

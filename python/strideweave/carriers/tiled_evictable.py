@@ -242,7 +242,9 @@ class TiledEvictable(Carrier):
         return self._tile_set(SECONDARY)
 
     def _check_live(self, action: str) -> None:
-        if self._sw_released:
+        # `_tiles` goes to None under the state lock while a release runs, before the
+        # released flag is set: checked under that lock, this sees a release in progress.
+        if self._sw_released or self._tiles is None:
             raise RuntimeError(f"cannot {action} a released TiledEvictable")
 
     def dlpack_info(self) -> dict[str, Any]:

@@ -73,6 +73,7 @@ def residency(c: Any, tiles: Any, target: str) -> AwaitResidency:
     requested = [c._coordinate_index(coord) for coord in tiles.coordinates]
     handle = _native.new_completion(AwaitResidency)
     with c._state_lock:
+        c._check_live(action)  # again, atomically with the pins: a release may have run since
         pinned = [i for i in requested if c._pins[i]]
         if pinned:
             raise RuntimeError(f"cannot {action} a TiledEvictable: tile {c._coordinate_of(pinned[0])} "

@@ -96,6 +96,20 @@ impl Endpoint {
         )))
     }
 
+    /// Both ends of a copy and their one element kind (TypeError when they differ).
+    fn resolve_pair(src: &Bound<'_, PyAny>, dst: &Bound<'_, PyAny>) -> PyResult<((Self, Self), ElemKind)> {
+        let (src, src_kind) = Endpoint::resolve("src", src)?;
+        let (dst, dst_kind) = Endpoint::resolve("dst", dst)?;
+        if src_kind != dst_kind {
+            return Err(PyTypeError::new_err(format!(
+                "src holds {} slots but dst holds {} slots",
+                src_kind.name(),
+                dst_kind.name()
+            )));
+        }
+        Ok(((src, dst), src_kind))
+    }
+
     fn len_bytes(&self) -> PyResult<u64> {
         match self {
             Endpoint::Host(b) => Ok(b.len() as u64),
@@ -129,16 +143,8 @@ impl SpanJob {
         dst_slot: i64,
         count: i64,
     ) -> PyResult<Self> {
-        let (src, src_kind) = Endpoint::resolve("src", src)?;
-        let (dst, dst_kind) = Endpoint::resolve("dst", dst)?;
-        if src_kind != dst_kind {
-            return Err(PyTypeError::new_err(format!(
-                "src holds {} slots but dst holds {} slots",
-                src_kind.name(),
-                dst_kind.name()
-            )));
-        }
-        let size = src_kind.size() as u64;
+        let ((src, dst), kind) = Endpoint::resolve_pair(src, dst)?;
+        let size = kind.size() as u64;
         let count = non_negative("count", count)?;
         let mut bytes = [0u64; 2];
         for (i, (name, slot, end, storage)) in
@@ -240,22 +246,13 @@ impl LayoutJob {
         extents: Vec<i64>,
         strides: Vec<i64>,
     ) -> PyResult<Self> {
-        let host = |name: &str, obj: &Bound<'_, PyAny>| -> PyResult<(Arc<HostBuffer>, ElemKind)> {
-            match Endpoint::resolve(name, obj)? {
-                (Endpoint::Host(b), kind) => Ok((b, kind)),
-                _ => Err(PyTypeError::new_err(format!("{name} must be a HostStorage"))),
-            }
+        let ((src, dst), kind) = Endpoint::resolve_pair(src, dst)?;
+        let host = |name: &str, end: Endpoint| match end {
+            Endpoint::Host(b) => Ok(b),
+            Endpoint::File(_) => Err(PyTypeError::new_err(format!("{name} must be a HostStorage"))),
         };
-        let (src, src_kind) = host("src", src)?;
-        let (dst, dst_kind) = host("dst", dst)?;
-        if src_kind != dst_kind {
-            return Err(PyTypeError::new_err(format!(
-                "src holds {} slots but dst holds {} slots",
-                src_kind.name(),
-                dst_kind.name()
-            )));
-        }
-        let elem_size = src_kind.size();
+        let (src, dst) = (host("src", src)?, host("dst", dst)?);
+        let elem_size = kind.size();
         let range = copy::addressed_range(&extents, &strides).map_err(|e| PyValueError::new_err(e.to_string()))?;
         if let Some((lo, hi)) = range {
             for (name, offset, buffer) in [("src_offset", src_offset, &src), ("dst_offset", dst_offset, &dst)] {

@@ -1,5 +1,5 @@
 """A typed user script touching the public API, checked by `make typecheck` with
-`mypy --strict` and pyright, and run by tests/typing/test_typing.py (block devices need a device, so
+`mypy --strict` and pyright, and run by tests/internal/test_typing_surface.py (block devices need a device, so
 their part is type-checked only). When a public name is added, use it here: the checks then
 cover its annotations as a user would meet them."""
 from __future__ import annotations

@@ -7,16 +7,16 @@ import runpy
 import strideweave
 from strideweave import carriers
 
-SCRIPT = pathlib.Path(__file__).parent / "uses_every_api.py"
+SCRIPT = pathlib.Path(__file__).parents[1] / "typing" / "uses_every_api.py"
 CARRIER_MODULES = ("dtype", "base", "generic", "cpu", "file_backed", "block_device", "evictable")
 
 
-def test_the_typed_user_script_runs():
+def test_the_typed_user_script_runs() -> None:
     namespace = runpy.run_path(str(SCRIPT))
     namespace["main"]()
 
 
-def test_carriers_all_is_the_union_of_its_submodules():
+def test_carriers_all_is_the_union_of_its_submodules() -> None:
     expected = []
     for name in CARRIER_MODULES:
         expected.extend(importlib.import_module(f"strideweave.carriers.{name}").__all__)
@@ -26,14 +26,14 @@ def test_carriers_all_is_the_union_of_its_submodules():
         assert getattr(strideweave, name) is getattr(carriers, name)
 
 
-def test_sum_and_dtype_members_are_public():
+def test_sum_and_dtype_members_are_public() -> None:
     assert strideweave.sum is strideweave.friendly.sum
     for name in ("Any", "Floating", "Integer", "Float32", "Float64", "Int32", "Bool", "E2M1", "E8M0", "MXFP4"):
         assert name in strideweave.DType.__annotations__
         assert getattr(strideweave.DType, name) is strideweave.DType.from_name(name)
 
 
-def test_stubs_exist_only_for_compiled_modules():
+def test_stubs_exist_only_for_compiled_modules() -> None:
     # A .pyi beside a .py hides the source from type checkers; annotate the .py instead.
     package = pathlib.Path(strideweave.__file__).parent
     for stub in package.rglob("*.pyi"):
@@ -41,7 +41,7 @@ def test_stubs_exist_only_for_compiled_modules():
         assert list(stub.parent.glob(f"{stub.stem}.*.so")), f"{stub.name} has no compiled module"
 
 
-def test_the_typed_script_uses_every_public_name():
+def test_the_typed_script_uses_every_public_name() -> None:
     # Public = exported at the top level, minus the submodules. A name missing here is a name
     # whose annotations no type checker sees from a user's side: use it in uses_every_api.py.
     import re

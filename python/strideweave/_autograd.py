@@ -17,16 +17,16 @@ Layout of this module:
 """
 from __future__ import annotations
 
+import sys
 import threading
 from collections import deque
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, TypeVar, cast
+from typing import Any, Callable, Iterable, Sequence, TypeVar, cast
 
 from strideweave import _native
+from strideweave import tensor as _tensor_layer
 from strideweave.layout import Layout, Shape, Stride
-
-if TYPE_CHECKING:  # annotations only: the tensor module sits below this one
-    from strideweave.tensor import Tensor
+from strideweave.tensor import Tensor
 
 _C = TypeVar("_C", bound=Callable[..., Any])
 
@@ -132,8 +132,6 @@ def _output_layout(layout: Layout) -> Layout:
 
 
 def _tensor_cls() -> type[Tensor]:
-    from strideweave.tensor import Tensor
-
     return Tensor
 
 
@@ -634,3 +632,8 @@ def run_backward(root: Any, cotangent: Any, retain_graph: bool) -> None:
     if not retain_graph:
         for node in nodes.values():
             node._sw_release()
+
+
+# The Tensor's autograd surface (`grad`, `backward`, …) delegates here; the tensor module sits
+# below this one, so this module installs itself when it is imported.
+_tensor_layer.LAYERS.autograd = sys.modules[__name__]

@@ -14,9 +14,11 @@ layout; `broadcast_to` alone is a view.
 from __future__ import annotations
 
 import numbers
+import sys
 from typing import TYPE_CHECKING, Any
 
 from strideweave import _autograd, profiler as _profiler
+from strideweave import tensor as _tensor_layer
 from strideweave._autograd import Operation, is_grad_enabled, no_grad, set_grad_enabled
 from strideweave.layout import Layout, Shape
 from strideweave.profiler import Profiler, ProfilerEvent, profile
@@ -236,3 +238,8 @@ def __getattr__(name: str) -> Any:
 
 if _resolve_move_operation() is not None:
     __all__.append("MoveOperation")
+
+
+# Tensor's `+` and `*` delegate here: the one registration of the operator methods (the tensor
+# module sits below this one).
+_tensor_layer.LAYERS.operations = sys.modules[__name__]

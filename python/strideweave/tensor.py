@@ -11,10 +11,24 @@ from typing import Any, NoReturn
 from strideweave import _native
 from strideweave.carriers.base import Carrier, not_a_carrier
 from strideweave.carriers.dtype import DType
+from strideweave.core import representation
 from strideweave.core.representation import Subtensor
 from strideweave.layout import Layout, Shape, Stride
 
 __all__ = ["Tensor"]
+
+
+class _Layers:
+    """What the layers above this module install when they are imported: the autograd rules
+    (`strideweave._autograd`) and the operator implementations (`strideweave.operation`).
+    Tensor's autograd surface and its `+`/`*` delegate to them; `import strideweave` imports
+    both, so they are set before any Tensor can be used."""
+
+    autograd: Any = None
+    operations: Any = None
+
+
+LAYERS = _Layers()
 
 
 def _multi_subtensor(operation: str) -> NotImplementedError:
@@ -310,13 +324,12 @@ class Tensor(_native._TensorBase):
 
     @property
     def grad(self) -> "Tensor | None":
-        from strideweave import _autograd
-        return _autograd.tensor_grad_get(self)
+        grad: Tensor | None = LAYERS.autograd.tensor_grad_get(self)
+        return grad
 
     @grad.setter
     def grad(self, value: "Tensor | None") -> None:
-        from strideweave import _autograd
-        _autograd.tensor_grad_set(self, value)
+        LAYERS.autograd.tensor_grad_set(self, value)
 
     @property
     def autograd_ctx(self) -> Any:
@@ -324,28 +337,28 @@ class Tensor(_native._TensorBase):
 
     @autograd_ctx.setter
     def autograd_ctx(self, value: Any) -> None:
-        from strideweave import _autograd
-        _autograd.tensor_ctx_set(self, value)
+        LAYERS.autograd.tensor_ctx_set(self, value)
 
     def retain_grad(self, retain: bool = True) -> None:
-        from strideweave import _autograd
-        return _autograd.tensor_retain_grad(self, retain)
+        LAYERS.autograd.tensor_retain_grad(self, retain)
 
     def backward(self, gradient: "Tensor | None" = None, retain_graph: bool = False, **kwargs: Any) -> None:
-        from strideweave import _autograd
-        return _autograd.tensor_backward(self, gradient, retain_graph, kwargs)
+        LAYERS.autograd.tensor_backward(self, gradient, retain_graph, kwargs)
 
     def __add__(self, other: Any) -> "Tensor":
-        from strideweave.operation import add
-        return add(self, other)
+        result: Tensor = LAYERS.operations.add(self, other)
+        return result
 
     def __mul__(self, other: Any) -> "Tensor":
-        from strideweave.operation import mul
-        return mul(self, other)
+        result: Tensor = LAYERS.operations.mul(self, other)
+        return result
 
     def __rmul__(self, other: Any) -> "Tensor":
-        from strideweave.operation import mul
-        return mul(self, other)
+        result: Tensor = LAYERS.operations.mul(self, other)
+        return result
+
+
+representation.TENSOR_CLASS.append(Tensor)
 
 
 def _numpy_dtype(dtype: DType) -> str | None:

@@ -13,16 +13,14 @@ from __future__ import annotations
 import operator
 import threading
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Self, TypeVar
+from typing import Any, Callable, Iterable, Self, TypeVar
 
 from strideweave.carriers.dtype import CompoundDType, DType
 
 __all__ = ["Carrier"]
 
-if TYPE_CHECKING:  # annotations only: the extension module imports this one
-    from strideweave.carriers.extension import CarrierFacet
-
-_F = TypeVar("_F", bound="CarrierFacet")
+# A facet type (a `CarrierFacet` subclass; the extension module, a layer above, defines it).
+_F = TypeVar("_F")
 
 
 class _DefinitionHooks:
@@ -55,6 +53,7 @@ class _DefinitionHooks:
     defined_is_mutable: Callable[["Carrier"], bool]
     defined_supports_dtype: Callable[["Carrier", DType], bool]
     defined_release: Callable[["Carrier"], None]
+    facet_of: Callable[["Carrier", Any], Any]
 
 
 DEFINITION_HOOKS = _DefinitionHooks()
@@ -311,8 +310,8 @@ class Carrier:
             self._sw_version += 1
 
     def facet(self, facet_type: type[_F]) -> _F | None:
-        from strideweave.carriers.extension import _facet_of
-        return _facet_of(self, facet_type)
+        found: _F | None = DEFINITION_HOOKS.facet_of(self, facet_type)
+        return found
 
     def require_facet(self, facet_type: type[_F]) -> _F:
         found = self.facet(facet_type)

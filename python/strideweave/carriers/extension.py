@@ -761,3 +761,4 @@ _hooks.defined_allocate_like = defined_allocate_like
 _hooks.defined_is_mutable = defined_is_mutable
 _hooks.defined_supports_dtype = defined_supports_dtype
 _hooks.defined_release = defined_release
+_hooks.facet_of = _facet_of

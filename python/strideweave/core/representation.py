@@ -32,10 +32,14 @@ def _as_tuple(value: Any, name: str) -> tuple:
     return tuple(value)
 
 
+# The Tensor class, registered by `strideweave.tensor` when it is defined: that module sits a
+# layer above this one (a Tensor is made of Subtensors), so this one cannot import it.
+TENSOR_CLASS: list[Any] = []
+
+
 def tensor_from_subtensors(logical_dtype: DType, subtensors: Sequence[Subtensor],
                            adjacent_layouts: Sequence[Layout] = ()) -> Any:
     """Validate a representation in the contract's order and build its Tensor."""
-    from strideweave.tensor import Tensor
 
     # 1. argument types
     if not isinstance(logical_dtype, DType):
@@ -92,4 +96,4 @@ def tensor_from_subtensors(logical_dtype: DType, subtensors: Sequence[Subtensor]
     # 7. the dtype's own rules
     for rule in logical_dtype.representation_rules:
         rule(subs, adjacent)
-    return Tensor._from_subtensors(logical_dtype, subs, adjacent)
+    return TENSOR_CLASS[0]._from_subtensors(logical_dtype, subs, adjacent)

@@ -5,12 +5,14 @@
 //!
 //! The Python caller (`Tensor.__getitem__` / `__setitem__`) takes this path only for a
 //! carrier of a class that does not override the element hooks. A read needs a live carrier,
-//! checked by the caller. A write is a state transition: `write_element` takes the carrier's
-//! state lock (`carriers.base.STATE_LOCK`, without blocking), checks that the carrier is live,
-//! unowned, unclaimed and mutable, writes and bumps the version, all before letting the lock
-//! go, so no claim or release can slip in between check and store. When the lock is busy or
-//! a state check fails it writes nothing and returns False, and the caller takes the
-//! reference path, which waits for the lock and raises in the contract's order.
+//! checked by the caller. A write is a state transition: `write_element` checks that the
+//! carrier is live, unowned, unclaimed and mutable, converts key and value, checks the state
+//! again and then stores and bumps the version with no Python code run in between, so under
+//! the GIL no claim or release can slip in between check and store (Python-level transitions
+//! change that state under `carriers.base.STATE_LOCK` while holding the GIL, and a state a
+//! preempted one left half-changed is a claim not yet taken: the write simply comes first).
+//! When a state check fails it writes nothing and returns False, and the caller takes the
+//! reference path, which raises in the contract's order.
 //! What is checked here in order are the errors of a valid carrier: key errors
 //! (TypeError/ValueError, the layout's rules) before the range (IndexError, the carrier's
 //! wording) before the value (TypeError/OverflowError, the storage's write rules).
@@ -18,7 +20,7 @@
 use pyo3::exceptions::{PyIndexError, PyTypeError};
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyString};
 
 use crate::layout::PyLayout;
 use crate::storage::{FileStorage, HostStorage};
@@ -67,41 +69,25 @@ fn read_element(
     }
 }
 
-static STATE_LOCK: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-
-/// True when a public write to `carrier` may proceed: live, unowned, unclaimed, mutable.
-fn writable(carrier: &Bound<'_, PyAny>) -> PyResult<bool> {
-    let py = carrier.py();
-    Ok(!carrier.getattr(intern!(py, "_sw_released"))?.is_truthy()?
-        && carrier.getattr(intern!(py, "_sw_owner"))?.is_none()
-        && carrier.getattr(intern!(py, "_sw_claim"))?.is_none()
-        && carrier.getattr(intern!(py, "_mutable"))?.is_truthy()?)
-}
-
-/// The write itself, with the state lock held: checks, store, version bump.
-fn write_locked(
-    carrier: &Bound<'_, PyAny>,
-    offset: i64,
-    layout: &Bound<'_, PyLayout>,
-    key: &Bound<'_, PyAny>,
-    value: &Bound<'_, PyAny>,
-) -> PyResult<bool> {
-    let py = carrier.py();
-    if !writable(carrier)? {
-        return Ok(false);
-    }
-    let slot = slot_of(offset, layout, key)?;
-    let storage = carrier.getattr(intern!(py, "_storage"))?;
-    if let Ok(host) = storage.cast::<HostStorage>() {
-        host.get().set_slot(slot, value, carrier_range_error(slot))?;
-    } else if let Ok(file) = storage.cast::<FileStorage>() {
-        file.get().set_slot(slot, value, carrier_range_error(slot))?;
-    } else {
-        return Err(not_storage(&storage));
-    }
-    let version = carrier.getattr(intern!(py, "_sw_version"))?;
-    carrier.setattr(intern!(py, "_sw_version"), version.add(1)?)?;
-    Ok(true)
+/// True when a public write to `carrier` may proceed: live, unowned, unclaimed, mutable. Read
+/// from the instance dict, where `Carrier.__init__` keeps this state (the fast path is taken
+/// only for built-in classes that do not override it); a missing entry means "take the
+/// reference path".
+fn writable(state: &Bound<'_, PyDict>) -> PyResult<bool> {
+    let py = state.py();
+    let is = |name: &Bound<'_, PyString>, want_none: bool| -> PyResult<bool> {
+        Ok(match state.get_item(name)? {
+            Some(v) => v.is_none() == want_none,
+            None => false,
+        })
+    };
+    let flag = |name: &Bound<'_, PyString>| -> PyResult<Option<bool>> {
+        state.get_item(name)?.map(|v| v.is_truthy()).transpose()
+    };
+    Ok(flag(intern!(py, "_sw_released"))? == Some(false)
+        && is(intern!(py, "_sw_owner"), true)?
+        && is(intern!(py, "_sw_claim"), true)?
+        && flag(intern!(py, "_mutable"))? == Some(true))
 }
 
 /// Write `value` to the element of `key` of the view `(offset, layout)` over the built-in
@@ -116,13 +102,46 @@ fn write_element(
     value: &Bound<'_, PyAny>,
 ) -> PyResult<bool> {
     let py = carrier.py();
-    let lock = STATE_LOCK.import(py, "strideweave.carriers.base", "STATE_LOCK")?;
-    if !lock.call_method1(intern!(py, "acquire"), (false,))?.is_truthy()? {
+    let state = carrier.getattr(intern!(py, "__dict__"))?;
+    let state = state.cast::<PyDict>()?;
+    // The state is checked after every conversion that may run Python code, right before the
+    // store: from that check to the version bump no Python code runs and the GIL is held, so
+    // no other thread's claim, release or write can come in between. A key, range or value
+    // error only stands when the state would have let the write through; otherwise the
+    // reference path raises the state error, which comes first in its order.
+    let state_first = |err: PyErr| -> PyResult<bool> {
+        if writable(state)? {
+            Err(err)
+        } else {
+            Ok(false)
+        }
+    };
+    let slot = match slot_of(offset, layout, key) {
+        Ok(slot) => slot,
+        Err(err) => return state_first(err),
+    };
+    let Some(storage) = state.get_item(intern!(py, "_storage"))? else {
         return Ok(false);
+    };
+    let proceed = || writable(state);
+    let attempt = if let Ok(host) = storage.cast::<HostStorage>() {
+        host.get().set_slot_if(slot, value, carrier_range_error(slot), proceed)
+    } else if let Ok(file) = storage.cast::<FileStorage>() {
+        file.get().set_slot_if(slot, value, carrier_range_error(slot), proceed)
+    } else {
+        return Err(not_storage(&storage));
+    };
+    let written = match attempt {
+        Ok(written) => written,
+        Err(err) => return state_first(err),
+    };
+    if written {
+        let version = state.get_item(intern!(py, "_sw_version"))?.ok_or_else(|| {
+            pyo3::exceptions::PyRuntimeError::new_err("carrier has no version (Carrier.__init__ was not run)")
+        })?;
+        state.set_item(intern!(py, "_sw_version"), version.add(1)?)?;
     }
-    let written = write_locked(carrier, offset, layout, key, value);
-    lock.call_method0(intern!(py, "release"))?;
-    written
+    Ok(written)
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

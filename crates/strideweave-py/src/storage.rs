@@ -187,21 +187,39 @@ impl HostStorage {
     /// Convert `value` with the carrier write rules and store it in slot `slot`; the range
     /// is checked before the value (the carrier's order), and nothing is written on error.
     pub fn set_slot(&self, slot: i64, value: &Bound<'_, PyAny>, out_of_range: impl FnOnce(usize) -> PyErr) -> PyResult<()> {
+        self.set_slot_if(slot, value, out_of_range, || Ok(true)).map(|_| ())
+    }
+
+    /// `set_slot`, but `proceed()` is asked once the value is converted, right before the
+    /// store, with no Python code run in between: false writes nothing and returns false.
+    /// (Converting may run Python code, `__float__` or `__index__`, which may change the state
+    /// a caller checked before.)
+    pub fn set_slot_if(
+        &self,
+        slot: i64,
+        value: &Bound<'_, PyAny>,
+        out_of_range: impl FnOnce(usize) -> PyErr,
+        proceed: impl FnOnce() -> PyResult<bool>,
+    ) -> PyResult<bool> {
         let size = self.kind.size();
         let count = self.buffer.read().as_ref().ok_or_else(released)?.len() / size;
         if slot < 0 || slot as u64 >= count as u64 {
             return Err(out_of_range(count));
         }
-        // Converting may run Python code (`__float__`, `__index__`), so the lock is not
-        // held across it; the write below re-checks the range against the live buffer.
+        // The lock is not held across the conversion; the write below re-checks the range
+        // against the live buffer.
         let bytes = encode_slot(self.kind, value)?;
+        if !proceed()? {
+            return Ok(false);
+        }
         let guard = self.buffer.read();
         let buf = guard.as_ref().ok_or_else(released)?;
         // SAFETY: HostBuffer's access contract. Public slot writes hold the GIL, so they are
         // serialised with each other; the only writers that run without it are a pending
         // move's copies, and the carrier layer refuses public writes to a claimed carrier.
         unsafe { buf.write(slot as usize * size, &bytes[..size]) }
-            .ok_or_else(|| out_of_range(buf.len() / size))
+            .ok_or_else(|| out_of_range(buf.len() / size))?;
+        Ok(true)
     }
 }
 
@@ -353,6 +371,18 @@ impl FileStorage {
     /// Convert `value` with the carrier write rules and store it in slot `slot`; the range
     /// is checked before the value (the carrier's order), and nothing is written on error.
     pub fn set_slot(&self, slot: i64, value: &Bound<'_, PyAny>, out_of_range: impl FnOnce(usize) -> PyErr) -> PyResult<()> {
+        self.set_slot_if(slot, value, out_of_range, || Ok(true)).map(|_| ())
+    }
+
+    /// `set_slot` with a last `proceed()` check between conversion and store (see
+    /// `HostStorage::set_slot_if`).
+    pub fn set_slot_if(
+        &self,
+        slot: i64,
+        value: &Bound<'_, PyAny>,
+        out_of_range: impl FnOnce(usize) -> PyErr,
+        proceed: impl FnOnce() -> PyResult<bool>,
+    ) -> PyResult<bool> {
         let store = self.live()?;
         let size = self.kind.size();
         let count = self.slots(&store)?;
@@ -364,10 +394,13 @@ impl FileStorage {
         // while it is still live, under the lock that a release must take. (A file is never
         // memory, so a concurrent resize cannot make this write unsafe.)
         let bytes = encode_slot(self.kind, value)?;
+        if !proceed()? {
+            return Ok(false);
+        }
         let guard = self.store.read();
         let store = guard.as_ref().ok_or_else(released)?;
         store.write_at(slot as u64 * size as u64, &bytes[..size]).map_err(os_error)?;
-        Ok(())
+        Ok(true)
     }
 }
 

@@ -24,8 +24,7 @@ from strideweave.carriers.tiled_evictable import *  # noqa: F401,F403
 
 __version__ = _native.__version__
 
-# Let the engine finish its jobs before the interpreter finalizes (a worker calling back into
-# a finalizing interpreter is stopped there, which aborts the process). Registered after every
-# carrier module, so it runs before their exit handlers (atexit is last in, first out): no
-# FileBacked file is removed under a copy still writing it.
-_atexit.register(_native.engine_quiesce, 30.0, stop_logging=True)
+# Let the engine finish its jobs before the interpreter finalizes (see _engine_exit).
+from strideweave._engine_exit import quiesce_at_exit as _quiesce_at_exit  # noqa: E402
+
+_atexit.register(_quiesce_at_exit)

@@ -30,6 +30,42 @@ def test_processes_that_exit_right_after_moving_exit_cleanly():
     assert not failures, failures
 
 
+NEVER_ENDING_PROVIDER = """
+import threading, strideweave as sw
+from strideweave import CPU, Carrier, Layout, Shape, Stride, Tensor
+from strideweave.carriers.extension import (CarrierDefinition, PreparedTransfer, StorageProvider,
+                                            TransferProvider, TransferRoute, register_carrier_definition)
+F32 = sw.DType.Float32
+class Never:
+    done = False
+    def wait(self):
+        threading.Event().wait()
+class Stuck(Carrier): pass
+def prepare(request):
+    return PreparedTransfer(lambda: Never())
+def allocate(c, n): c.cells = [0.0] * n
+def release(c): c.cells = []
+def read(c, i): return c.cells[i]
+def write(c, i, v): c.cells[i] = float(v)
+register_carrier_definition(Stuck, CarrierDefinition(StorageProvider(lambda c, d: d is F32, lambda c: len(c.cells), allocate, release, read, write),
+    transfers=(TransferRoute(Stuck, CPU, "stuck.to_cpu", TransferProvider(prepare)),)))
+t = Tensor(Stuck(2, dtype=F32), 0, Layout(Shape([2]), Stride([1])))
+with sw.no_grad():
+    h = sw.move_async(t, CPU(2))
+print("exiting", flush=True)
+"""
+
+
+def test_a_provider_wait_that_never_ends_does_not_hold_the_exit():
+    # The exit hook waits for the engine a bounded time (_engine_exit.EXIT_WAIT_SECONDS), once,
+    # so a completion nobody will finish cannot keep the process alive. The timeout below only
+    # turns a hang into a failure; it is not a speed goal.
+    result = subprocess.run([sys.executable, "-c", NEVER_ENDING_PROVIDER], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr[-500:]
+    assert "exiting" in result.stdout
+
+
 def test_quiesce_checks_its_argument_and_reports_a_quiet_engine():
     import pytest
 

@@ -32,7 +32,7 @@ import stat
 import tempfile
 import threading
 
-from strideweave import _native
+from strideweave._engine_exit import quiesce_at_exit
 
 __all__ = ["filebacked_directory"]
 
@@ -115,7 +115,7 @@ def _remove_if_creator(path: str, pid: int) -> None:
     """The atexit hook: only the creating process removes its directory, once the engine has
     no copy still writing into it."""
     if os.getpid() == pid:
-        _native.engine_quiesce(30.0)
+        quiesce_at_exit()
         shutil.rmtree(path, ignore_errors=True)
 
 

@@ -10,8 +10,9 @@ import time
 import pytest
 
 import strideweave as sw
+from cells_storage import cells_storage
 from strideweave import CPU, Carrier, FileBacked, Layout, Shape, Stride, Tensor
-from strideweave.carriers.extension import (CarrierDefinition, PreparedTransfer, StorageProvider,
+from strideweave.carriers.extension import (CarrierDefinition, PreparedTransfer,
                                             TransferProvider, TransferRoute, register_carrier_definition)
 
 D = sw.DType
@@ -58,24 +59,8 @@ def _prepare(request):
     return PreparedTransfer(submit)
 
 
-def _storage():
-    def allocate(c, slots):
-        c.cells = [0.0] * slots
-
-    def release(c):
-        c.cells = []
-
-    def read(c, i):
-        return c.cells[i]
-
-    def write(c, i, v):
-        c.cells[i] = float(v)
-
-    return StorageProvider(lambda c, d: d is D.Float32, lambda c: len(c.cells), allocate, release, read, write)
-
-
 register_carrier_definition(Gated, CarrierDefinition(
-    _storage(), transfers=(TransferRoute(Gated, CPU, "gated.to_cpu", TransferProvider(_prepare)),)))
+    cells_storage(), transfers=(TransferRoute(Gated, CPU, "gated.to_cpu", TransferProvider(_prepare)),)))
 
 
 def gated_tensor(values):

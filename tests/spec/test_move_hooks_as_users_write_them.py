@@ -8,9 +8,10 @@ import weakref
 import pytest
 
 import strideweave as sw
+from cells_storage import cells_storage
 from blockdev_fixture import block_device_path  # noqa: F401  (fixture used by name)
 from strideweave import CPU, BlockDevice, Carrier, Evictable, Generic, Layout, Shape, Stride, Tensor
-from strideweave.carriers.extension import (CarrierDefinition, PreparedTransfer, StorageProvider,
+from strideweave.carriers.extension import (CarrierDefinition, PreparedTransfer,
                                             TransferProvider, TransferRoute, register_carrier_definition)
 
 F32 = sw.DType.Float32
@@ -18,22 +19,6 @@ F32 = sw.DType.Float32
 
 def flat(n):
     return Layout(Shape([n]), Stride([1]))
-
-
-def _cells_storage(dtypes=(F32,)):
-    def allocate(c, n):
-        c.cells = [0.0] * n
-
-    def release(c):
-        c.cells = []
-
-    def read(c, i):
-        return c.cells[i]
-
-    def write(c, i, v):
-        c.cells[i] = float(v)
-
-    return StorageProvider(lambda c, d: d in dtypes, lambda c: len(c.cells), allocate, release, read, write)
 
 
 class Gate:
@@ -56,7 +41,7 @@ class Gate:
 def defined_source(prepare, name, dtypes=(F32,)):
     cls = type(name, (Carrier,), {})
     register_carrier_definition(cls, CarrierDefinition(
-        _cells_storage(dtypes), transfers=(TransferRoute(cls, CPU, f"{name}.to_cpu", TransferProvider(prepare)),)))
+        cells_storage(dtypes), transfers=(TransferRoute(cls, CPU, f"{name}.to_cpu", TransferProvider(prepare)),)))
     return cls
 
 

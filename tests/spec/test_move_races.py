@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 
 import strideweave as sw
+from cells_storage import cells_storage
 from strideweave import CPU, Carrier, FileBacked, Layout, Shape, Stride, Tensor
-from strideweave.carriers.extension import (CarrierDefinition, PreparedTransfer, StorageProvider,
+from strideweave.carriers.extension import (CarrierDefinition, PreparedTransfer,
                                             TransferProvider, TransferRoute, register_carrier_definition)
 
 F32 = sw.DType.Float32
@@ -218,24 +219,8 @@ def _prepare(request):
     return PreparedTransfer(submit)
 
 
-def _cells_storage():
-    def allocate(c, n):
-        c.cells = [0.0] * n
-
-    def release(c):
-        c.cells = []
-
-    def read(c, i):
-        return c.cells[i]
-
-    def write(c, i, v):
-        c.cells[i] = float(v)
-
-    return StorageProvider(lambda c, d: d is F32, lambda c: len(c.cells), allocate, release, read, write)
-
-
 register_carrier_definition(Held, CarrierDefinition(
-    _cells_storage(), transfers=(TransferRoute(Held, CPU, "held.to_cpu", TransferProvider(_prepare)),)))
+    cells_storage(), transfers=(TransferRoute(Held, CPU, "held.to_cpu", TransferProvider(_prepare)),)))
 
 
 def pending_move(values):

@@ -7,6 +7,7 @@ mod block;
 mod buffer_copy;
 mod dlpack;
 mod engine;
+mod file_slab;
 mod jobs;
 mod kernels;
 mod layout;
@@ -21,6 +22,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     install_logger(m.py());
     layout::register(m)?;
     storage::register(m)?;
+    file_slab::register(m)?;
     dlpack::register(m)?;
     engine::register(m)?;
     kernels::register(m)?;

@@ -21,8 +21,9 @@ use strideweave_core::storage::{ElemKind, FileStore, HostBuffer, Scalar};
 
 use crate::jobs::os_error;
 
-/// Released host buffers of at least this size are freed on an engine worker.
-const DEFERRED_FREE_BYTES: usize = 1 << 20;
+/// Released host buffers, and the unlinked files of released storages, of at least this size
+/// are freed on an engine worker.
+pub(crate) const DEFERRED_FREE_BYTES: usize = 1 << 20;
 
 pub fn parse_kind(kind: &str) -> PyResult<ElemKind> {
     ElemKind::from_name(kind)
@@ -108,7 +109,7 @@ pub fn scalar_to_py(py: Python<'_>, value: Scalar) -> PyResult<Py<PyAny>> {
 
 /// One slot of `kind` encoded from a Python value (the write rules of `scalar_from_py`);
 /// the first `kind.size()` bytes are meaningful.
-fn encode_slot(kind: ElemKind, value: &Bound<'_, PyAny>) -> PyResult<[u8; 8]> {
+pub(crate) fn encode_slot(kind: ElemKind, value: &Bound<'_, PyAny>) -> PyResult<[u8; 8]> {
     let mut bytes = [0u8; 8];
     kind.encode(scalar_from_py(kind, value)?, &mut bytes[..kind.size()]);
     Ok(bytes)
@@ -124,11 +125,11 @@ fn encode_all(kind: ElemKind, values: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
     Ok(encoded)
 }
 
-fn decode_slot(py: Python<'_>, kind: ElemKind, bytes: &[u8; 8]) -> PyResult<Py<PyAny>> {
+pub(crate) fn decode_slot(py: Python<'_>, kind: ElemKind, bytes: &[u8; 8]) -> PyResult<Py<PyAny>> {
     scalar_to_py(py, kind.decode(&bytes[..kind.size()]))
 }
 
-fn decode_all<'py>(py: Python<'py>, kind: ElemKind, bytes: &[u8]) -> PyResult<Bound<'py, PyList>> {
+pub(crate) fn decode_all<'py>(py: Python<'py>, kind: ElemKind, bytes: &[u8]) -> PyResult<Bound<'py, PyList>> {
     let items = bytes
         .chunks_exact(kind.size())
         .map(|c| scalar_to_py(py, kind.decode(c)))
@@ -136,12 +137,12 @@ fn decode_all<'py>(py: Python<'py>, kind: ElemKind, bytes: &[u8]) -> PyResult<Bo
     PyList::new(py, items)
 }
 
-fn released() -> PyErr {
+pub(crate) fn released() -> PyErr {
     PyRuntimeError::new_err("storage is released")
 }
 
 /// The IndexError of a storage's own `get`/`set` for a slot outside `[0, count)`.
-fn slot_out_of_range(index: i64) -> impl FnOnce(usize) -> PyErr {
+pub(crate) fn slot_out_of_range(index: i64) -> impl FnOnce(usize) -> PyErr {
     move |count| PyIndexError::new_err(format!("slot {index} is outside [0, {count})"))
 }
 
@@ -239,6 +240,14 @@ impl HostStorage {
         Ok(Self { kind, buffer: RwLock::new(Some(Arc::new(buffer))) })
     }
 
+    /// `number` fresh storages of `count` slots each in one call (a tiled tier's fresh
+    /// tiles). MemoryError, with none made, when memory runs out.
+    #[staticmethod]
+    #[pyo3(signature = (kind, count, number, zeroed = true))]
+    fn many(kind: &str, count: usize, number: usize, zeroed: bool) -> PyResult<Vec<Self>> {
+        (0..number).map(|_| Self::new(kind, count, zeroed)).collect()
+    }
+
     /// Wrap `count` slots at `pointer` without taking ownership.
     ///
     /// The caller promises the memory stays valid while the storage is live, as the CPU
@@ -284,7 +293,7 @@ impl HostStorage {
 
     /// Drop this storage's reference to the memory (freeing owned memory once no transfer
     /// still holds it). Idempotent.
-    fn release(&self) {
+    pub(crate) fn release(&self) {
         if let Some(buffer) = self.buffer.write().take() {
             // Unmapping a large buffer takes milliseconds that neither the caller nor the move
             // commit needs to wait for: the carrier is already released.

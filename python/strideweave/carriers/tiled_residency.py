@@ -10,7 +10,8 @@ lock, and any failure releases what was staged and changes nothing.
 
 Old tiles stay readable until commit without any copy on the native path: the copy reads the
 current tiles in place, and they are pinned, so nothing writes them meanwhile. The object-
-model path moves a private copy instead, because a move releases its source.
+model path moves a private copy instead, because a move releases its source. Tiles are
+carriers or bare storages (`tiled_tiles`); every step below goes through that module.
 """
 from __future__ import annotations
 
@@ -19,11 +20,12 @@ import math
 from typing import Any, Iterable, Protocol, cast
 
 from strideweave import _autograd, _native
-from strideweave.carriers import tiled_bulk
+from strideweave.carriers import tiled_bulk, tiled_tiles
 from strideweave.carriers.base import Carrier, not_a_carrier
 from strideweave.carriers.dtype import DType
 from strideweave.carriers.extension import PreparedTransfer, Unsupported, is_definition_backed
 from strideweave.carriers.move import AwaitResult
+from strideweave.carriers.tiled_tiles import Tile
 from strideweave.carriers.tiled_types import (PRIMARY, AwaitProjection, AwaitResidency, TileSelection,
                                               TileSet, _release_quietly)
 from strideweave.layout import Layout, Shape
@@ -45,16 +47,6 @@ def _unpin(c: Any, indices: Iterable[int]) -> None:
         c._pending -= 1
 
 
-def _private_copy(tile: Carrier) -> Carrier:
-    """A dense copy of `tile` of the same class, so the move between tiers (which releases its
-    source) leaves the current tile readable until commit: in Rust for a built-in tile,
-    through the tile's hooks otherwise."""
-    copy = tiled_bulk.snapshot(tile)
-    if copy is not None:
-        return copy
-    return tile.new_like([tile[k] for k in range(tile.size())], mutable=True)
-
-
 def _flat(carrier: Carrier, size: int) -> Any:
     from strideweave.tensor import Tensor
     return Tensor(carrier, 0, Layout.canonical(Shape(size)))
@@ -70,7 +62,11 @@ def residency(c: Any, tiles: Any, target: str) -> AwaitResidency:
         tiles = tiles.tile_set
     elif not isinstance(tiles, TileSet):
         raise TypeError(f"tiles must be a TileSet or TileSelection, not {type(tiles).__name__}")
-    requested = [c._coordinate_index(coord) for coord in tiles.coordinates]
+    index_of = c._index_of
+    try:
+        requested = [index_of[coord] for coord in tiles.coordinates]
+    except KeyError:  # a coordinate outside the grid: the checked lookup words the error
+        requested = [c._coordinate_index(coord) for coord in tiles.coordinates]
     handle = _native.new_completion(AwaitResidency)
     with c._state_lock:
         c._check_live(action)  # again, atomically with the pins: a release may have run since
@@ -90,26 +86,22 @@ def residency(c: Any, tiles: Any, target: str) -> AwaitResidency:
               and tiled_bulk.native_storage(source_tier) is not None)
 
     def job() -> None:
-        staged: dict[int, Carrier] = {}
+        staged: list[Tile] = []
         copies: list[Carrier] = []
         try:
-            if native:
-                _stage_native(c, moving, prototype, staged, copies)
-            else:
-                _stage_moves(c, moving, prototype, staged, copies)
+            if not (native and _stage_native(c, moving, c._makers[target], staged)):
+                _stage_moves(c, moving, prototype, source_tier, staged, copies)
             # Commit: every swap at once, under the lock writers and readers of state take.
+            tiles, where, ownership = c._tiles, c._where, c._ownership
             with c._state_lock:
-                replaced = []
-                for i, fresh in staged.items():
-                    replaced.append(c._tiles[i])
-                    c._ownership.take(fresh)
-                    c._tiles[i] = fresh
-                    c._where[i] = target
-                for old in replaced:
-                    _release_quietly(old, c._ownership)
+                replaced = [tiles[i] for i in moving]
+                for i, fresh in zip(moving, staged):
+                    tiles[i] = fresh
+                    where[i] = target
+                tiled_tiles.adopt_all(staged, ownership)
+                tiled_tiles.release_tiles(replaced, ownership)
         except BaseException as exc:  # noqa: BLE001 - the request's terminal failure
-            for fresh in staged.values():
-                _release_quietly(fresh)
+            tiled_tiles.release_tiles(staged)
             for copy in copies:
                 _release_quietly(copy)
             _unpin(c, requested)
@@ -126,35 +118,34 @@ def residency(c: Any, tiles: Any, target: str) -> AwaitResidency:
     return handle
 
 
-def _stage_native(c: Any, moving: list[int], prototype: Carrier, staged: dict[int, Carrier], copies: list[Carrier]) -> None:
-    """Allocate every fresh tile, then copy every moving tile into its fresh tile in one
-    batched Rust copy (GIL released), reading the pinned current tiles in place. A tile whose
-    storage turns out not to be built-in sends the whole request down the object-model path."""
-    spans = []
-    for i in moving:
-        fresh = prototype.allocate_like(c._tile_size, mutable=True, empty=True)
-        staged[i] = fresh
-        src, dst = tiled_bulk.native_storage(c._tiles[i]), tiled_bulk.native_storage(fresh)
-        if src is None or dst is None:
-            for tile in staged.values():
-                _release_quietly(tile)
-            staged.clear()
-            _stage_moves(c, moving, prototype, staged, copies)
-            return
-        spans.append((src, 0, dst, 0, c._tile_size))
-    _native.copy_spans(spans)
+def _stage_native(c: Any, moving: list[int], maker: tiled_tiles.TierTiles, staged: list[Tile]) -> bool:
+    """Make every fresh tile, then copy every moving tile into its fresh tile in one batched
+    Rust copy (GIL released), reading the pinned current tiles in place. False, with nothing
+    staged, when a tile turns out to have no Rust storage: the caller takes the object-model
+    path for the whole request."""
+    maker.fresh(len(moving), staged)
+    tiles = c._tiles
+    sources = tiled_tiles.storages_of([tiles[i] for i in moving])
+    destinations = tiled_tiles.storages_of(staged)
+    if sources is None or destinations is None:
+        tiled_tiles.release_tiles(staged)
+        staged.clear()
+        return False
+    _native.copy_storages(sources, destinations, c._tile_size)
+    return True
 
 
-def _stage_moves(c: Any, moving: list[int], prototype: Carrier, staged: dict[int, Carrier], copies: list[Carrier]) -> None:
+def _stage_moves(c: Any, moving: list[int], prototype: Carrier, source_tier: Carrier, staged: list[Tile],
+                 copies: list[Carrier]) -> None:
     """The object-model path: each tile's private copy moves into a fresh target-tier tile
     through a move between tiers (§5 resolution, graph construction off)."""
     from strideweave.carriers.move import _move_between_tiers
     with _autograd.no_grad():
         for i in moving:
-            copy = _private_copy(c._tiles[i])
+            copy = tiled_tiles.carrier_copy(c._tiles[i], source_tier, c._tile_size)
             copies.append(copy)
             fresh = prototype.allocate_like(c._tile_size, mutable=True, empty=True)
-            staged[i] = fresh
+            staged.append(fresh)
             _move_between_tiers(_flat(copy, c._tile_size), fresh)
 
 
@@ -312,7 +303,7 @@ def _native_blocks(c: Any, selection: TileSelection, destination: Carrier) -> li
     if dst is None:
         return None
     indices, origins = tiled_bulk.placement(selection.per_axis, c._grid, c._tile)
-    return tiled_bulk.tile_blocks(c._tiles, indices, origins, dst)
+    return tiled_tiles.tile_blocks(c._tiles, indices, origins, dst)
 
 
 def _gather(c: Any, selection: TileSelection, destination: Carrier, compact: tuple[int, ...]) -> None:
@@ -328,7 +319,7 @@ def _gather(c: Any, selection: TileSelection, destination: Carrier, compact: tup
             block.append(r)
             coord.append(axis[r])
         tile = c._tiles[c._coordinate_index(tuple(coord))]
-        values = [tile[j] for j in range(c._tile_size)]
+        values = tiled_tiles.read_all(tile, c._tile_size)
         for j, v in enumerate(values):
             s, mul, rest = 0, 1, j
             for b, t, extent in zip(block, tile_shape, compact):
@@ -355,11 +346,12 @@ def prepare_to_cpu(request: Any) -> Any:
     def submit() -> Any:
         every = list(range(len(source._tiles)))
         dst = tiled_bulk.native_storage(destination)
-        blocks = None if dst is None else tiled_bulk.tile_blocks(source._tiles, every, source._origins, dst)
+        blocks = None if dst is None else tiled_tiles.tile_blocks(source._tiles, every, source._origins, dst)
         if blocks is None:
             for index, tile in enumerate(source._tiles):
-                for k, s in enumerate(source._tile_slots(index)):
-                    destination._sw_fill(s, tile[k])
+                values = tiled_tiles.read_all(tile, source._tile_size)
+                for s, v in zip(source._tile_slots(index), values):
+                    destination._sw_fill(s, v)
             return None
         # One engine job; the move waits on the returned completion. The tiles stay pinned
         # meanwhile, so no residency request swaps one out under the copy.

@@ -6,7 +6,7 @@
 //! A block is copied row by row along mode 0 without building a span list: a projection of a
 //! thousand 64x64 tiles is 64k rows, and materialising them costs more than copying them.
 //! When a block's rows continue each other in a file (the whole tile), the file side is one
-//! positioned read or write through a bounce buffer.
+//! scatter read or gather write straight from or into the rows.
 
 use std::io;
 
@@ -97,6 +97,18 @@ impl BlockGeometry {
     }
 }
 
+impl BlockGeometry {
+    /// Slots from a block's first to one past its last, in the source array.
+    pub fn src_reach(&self) -> u64 {
+        self.src_reach
+    }
+
+    /// Slots from a block's first to one past its last, in the destination array.
+    pub fn dst_reach(&self) -> u64 {
+        self.dst_reach
+    }
+}
+
 /// Checks every block's reach against the stores' current sizes and refuses a block whose
 /// source and destination ranges overlap in one store. Nothing is read or written.
 pub fn check_blocks(stores: &[Store<'_>], elem: usize, geo: &BlockGeometry, blocks: &[Block]) -> Result<(), SpanError> {
@@ -119,30 +131,46 @@ pub fn check_blocks(stores: &[Store<'_>], elem: usize, geo: &BlockGeometry, bloc
 /// alive, and no other thread writes any source or destination range during the call.
 pub unsafe fn run_blocks(stores: &[Store<'_>], elem: usize, geo: &BlockGeometry, blocks: &[Block]) -> io::Result<()> {
     let row_bytes = geo.row as usize * elem;
-    let block_bytes = row_bytes * geo.rows.len();
-    let mut bounce: Vec<u8> = Vec::new();
-    for b in blocks {
+    let mut i = 0;
+    while i < blocks.len() {
+        let b = &blocks[i];
         match (stores[b.src], stores[b.dst]) {
-            (Store::Host(src), Store::Host(dst)) => {
+            (Store::Host(_), Store::Host(_)) => {
+                // Blocks placed side by side along mode 0 of one destination (the tiles of one
+                // grid row placed into a dense array) are copied row by row across the whole
+                // run, so the destination is written in address order instead of jumping a
+                // row stride every few hundred bytes. Their destinations are disjoint and no
+                // source is that destination, so the order cannot change the result.
+                let run = side_by_side(stores, geo, &blocks[i..]);
                 for &(so, dso) in &geo.rows {
-                    // SAFETY: every row lies inside the checked block reach of both stores,
-                    // the ranges do not overlap (check_blocks), and nobody else writes them.
-                    unsafe {
-                        let from = host_bytes(src, b.src_off + so, geo.row, elem);
-                        let to = host_bytes_mut(dst, b.dst_off + dso, geo.row, elem);
-                        copy::copy_span_host_to_host(from.as_ptr(), to.as_mut_ptr(), row_bytes);
+                    for r in &blocks[i..i + run] {
+                        let (Store::Host(src), Store::Host(dst)) = (stores[r.src], stores[r.dst]) else {
+                            unreachable!("a run keeps host ends")
+                        };
+                        // SAFETY: every row lies inside the checked block reach of both
+                        // stores, the ranges do not overlap (check_blocks), and nobody else
+                        // writes them.
+                        unsafe {
+                            let from = host_bytes(src, r.src_off + so, geo.row, elem);
+                            let to = host_bytes_mut(dst, r.dst_off + dso, geo.row, elem);
+                            copy::copy_span_host_to_host(from.as_ptr(), to.as_mut_ptr(), row_bytes);
+                        }
                     }
                 }
+                i += run;
+                continue;
             }
             (Store::File(file), Store::Host(dst)) if geo.src_dense => {
-                // The whole block is one file range: one read, then scatter the rows.
-                bounce.resize(block_bytes, 0);
-                copy::file_read_into_host(file.file(), b.src_off * elem as u64, &mut bounce)?;
-                for (k, &(_, dso)) in geo.rows.iter().enumerate() {
-                    // SAFETY: as above.
-                    let to = unsafe { host_bytes_mut(dst, b.dst_off + dso, geo.row, elem) };
-                    to.copy_from_slice(&bounce[k * row_bytes..(k + 1) * row_bytes]);
-                }
+                // The whole block is one file range: one scatter read straight into the rows.
+                let parts: Vec<(*mut u8, usize)> = geo
+                    .rows
+                    .iter()
+                    // SAFETY: every row lies inside the checked block reach of `dst`.
+                    .map(|&(_, dso)| (unsafe { dst.as_ptr().add((b.dst_off + dso) as usize * elem) }, row_bytes))
+                    .collect();
+                // SAFETY: the rows lie inside the live destination buffer (check_blocks) and
+                // nobody else touches it during the request (this function's contract).
+                unsafe { copy::file_read_scatter(file.file(), b.src_off * elem as u64, &parts) }?;
             }
             (Store::File(file), Store::Host(dst)) => {
                 for &(so, dso) in &geo.rows {
@@ -152,12 +180,14 @@ pub unsafe fn run_blocks(stores: &[Store<'_>], elem: usize, geo: &BlockGeometry,
                 }
             }
             (Store::Host(src), Store::File(file)) if geo.dst_dense => {
-                bounce.clear();
-                for &(so, _) in &geo.rows {
+                // The whole block is one file range: one gather write straight from the rows.
+                let parts: Vec<&[u8]> = geo
+                    .rows
+                    .iter()
                     // SAFETY: as above.
-                    bounce.extend_from_slice(unsafe { host_bytes(src, b.src_off + so, geo.row, elem) });
-                }
-                copy::file_write_from_host(file.file(), b.dst_off * elem as u64, &bounce)?;
+                    .map(|&(so, _)| unsafe { host_bytes(src, b.src_off + so, geo.row, elem) })
+                    .collect();
+                copy::file_write_gather(file.file(), b.dst_off * elem as u64, &parts)?;
             }
             (Store::Host(src), Store::File(file)) => {
                 for &(so, dso) in &geo.rows {
@@ -178,8 +208,28 @@ pub unsafe fn run_blocks(stores: &[Store<'_>], elem: usize, geo: &BlockGeometry,
                 }
             }
         }
+        i += 1;
     }
     Ok(())
+}
+
+/// How many host-to-host blocks from `blocks[0]` lie side by side along mode 0 of one
+/// destination store (each starting a row's length after the previous one) while reading
+/// from other stores.
+fn side_by_side(stores: &[Store<'_>], geo: &BlockGeometry, blocks: &[Block]) -> usize {
+    let dst = blocks[0].dst;
+    if blocks[0].src == dst {
+        return 1;
+    }
+    let mut n = 1;
+    while n < blocks.len() {
+        let (p, q) = (&blocks[n - 1], &blocks[n]);
+        if q.dst != dst || q.src == dst || q.dst_off != p.dst_off + geo.row || !stores[q.src].is_host() {
+            break;
+        }
+        n += 1;
+    }
+    n
 }
 
 #[cfg(test)]
@@ -271,3 +321,4 @@ mod tests {
         assert_eq!(host_values(&a), [1, 2, 3, 4]);
     }
 }
+

@@ -1,0 +1,197 @@
+"""How each tier of a TiledEvictable holds its tiles (extension-and-tiling.md §7).
+
+A tile is one of two things:
+- a bare Rust storage, when the tier's class is exactly CPU or FileBacked: a `HostStorage` per
+  CPU tile, and for FileBacked a `FileRegion` of one `FileSlab` per tier (one file for all of
+  the tier's tiles, removed whenever the tier holds none, instead of a file created and
+  unlinked per tile). Such a tile is what `allocate_like` of the tier would hold, minus the
+  carrier object around it, which nobody could observe: a TiledEvictable owns its tiles and
+  never hands them out, and the exact built-in classes run no user hook;
+- a carrier made by the tier's own factories (`new_like`, `allocate_like`) for every other
+  class, a subclass of CPU or FileBacked included, owned by the TiledEvictable's ownership
+  token, so a Python-defined tier sees each tile's life through its hooks exactly as §7
+  describes it.
+
+Both kinds read, write, copy and release through the functions below; `TierTiles` makes
+fresh tiles of one tier.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+from typing import Any, Sequence, Union
+
+from strideweave import _native
+from strideweave.carriers import tiled_bulk
+from strideweave.carriers.base import Carrier
+from strideweave.carriers.cpu import CPU
+from strideweave.carriers.dtype import STORAGE_KIND, DType
+from strideweave.carriers._filebacked_dir import filebacked_directory
+from strideweave.carriers.file_backed import FileBacked
+from strideweave.carriers.tiled_types import _Ownership, _release_quietly
+
+__all__: list[str] = []
+
+Tile = Union[Carrier, _native.HostStorage, _native.FileRegion]
+
+_BARE = (_native.HostStorage, _native.FileRegion)
+_slab_names = itertools.count()
+
+
+def is_bare(tile: Tile) -> bool:
+    return type(tile) in _BARE
+
+
+def tile_storage(tile: Tile) -> Any:
+    """The Rust storage a batched copy reads or writes for `tile`, or None when the tile is a
+    carrier whose element path is not the built-in one."""
+    return tile if type(tile) in _BARE else tiled_bulk.native_storage(tile)  # type: ignore[arg-type]
+
+
+def read_slot(tile: Tile, k: int) -> Any:
+    return tile.get(k) if type(tile) in _BARE else tile[k]  # type: ignore[union-attr,index]
+
+
+def write_slot(tile: Tile, ownership: _Ownership, k: int, v: Any) -> None:
+    if type(tile) in _BARE:
+        tile.set(k, v)  # type: ignore[union-attr]
+    else:
+        tile._sw_write_as_owner(ownership, k, v)  # type: ignore[union-attr]
+
+
+def read_all(tile: Tile, size: int) -> list[Any]:
+    return tile.to_list() if type(tile) in _BARE else [tile[j] for j in range(size)]  # type: ignore[union-attr,index]
+
+
+def adopt_all(tiles: Sequence[Tile], ownership: _Ownership) -> None:
+    """Record the TiledEvictable as the owner of every carrier tile (a bare storage has none)."""
+    for tile in tiles:
+        if type(tile) not in _BARE:
+            ownership.take(tile)  # type: ignore[arg-type]
+
+
+def release_tile(tile: Tile, ownership: _Ownership | None = None) -> None:
+    """Release a tile quietly (disowning a carrier first when `ownership` is given)."""
+    if type(tile) in _BARE:
+        try:
+            tile.release()  # type: ignore[union-attr]
+        except Exception:  # noqa: BLE001 - a release failure leaves nothing to undo
+            pass
+    else:
+        _release_quietly(tile, ownership)  # type: ignore[arg-type]
+
+
+def release_tiles(tiles: Sequence[Tile], ownership: _Ownership | None = None) -> None:
+    """Release tiles quietly: bare ones in one native call (a slab's regions together),
+    carriers one by one (disowned first when `ownership` is given)."""
+    bare = [tile for tile in tiles if type(tile) in _BARE]
+    if bare:
+        try:
+            _native.release_storages(bare)
+        except Exception:  # noqa: BLE001 - a release failure leaves nothing to undo
+            pass
+    if len(bare) < len(tiles):
+        for tile in tiles:
+            if type(tile) not in _BARE:
+                _release_quietly(tile, ownership)  # type: ignore[arg-type]
+
+
+def release_all(tiles: Sequence[Tile]) -> None:
+    """Release every tile (a TiledEvictable's release, after disowning them): bare ones in one
+    native call, carriers one by one; the first failure propagates."""
+    _native.release_storages([tile for tile in tiles if type(tile) in _BARE])
+    for tile in tiles:
+        if type(tile) not in _BARE:
+            tile.release()  # type: ignore[union-attr]
+
+
+def storages_of(tiles: Sequence[Tile]) -> list[Any] | None:
+    """The Rust storage of every tile (the tiles themselves when all are bare), or None when
+    one has none."""
+    if all(type(tile) in _BARE for tile in tiles):
+        return list(tiles)
+    storages = [tile_storage(tile) for tile in tiles]
+    return None if any(s is None for s in storages) else storages
+
+
+def carrier_copy(tile: Tile, tier: Carrier, size: int) -> Carrier:
+    """A private dense copy of `tile` as a carrier of its tier's class (what the object-model
+    path moves, since a move releases its source): in Rust for a bare or built-in tile,
+    through the tile's hooks otherwise."""
+    if type(tile) in _BARE:
+        copy = tier.allocate_like(size, mutable=True, empty=True)
+        try:
+            _native.copy_spans([(tile, 0, copy._sw_storage(), 0, size)])
+        except BaseException:
+            copy.release()
+            raise
+        return copy
+    assert isinstance(tile, Carrier)
+    made = tiled_bulk.snapshot(tile)
+    if made is not None:
+        return made
+    return tile.new_like([tile[k] for k in range(size)], mutable=True)
+
+
+class TierTiles:
+    """Makes the fresh tiles of one tier: bare storages for the exact built-in classes,
+    carriers from the tier's `allocate_like` otherwise."""
+
+    __slots__ = ("tier", "size", "kind", "bare", "_slab")
+
+    def __init__(self, tier: Carrier, tile_size: int, dtype: DType) -> None:
+        self.tier = tier
+        self.size = tile_size
+        self.kind = STORAGE_KIND[dtype]
+        self.bare = type(tier) in (CPU, FileBacked)
+        self._slab: Any = None
+
+    def fresh(self, count: int, into: list[Tile]) -> None:
+        """Append `count` fresh tiles of unspecified contents to `into` (appended one by one
+        where they are made one by one, so a caller that fails part-way can release those
+        made so far)."""
+        if not self.bare:
+            for _ in range(count):
+                into.append(self.tier.allocate_like(self.size, mutable=True, empty=True))
+        elif type(self.tier) is CPU:
+            into.extend(_native.HostStorage.many(self.kind, self.size, count, False))
+        elif count:
+            into.extend(self._current_slab().allocate(count))
+
+    def _current_slab(self) -> Any:
+        """The tier's slab, made on first use, and again in a fork()ed child (only the
+        creating process may allocate from a slab: the file is shared with the parent)."""
+        slab = self._slab
+        if slab is None or not slab.is_creator():
+            name = f"tiles-{os.getpid()}-{next(_slab_names)}.bin"
+            slab = self._slab = _native.FileSlab(str(filebacked_directory() / name), self.kind, self.size)
+        return slab
+
+
+def split(seed: Carrier, grid: Sequence[int], tile_shape: Sequence[int], maker: TierTiles, tiles: list[Tile]) -> bool:
+    """Cut a built-in seeding tier into fresh tiles of `maker`, appended to `tiles`, with one
+    Rust block copy: what `new_like` of each tile's values would give. False (nothing made)
+    when the seed is not built-in, or its tiles are carriers of a class whose factories are
+    its own (those are made by the caller through `new_like`)."""
+    storage = tiled_bulk.native_storage(seed)
+    if storage is None or not (maker.bare or tiled_bulk.builtin_factories(type(seed))):
+        return False
+    count = 1
+    for g in grid:
+        count *= g
+    maker.fresh(count, tiles)
+    logical = [g * t for g, t in zip(grid, tile_shape)]
+    _, origins = tiled_bulk.placement([range(g) for g in grid], grid, tile_shape)
+    blocks = [(storage, origin, tile_storage(tile), 0) for origin, tile in zip(origins, tiles)]
+    _native.copy_blocks(blocks, list(tile_shape), logical, list(tile_shape))
+    return True
+
+
+def tile_blocks(tiles: Sequence[Tile], indices: Sequence[int], origins: Sequence[int],
+                destination: Any) -> list[tuple[Any, int, Any, int]] | None:
+    """`(tile storage, 0, destination, origin)` for each tile `tiles[i]`; None unless every
+    tile has a Rust storage."""
+    storages = storages_of([tiles[i] for i in indices])
+    if storages is None:
+        return None
+    return list(zip(storages, itertools.repeat(0), itertools.repeat(destination), origins))

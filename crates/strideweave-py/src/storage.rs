@@ -155,6 +155,12 @@ pub struct HostStorage {
 }
 
 impl HostStorage {
+    /// Releases the storage and hands its buffer to the caller (None if already released),
+    /// for a caller that frees many buffers together (`tiles.rs`).
+    pub(crate) fn take_buffer(&self) -> Option<Arc<HostBuffer>> {
+        self.buffer.write().take()
+    }
+
     /// The live buffer, or `None` once released.
     pub fn buffer(&self) -> Option<Arc<HostBuffer>> {
         self.buffer.read().clone()
@@ -293,7 +299,7 @@ impl HostStorage {
 
     /// Drop this storage's reference to the memory (freeing owned memory once no transfer
     /// still holds it). Idempotent.
-    pub(crate) fn release(&self) {
+    fn release(&self) {
         if let Some(buffer) = self.buffer.write().take() {
             // Unmapping a large buffer takes milliseconds that neither the caller nor the move
             // commit needs to wait for: the carrier is already released.

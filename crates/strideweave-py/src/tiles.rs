@@ -11,8 +11,9 @@
 //! into a dense `dst_shape` array), which Rust copies row by row: a projection of
 //! thousands of tiles is one Python call, not a tuple per row.
 //!
-//! `copy_storages(sources, destinations, count)` copies whole tiles pairwise (no tuple per
-//! tile), and `release_storages(storages)` releases a request's replaced bare tiles in one
+//! `copy_storages(sources, destinations, count)` copies whole tiles pairwise and
+//! `submit_place_blocks(sources, destination, offsets, ...)` places whole tiles into one dense
+//! array (neither builds a tuple per tile), and `release_storages(storages)` releases a request's replaced bare tiles in one
 //! call.
 //!
 //! Every storage is resolved to its live buffer or file and held by `Arc` for the whole
@@ -28,12 +29,13 @@ use std::sync::Arc;
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use strideweave_core::engine;
 use strideweave_core::storage::{ElemKind, FileStore, HostBuffer};
 use strideweave_core::tiles::{self, Block, BlockGeometry, Span, SpanError, Store};
 
 use crate::file_slab::{release_regions, FileRegion};
 use crate::jobs::{os_error, run_blocking, submit_job, JobError};
-use crate::storage::{FileStorage, HostStorage};
+use crate::storage::{FileStorage, HostStorage, DEFERRED_FREE_BYTES};
 
 /// A storage's bytes, kept alive for the request.
 enum Held {
@@ -198,13 +200,16 @@ impl Interner {
 #[derive(Clone, Copy)]
 struct Name<'a> {
     list: &'a str,
-    index: usize,
+    index: Option<usize>,
     part: &'a str,
 }
 
 impl std::fmt::Display for Name<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}[{}]", self.list, self.index)?;
+        f.write_str(self.list)?;
+        if let Some(index) = self.index {
+            write!(f, "[{index}]")?;
+        }
         if !self.part.is_empty() {
             write!(f, " {}", self.part)?;
         }
@@ -212,8 +217,9 @@ impl std::fmt::Display for Name<'_> {
     }
 }
 
+/// `list[index] part`, e.g. `spans[3] source`; `part` may be empty.
 fn name<'a>(list: &'a str, index: usize, part: &'a str) -> Name<'a> {
-    Name { list, index, part }
+    Name { list, index: Some(index), part }
 }
 
 fn slot(value: i64, what: impl std::fmt::Display) -> PyResult<u64> {
@@ -272,6 +278,38 @@ fn parse_blocks(blocks: &Bound<'_, PyAny>, block_shape: &[i64], src_shape: &[i64
             dst: to.index,
             dst_off: to.place("block", k, "destination", dst_off, geo.dst_reach())?,
         });
+    }
+    interner.finish(Work::Blocks(geo, parsed))
+}
+
+/// Dense blocks placed into one array: `sources[k]` (each a whole `block_shape` block) into
+/// `destination` (a dense `dst_shape` array) at slot `offsets[k]`.
+fn parse_placement(
+    sources: &Bound<'_, PyAny>,
+    destination: &Bound<'_, PyAny>,
+    offsets: Vec<i64>,
+    block_shape: &[i64],
+    dst_shape: &[i64],
+) -> PyResult<Request> {
+    let block = shape(block_shape, "block_shape")?;
+    let geo = BlockGeometry::new(&block, &block, &shape(dst_shape, "dst_shape")?).map_err(span_error)?;
+    let mut interner = Interner::default();
+    let into = interner.intern(destination, Name { list: "destination", index: None, part: "" })?;
+    let mut parsed = Vec::with_capacity(offsets.len());
+    let mut at = offsets.into_iter();
+    for (k, src) in sources.try_iter()?.enumerate() {
+        let off = at.next().ok_or_else(|| PyValueError::new_err(format!("offsets has fewer items than sources ({k})")))?;
+        let from = interner.intern(&src?, name("sources", k, ""))?;
+        let dst_off = slot(off, name("offsets", k, ""))?;
+        parsed.push(Block {
+            src: from.index,
+            src_off: from.place("block", k, "source", 0, geo.src_reach())?,
+            dst: into.index,
+            dst_off: into.place("block", k, "destination", dst_off, geo.dst_reach())?,
+        });
+    }
+    if at.next().is_some() {
+        return Err(PyValueError::new_err(format!("offsets has more items than sources ({})", parsed.len())));
     }
     interner.finish(Work::Blocks(geo, parsed))
 }
@@ -363,6 +401,23 @@ fn copy_storages(py: Python<'_>, sources: &Bound<'_, PyAny>, destinations: &Boun
     run_now(py, request)
 }
 
+/// Places each whole dense `sources[k]` (of `block_shape`) into the dense `dst_shape` array
+/// `destination` at slot `offsets[k]`, as one engine job; then `then(None)` or `then(exc)`.
+/// What a projection or the route to CPU does with a tiled tier's tiles, without a tuple per
+/// tile. Checked as `copy_blocks` checks its blocks.
+#[pyfunction]
+fn submit_place_blocks(
+    sources: &Bound<'_, PyAny>,
+    destination: &Bound<'_, PyAny>,
+    offsets: Vec<i64>,
+    block_shape: Vec<i64>,
+    dst_shape: Vec<i64>,
+    then: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let request = parse_placement(sources, destination, offsets, &block_shape, &dst_shape)?;
+    submit(then, request)
+}
+
 /// Releases every `HostStorage` and `FileRegion` of `storages` (idempotently), the regions of
 /// one slab together (one lock and at most one resize or unlink of its file). TypeError,
 /// before anything is released, for any other object.
@@ -383,12 +438,21 @@ fn release_storages(py: Python<'_>, storages: &Bound<'_, PyAny>) -> PyResult<()>
             )));
         }
     }
-    hosts.iter().for_each(|h| h.release());
+    // Freed together: on an engine worker once they add up to DEFERRED_FREE_BYTES (a
+    // thousand tile buffers take milliseconds to unmap, which nobody needs to wait for), as
+    // one large buffer's release is.
+    let buffers: Vec<Arc<HostBuffer>> = hosts.iter().filter_map(|h| h.take_buffer()).collect();
+    if buffers.iter().map(|b| b.len()).sum::<usize>() >= DEFERRED_FREE_BYTES {
+        engine::submit(move || drop(buffers));
+    } else {
+        drop(buffers);
+    }
     release_regions(py, &regions)
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(copy_storages, m)?)?;
+    m.add_function(wrap_pyfunction!(submit_place_blocks, m)?)?;
     m.add_function(wrap_pyfunction!(release_storages, m)?)?;
     m.add_function(wrap_pyfunction!(copy_spans, m)?)?;
     m.add_function(wrap_pyfunction!(submit_copy_spans, m)?)?;

@@ -275,9 +275,9 @@ def project(c: Any, tensor: Any, selection: Any, destination: Carrier | None) ->
         handle._succeed(result)
 
     try:
-        blocks = _native_blocks(c, selection, destination)
-        if blocks is not None:
-            _native.submit_copy_blocks(blocks, list(c._tile), list(c._tile), list(compact), finish)
+        placed = _native_placement(c, selection, destination)
+        if placed is not None:
+            _native.submit_place_blocks(*placed, list(c._tile), list(compact), finish)
         else:
             def job() -> None:
                 try:
@@ -296,14 +296,15 @@ def project(c: Any, tensor: Any, selection: Any, destination: Carrier | None) ->
     return handle
 
 
-def _native_blocks(c: Any, selection: TileSelection, destination: Carrier) -> list[tuple[Any, int, Any, int]] | None:
-    """One `(tile storage, 0, destination storage, origin)` block per selected tile, each
-    placed at its block of the compact array; None unless every end is built-in."""
+def _native_placement(c: Any, selection: TileSelection, destination: Carrier) -> tuple[list[Any], Any, list[int]] | None:
+    """`(tile storages, destination storage, origins)`: each selected tile placed at its
+    block of the compact array; None unless every end has a Rust storage."""
     dst = tiled_bulk.native_storage(destination)
     if dst is None:
         return None
     indices, origins = tiled_bulk.placement(selection.per_axis, c._grid, c._tile)
-    return tiled_tiles.tile_blocks(c._tiles, indices, origins, dst)
+    sources = tiled_tiles.storages_of([c._tiles[i] for i in indices])
+    return None if sources is None else (sources, dst, origins)
 
 
 def _gather(c: Any, selection: TileSelection, destination: Carrier, compact: tuple[int, ...]) -> None:
@@ -344,10 +345,16 @@ def prepare_to_cpu(request: Any) -> Any:
     destination = request.destination
 
     def submit() -> Any:
-        every = list(range(len(source._tiles)))
+        every = range(len(source._tiles))
         dst = tiled_bulk.native_storage(destination)
-        blocks = None if dst is None else tiled_tiles.tile_blocks(source._tiles, every, source._origins, dst)
-        if blocks is None:
+        with source._state_lock:
+            if source._pending:  # a request started since prepare: refuse, as prepare does
+                raise RuntimeError("cannot move a TiledEvictable while a residency request or "
+                                   "projection is pending")
+            sources = None if dst is None else tiled_tiles.storages_of(source._tiles)
+            if sources is not None:
+                _pin(source, every)
+        if sources is None:
             for index, tile in enumerate(source._tiles):
                 values = tiled_tiles.read_all(tile, source._tile_size)
                 for s, v in zip(source._tile_slots(index), values):
@@ -356,11 +363,6 @@ def prepare_to_cpu(request: Any) -> Any:
         # One engine job; the move waits on the returned completion. The tiles stay pinned
         # meanwhile, so no residency request swaps one out under the copy.
         done = _native.new_completion(AwaitResult)
-        with source._state_lock:
-            if source._pending:  # a request started since prepare: refuse, as prepare does
-                raise RuntimeError("cannot move a TiledEvictable while a residency request or "
-                                   "projection is pending")
-            _pin(source, every)
 
         def then(error: BaseException | None) -> None:
             _unpin(source, every)
@@ -369,8 +371,8 @@ def prepare_to_cpu(request: Any) -> Any:
             else:
                 done._fail(error)
         try:
-            _native.submit_copy_blocks(blocks, list(source._tile), list(source._tile),
-                                       list(source._logical), then)
+            _native.submit_place_blocks(sources, dst, source._origins, list(source._tile),
+                                        list(source._logical), then)
         except BaseException:
             _unpin(source, every)
             raise

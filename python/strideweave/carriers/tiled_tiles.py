@@ -185,13 +185,3 @@ def split(seed: Carrier, grid: Sequence[int], tile_shape: Sequence[int], maker: 
     blocks = [(storage, origin, tile_storage(tile), 0) for origin, tile in zip(origins, tiles)]
     _native.copy_blocks(blocks, list(tile_shape), logical, list(tile_shape))
     return True
-
-
-def tile_blocks(tiles: Sequence[Tile], indices: Sequence[int], origins: Sequence[int],
-                destination: Any) -> list[tuple[Any, int, Any, int]] | None:
-    """`(tile storage, 0, destination, origin)` for each tile `tiles[i]`; None unless every
-    tile has a Rust storage."""
-    storages = storages_of([tiles[i] for i in indices])
-    if storages is None:
-        return None
-    return list(zip(storages, itertools.repeat(0), itertools.repeat(destination), origins))

@@ -56,7 +56,7 @@ def test_one_file_holds_the_tiers_tiles_and_goes_when_it_holds_none():
     assert path.stat().st_size == 8 * TILE_BYTES
     np.testing.assert_array_equal(logical_array(te), data)
     te.promote(TileSet(tiles))
-    assert not path.exists() and listing() == before
+    assert not path.exists() and not listing() - before
     assert te.version == 0 and te.secondary_tiles == TileSet()
     np.testing.assert_array_equal(logical_array(te), data)
     te.release()
@@ -70,18 +70,19 @@ def test_a_file_backed_seed_is_split_into_one_file_and_release_removes_it():
     assert len(listing() - before) == 2           # the seed's own file and one for the 8 tiles
     np.testing.assert_array_equal(logical_array(te), data)
     te.release()
-    assert listing() == before
+    assert not listing() - before
 
 
 def test_a_collected_tiled_evictable_leaves_no_file():
     data, te = cpu_over_file(seed=3)
-    before, tier = listing(), te.secondary.path.name
+    before = listing()
     te.evict(TileSet(grid_tiles((4, 4))[::3]))
-    assert len(listing() - before) == 1
+    (tiles_file,) = listing() - before
+    mine = {tiles_file, te.secondary.path.name}
     del te
     for _ in range(3):
         gc.collect()
-    assert listing() == before - {tier}           # neither the tier's file nor the tiles' is left
+    assert not listing() & mine                   # neither the tier's file nor the tiles' is left
 
 
 def test_exit_removes_the_tiles_file_with_the_directory(tmp_path):
@@ -159,7 +160,7 @@ def test_eight_threads_sharing_the_tiers_file_lose_nothing():
     assert te.version == 0 and not any(te.tile_state(c).pinned for c in tiles)
     np.testing.assert_array_equal(logical_array(te), data)
     te.promote(TileSet(tiles))
-    assert listing() == before
+    assert not listing() - before
     with sw.no_grad():
         out = sw.move(full(te), sw.CPU(te.size()))
     np.testing.assert_array_equal(np.from_dlpack(out).reshape(te.logical_shape, order="F"), data)

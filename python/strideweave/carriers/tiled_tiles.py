@@ -17,98 +17,91 @@ fresh tiles of one tier.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
+import threading
 from typing import Any, Sequence, Union
 
 from strideweave import _native
 from strideweave.carriers import tiled_bulk
+from strideweave.carriers._filebacked_dir import filebacked_directory
 from strideweave.carriers.base import Carrier
 from strideweave.carriers.cpu import CPU
 from strideweave.carriers.dtype import STORAGE_KIND, DType
-from strideweave.carriers._filebacked_dir import filebacked_directory
 from strideweave.carriers.file_backed import FileBacked
 from strideweave.carriers.tiled_types import _Ownership, _release_quietly
 
 __all__: list[str] = []
 
-Tile = Union[Carrier, _native.HostStorage, _native.FileRegion]
+Bare = Union[_native.HostStorage, _native.FileRegion]
+Tile = Union[Carrier, Bare]
 
-_BARE = (_native.HostStorage, _native.FileRegion)
 _slab_names = itertools.count()
-
-
-def is_bare(tile: Tile) -> bool:
-    return type(tile) in _BARE
 
 
 def tile_storage(tile: Tile) -> Any:
     """The Rust storage a batched copy reads or writes for `tile`, or None when the tile is a
     carrier whose element path is not the built-in one."""
-    return tile if type(tile) in _BARE else tiled_bulk.native_storage(tile)  # type: ignore[arg-type]
+    return tiled_bulk.native_storage(tile) if isinstance(tile, Carrier) else tile
 
 
 def read_slot(tile: Tile, k: int) -> Any:
-    return tile.get(k) if type(tile) in _BARE else tile[k]  # type: ignore[union-attr,index]
+    return tile[k] if isinstance(tile, Carrier) else tile.get(k)
 
 
 def write_slot(tile: Tile, ownership: _Ownership, k: int, v: Any) -> None:
-    if type(tile) in _BARE:
-        tile.set(k, v)  # type: ignore[union-attr]
+    if isinstance(tile, Carrier):
+        tile._sw_write_as_owner(ownership, k, v)
     else:
-        tile._sw_write_as_owner(ownership, k, v)  # type: ignore[union-attr]
+        tile.set(k, v)
 
 
 def read_all(tile: Tile, size: int) -> list[Any]:
-    return tile.to_list() if type(tile) in _BARE else [tile[j] for j in range(size)]  # type: ignore[union-attr,index]
+    return [tile[j] for j in range(size)] if isinstance(tile, Carrier) else tile.to_list()
+
+
+def _split(tiles: Sequence[Tile]) -> tuple[list[Bare], list[Carrier]]:
+    bare: list[Bare] = []
+    carriers: list[Carrier] = []
+    for tile in tiles:
+        if isinstance(tile, Carrier):
+            carriers.append(tile)
+        else:
+            bare.append(tile)
+    return bare, carriers
 
 
 def adopt_all(tiles: Sequence[Tile], ownership: _Ownership) -> None:
     """Record the TiledEvictable as the owner of every carrier tile (a bare storage has none)."""
     for tile in tiles:
-        if type(tile) not in _BARE:
-            ownership.take(tile)  # type: ignore[arg-type]
-
-
-def release_tile(tile: Tile, ownership: _Ownership | None = None) -> None:
-    """Release a tile quietly (disowning a carrier first when `ownership` is given)."""
-    if type(tile) in _BARE:
-        try:
-            tile.release()  # type: ignore[union-attr]
-        except Exception:  # noqa: BLE001 - a release failure leaves nothing to undo
-            pass
-    else:
-        _release_quietly(tile, ownership)  # type: ignore[arg-type]
+        if isinstance(tile, Carrier):
+            ownership.take(tile)
 
 
 def release_tiles(tiles: Sequence[Tile], ownership: _Ownership | None = None) -> None:
     """Release tiles quietly: bare ones in one native call (a slab's regions together),
     carriers one by one (disowned first when `ownership` is given)."""
-    bare = [tile for tile in tiles if type(tile) in _BARE]
-    if bare:
-        try:
-            _native.release_storages(bare)
-        except Exception:  # noqa: BLE001 - a release failure leaves nothing to undo
-            pass
-    if len(bare) < len(tiles):
-        for tile in tiles:
-            if type(tile) not in _BARE:
-                _release_quietly(tile, ownership)  # type: ignore[arg-type]
+    bare, carriers = _split(tiles)
+    with contextlib.suppress(Exception):  # a release failure leaves nothing to undo
+        _native.release_storages(bare)
+    for carrier in carriers:
+        _release_quietly(carrier, ownership)
 
 
 def release_all(tiles: Sequence[Tile]) -> None:
     """Release every tile (a TiledEvictable's release, after disowning them): bare ones in one
     native call, carriers one by one; the first failure propagates."""
-    _native.release_storages([tile for tile in tiles if type(tile) in _BARE])
-    for tile in tiles:
-        if type(tile) not in _BARE:
-            tile.release()  # type: ignore[union-attr]
+    bare, carriers = _split(tiles)
+    _native.release_storages(bare)
+    for carrier in carriers:
+        carrier.release()
 
 
 def storages_of(tiles: Sequence[Tile]) -> list[Any] | None:
     """The Rust storage of every tile (the tiles themselves when all are bare), or None when
     one has none."""
-    if all(type(tile) in _BARE for tile in tiles):
+    if not any(isinstance(tile, Carrier) for tile in tiles):
         return list(tiles)
     storages = [tile_storage(tile) for tile in tiles]
     return None if any(s is None for s in storages) else storages
@@ -118,15 +111,14 @@ def carrier_copy(tile: Tile, tier: Carrier, size: int) -> Carrier:
     """A private dense copy of `tile` as a carrier of its tier's class (what the object-model
     path moves, since a move releases its source): in Rust for a bare or built-in tile,
     through the tile's hooks otherwise."""
-    if type(tile) in _BARE:
+    if not isinstance(tile, Carrier):
         copy = tier.allocate_like(size, mutable=True, empty=True)
         try:
-            _native.copy_spans([(tile, 0, copy._sw_storage(), 0, size)])
+            _native.copy_storages([tile], [copy._sw_storage()], size)
         except BaseException:
             copy.release()
             raise
         return copy
-    assert isinstance(tile, Carrier)
     made = tiled_bulk.snapshot(tile)
     if made is not None:
         return made
@@ -137,7 +129,7 @@ class TierTiles:
     """Makes the fresh tiles of one tier: bare storages for the exact built-in classes,
     carriers from the tier's `allocate_like` otherwise."""
 
-    __slots__ = ("tier", "size", "kind", "bare", "_slab")
+    __slots__ = ("tier", "size", "kind", "bare", "_slab", "_slab_lock")
 
     def __init__(self, tier: Carrier, tile_size: int, dtype: DType) -> None:
         self.tier = tier
@@ -145,6 +137,7 @@ class TierTiles:
         self.kind = STORAGE_KIND[dtype]
         self.bare = type(tier) in (CPU, FileBacked)
         self._slab: Any = None
+        self._slab_lock = threading.Lock()  # requests of one TiledEvictable run concurrently
 
     def fresh(self, count: int, into: list[Tile]) -> None:
         """Append `count` fresh tiles of unspecified contents to `into` (appended one by one
@@ -161,11 +154,12 @@ class TierTiles:
     def _current_slab(self) -> Any:
         """The tier's slab, made on first use, and again in a fork()ed child (only the
         creating process may allocate from a slab: the file is shared with the parent)."""
-        slab = self._slab
-        if slab is None or not slab.is_creator():
-            name = f"tiles-{os.getpid()}-{next(_slab_names)}.bin"
-            slab = self._slab = _native.FileSlab(str(filebacked_directory() / name), self.kind, self.size)
-        return slab
+        with self._slab_lock:
+            slab = self._slab
+            if slab is None or not slab.is_creator():
+                name = f"tiles-{os.getpid()}-{next(_slab_names)}.bin"
+                slab = self._slab = _native.FileSlab(str(filebacked_directory() / name), self.kind, self.size)
+            return slab
 
 
 def split(seed: Carrier, grid: Sequence[int], tile_shape: Sequence[int], maker: TierTiles, tiles: list[Tile]) -> bool:

@@ -1,6 +1,8 @@
 """Shared by the TiledEvictable tests: random logical arrays, tiers seeded with them (first mode
-fastest, the carrier's slot order), a TiledEvictable's slots read back as an array, and grid
-coordinates in tile-index order."""
+fastest, the carrier's slot order), a TiledEvictable's slots read back as an array, grid
+coordinates in tile-index order, and racing threads."""
+import threading
+
 import numpy as np
 
 import strideweave as sw
@@ -41,3 +43,14 @@ def grid_tiles(grid):
             coord.append(r)
         out.append(tuple(coord))
     return out
+
+
+def run_threads(targets, timeout=60):
+    """Start a thread for each callable of `targets`, join them all; True when all finished
+    within `timeout` seconds each."""
+    threads = [threading.Thread(target=target) for target in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    return not any(t.is_alive() for t in threads)

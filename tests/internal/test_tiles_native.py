@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from strideweave import _native
+from tiled_data import run_threads
 
 TIMEOUT = 30
 
@@ -149,9 +150,5 @@ def test_eight_threads_allocating_and_releasing_regions_never_share_slots(tmp_pa
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(TIMEOUT)
+    assert run_threads([lambda k=k: worker(k) for k in range(8)], TIMEOUT)
     assert errors == [] and slab.live == 0 and not (tmp_path / "slab.bin").exists()

@@ -19,7 +19,7 @@ import pytest
 import strideweave as sw
 from strideweave import _native
 from strideweave.carriers.tiled_evictable import TiledEvictable, TileSelection, TileSet
-from tiled_data import F32, I32, full, grid_tiles, logical_array, random_logical, seeded
+from tiled_data import F32, I32, full, grid_tiles, logical_array, random_logical, run_threads, seeded
 
 TIMEOUT = 30
 
@@ -231,11 +231,7 @@ def test_racing_residency_requests_one_wins_the_others_see_pins(gate):
         except RuntimeError as exc:
             outcomes.append(exc)
 
-    threads = [threading.Thread(target=contender, args=(k,)) for k in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(TIMEOUT)
+    assert run_threads([lambda k=k: contender(k) for k in range(6)], TIMEOUT)
     assert len(outcomes) == 6 and all(isinstance(o, RuntimeError) and "pinned" in str(o) for o in outcomes)
     gate.gate.set()
     assert first.wait() is None and te.primary_tiles == TileSet(tiles)
@@ -255,11 +251,7 @@ def test_racing_residency_requests_one_wins_the_others_see_pins(gate):
                 continue
             results.append(h.wait())
 
-    threads = [threading.Thread(target=racer, args=(k,)) for k in range(5)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(TIMEOUT)
+    assert run_threads([lambda k=k: racer(k) for k in range(5)], TIMEOUT)
     assert len(results) == 20 and None in results
     assert all(r is None or (isinstance(r, RuntimeError) and "pinned" in str(r)) for r in results)
     assert te.version == 0 and not any(te.tile_state(c).pinned for c in tiles)
@@ -440,11 +432,7 @@ def test_the_route_to_cpu_and_residency_requests_race_cleanly(gate):
         except BaseException as exc:  # noqa: BLE001 - checked below: only RuntimeError may lose
             outcomes[k] = exc
 
-    threads = [threading.Thread(target=mover)] + [threading.Thread(target=requester, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(TIMEOUT)
+    assert run_threads([mover] + [lambda k=k: requester(k) for k in range(4)], TIMEOUT)
     assert len(outcomes) == 5
     moved = outcomes["move"]
     for k in range(4):

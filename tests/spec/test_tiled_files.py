@@ -16,7 +16,7 @@ import numpy as np
 import strideweave as sw
 from strideweave.carriers.file_backed import filebacked_directory
 from strideweave.carriers.tiled_evictable import TiledEvictable, TileSet
-from tiled_data import F32, full, grid_tiles, logical_array, random_logical, seeded
+from tiled_data import F32, full, grid_tiles, logical_array, random_logical, run_threads, seeded
 
 TIMEOUT = 60
 TILE_BYTES = 16 * 16 * 4
@@ -151,12 +151,8 @@ def test_eight_threads_sharing_the_tiers_file_lose_nothing():
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(TIMEOUT)
-    assert errors == [] and not any(t.is_alive() for t in threads) and done
+    assert run_threads([lambda k=k: worker(k) for k in range(8)], TIMEOUT)
+    assert errors == [] and done
     assert te.version == 0 and not any(te.tile_state(c).pinned for c in tiles)
     np.testing.assert_array_equal(logical_array(te), data)
     te.promote(TileSet(tiles))

@@ -6,7 +6,7 @@
 //! regions is a handful of calls instead of a thousand, and no byte is copied twice.
 
 use std::fs::File;
-use std::io::{self, IoSlice};
+use std::io;
 use std::os::fd::AsRawFd;
 
 use super::{offset_after, reserve_blocks};
@@ -24,30 +24,14 @@ fn file_offset(off: u64) -> io::Result<libc::off_t> {
 pub fn file_write_gather(file: &File, file_byte_off: u64, parts: &[&[u8]]) -> io::Result<()> {
     let total: usize = parts.iter().map(|p| p.len()).sum();
     reserve_blocks(file, file_byte_off, total)?;
-    let mut slices: Vec<IoSlice<'_>> = parts.iter().filter(|p| !p.is_empty()).map(|p| IoSlice::new(p)).collect();
-    let mut rest: &mut [IoSlice<'_>] = &mut slices;
-    let mut done = 0usize;
-    while !rest.is_empty() {
-        let count = rest.len().min(MAX_RANGES);
-        let off = file_offset(offset_after(file_byte_off, done)?)?;
-        // SAFETY: `IoSlice` is ABI-compatible with `struct iovec` on Unix (std documents it);
-        // each points into a live borrowed slice for the call; the descriptor is borrowed from a
-        // live `File`.
-        let n = unsafe { libc::pwritev(file.as_raw_fd(), rest.as_ptr().cast::<libc::iovec>(), count as libc::c_int, off) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if n == 0 {
-            return Err(io::Error::new(io::ErrorKind::WriteZero, "positioned write made no progress"));
-        }
-        done += n as usize;
-        IoSlice::advance_slices(&mut rest, n as usize);
+    let mut iovecs: Vec<libc::iovec> =
+        parts.iter().map(|p| libc::iovec { iov_base: p.as_ptr().cast_mut().cast(), iov_len: p.len() }).collect();
+    // SAFETY: each iovec points into a slice borrowed for the call; pwritev only reads them.
+    unsafe {
+        transfer(&mut iovecs, file_byte_off, |iov, count, off| libc::pwritev(file.as_raw_fd(), iov, count, off), || {
+            io::Error::new(io::ErrorKind::WriteZero, "positioned write made no progress")
+        })
     }
-    Ok(())
 }
 
 /// Fills the host ranges `parts` (`(start, len)`) back to back from `file` starting at byte
@@ -63,14 +47,36 @@ pub fn file_write_gather(file: &File, file_byte_off: u64, parts: &[&[u8]]) -> io
 pub unsafe fn file_read_scatter(file: &File, file_byte_off: u64, parts: &[(*mut u8, usize)]) -> io::Result<()> {
     let total: usize = parts.iter().map(|p| p.1).sum();
     let mut iovecs: Vec<libc::iovec> =
-        parts.iter().filter(|p| p.1 > 0).map(|&(base, len)| libc::iovec { iov_base: base.cast(), iov_len: len }).collect();
+        parts.iter().map(|&(base, len)| libc::iovec { iov_base: base.cast(), iov_len: len }).collect();
+    let end = offset_after(file_byte_off, total)?;
+    // SAFETY: the caller vouches for every range (this function's contract).
+    unsafe {
+        transfer(&mut iovecs, file_byte_off, |iov, count, off| libc::preadv(file.as_raw_fd(), iov, count, off), || {
+            io::Error::new(io::ErrorKind::UnexpectedEof, format!("file ends before byte {end}"))
+        })
+    }
+}
+
+/// Runs `call(iovecs, count, file offset)` (a `preadv` or `pwritev`) until every range is
+/// done: at most `MAX_RANGES` ranges a call, continuing after short transfers and `EINTR`;
+/// a call that moves nothing is `stalled()`.
+///
+/// # Safety
+/// Every iovec is valid for the transfer `call` makes for the whole call.
+unsafe fn transfer(
+    iovecs: &mut [libc::iovec],
+    file_byte_off: u64,
+    call: impl Fn(*const libc::iovec, libc::c_int, libc::off_t) -> isize,
+    stalled: impl Fn() -> io::Error,
+) -> io::Result<()> {
     let (mut first, mut done) = (0usize, 0usize);
     while first < iovecs.len() {
+        if iovecs[first].iov_len == 0 {
+            first += 1;
+            continue;
+        }
         let count = (iovecs.len() - first).min(MAX_RANGES);
-        let off = file_offset(offset_after(file_byte_off, done)?)?;
-        // SAFETY: each iovec describes a range the caller vouches for (this function's
-        // contract); the descriptor is borrowed from a live `File`.
-        let n = unsafe { libc::preadv(file.as_raw_fd(), iovecs[first..].as_ptr(), count as libc::c_int, off) };
+        let n = call(iovecs[first..].as_ptr(), count as libc::c_int, file_offset(offset_after(file_byte_off, done)?)?);
         if n < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
@@ -79,13 +85,10 @@ pub unsafe fn file_read_scatter(file: &File, file_byte_off: u64, parts: &[(*mut 
             return Err(e);
         }
         if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!("file ends before byte {}", offset_after(file_byte_off, total)?),
-            ));
+            return Err(stalled());
         }
         done += n as usize;
-        // Skip the ranges the read filled and trim the one it filled in part.
+        // Skip the ranges the call finished and trim the one it did in part.
         let mut left = n as usize;
         while left > 0 {
             let v = &mut iovecs[first];

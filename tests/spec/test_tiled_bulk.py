@@ -444,3 +444,17 @@ def test_the_route_to_cpu_and_residency_requests_race_cleanly(gate):
         assert isinstance(moved, RuntimeError) and not te.is_released()
         np.testing.assert_array_equal(logical_array(te), data)
         assert not any(te.tile_state(c).pinned for c in tiles)
+
+
+def test_a_grid_of_more_tiles_than_the_coordinate_index_holds_maps_requests_the_same():
+    data = random_logical((257, 256), F32, seed=17)            # 65792 one-slot tiles
+    te = TiledEvictable(seeded(sw.CPU, data, F32), sw.FileBacked(dtype=F32), (257, 256), (1, 1))
+    chosen = [(256, 255), (0, 0), (3, 200)]
+    te.evict(TileSet(chosen))
+    assert te.secondary_tiles == TileSet(chosen) and te[256 + 257 * 255] == data[256, 255]
+    for bad in ([(257, 0)], [(0, 256)], [(1, 2, 3)]):
+        with pytest.raises(ValueError):
+            te.promote(TileSet(bad))
+    te.promote(TileSet(chosen))
+    assert te.secondary_tiles == TileSet() and te.version == 0
+    np.testing.assert_array_equal(logical_array(te), data)

@@ -49,6 +49,9 @@ for _public in (TileSet, TileSelection, AwaitProjection, AwaitResidency, TileSta
     _public.__module__ = __name__
 
 
+_INDEXED_TILES = 1 << 16  # ~10 MB of index at most
+
+
 # ===== the carrier ==============================================================================
 
 @final
@@ -124,7 +127,10 @@ class TiledEvictable(Carrier):
         self._seed: Carrier | None = primary if sizes[0] == full else secondary
         self._makers = {PRIMARY: tiled_tiles.TierTiles(primary, self._tile_size, dtype),
                         SECONDARY: tiled_tiles.TierTiles(secondary, self._tile_size, dtype)}
-        self._index_of = {self._coordinate_of(i): i for i in range(len(self._origins))}
+        # Tile index by coordinate, so a request of thousands of tiles maps them in one pass;
+        # for a grid too large to hold that cheaply, `_coordinate_index` computes each.
+        self._index_of = ({self._coordinate_of(i): i for i in range(len(self._origins))}
+                          if len(self._origins) <= _INDEXED_TILES else {})
         self._tiles: list[tiled_tiles.Tile] | None = None
         self._where: list[str] = []
         self._pins: list[int] = []

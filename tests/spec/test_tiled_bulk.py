@@ -458,3 +458,20 @@ def test_a_grid_of_more_tiles_than_the_coordinate_index_holds_maps_requests_the_
     te.promote(TileSet(chosen))
     assert te.secondary_tiles == TileSet() and te.version == 0
     np.testing.assert_array_equal(logical_array(te), data)
+
+
+def test_gathers_of_many_megabytes_match_numpy():
+    """Projection and the route to CPU past 8 MiB, where host rows are written with streaming
+    stores."""
+    data = random_logical((1536, 1536), F32, seed=23)          # 9 MiB in 24 x 24 tiles
+    seed = sw.CPU(data.size, empty=True)
+    np.from_dlpack(sw.Tensor(seed, 0, sw.Layout.canonical(sw.Shape(data.size))))[:] = data.ravel(order="F")
+    te = TiledEvictable(seed, sw.FileBacked(dtype=F32), (24, 24), (64, 64))
+    te.evict(TileSet(grid_tiles((24, 24))[::5]))
+    every = [list(range(24))[::-1], list(range(24))]
+    with sw.no_grad():
+        out = te.project(full(te), every).wait()
+        got = np.from_dlpack(out).reshape((1536, 1536), order="F")
+        np.testing.assert_array_equal(got, data[np.ix_(*block_rows(every, (64, 64)))])
+        moved = sw.move(full(te), sw.CPU(data.size, empty=True))
+    np.testing.assert_array_equal(np.from_dlpack(moved).reshape((1536, 1536), order="F"), data)

@@ -6,7 +6,8 @@
 //! A block is copied row by row along mode 0 without building a span list: a projection of a
 //! thousand 64x64 tiles is 64k rows, and materialising them costs more than copying them.
 //! When a block's rows continue each other in a file (the whole tile), the file side is one
-//! scatter read or gather write straight from or into the rows.
+//! scatter read or gather write straight from or into the rows. A large host-to-host request
+//! writes its rows with streaming stores (`copy::streaming`).
 
 use std::io;
 
@@ -131,34 +132,45 @@ pub fn check_blocks(stores: &[Store<'_>], elem: usize, geo: &BlockGeometry, bloc
 /// alive, and no other thread writes any source or destination range during the call.
 pub unsafe fn run_blocks(stores: &[Store<'_>], elem: usize, geo: &BlockGeometry, blocks: &[Block]) -> io::Result<()> {
     let row_bytes = geo.row as usize * elem;
-    let mut i = 0;
-    while i < blocks.len() {
-        let b = &blocks[i];
+    // A large gather streams its host-to-host rows (see copy::streaming): each row is a few
+    // hundred bytes of a destination far larger than the cache.
+    let streaming = row_bytes * geo.rows.len() * blocks.len() >= copy::STREAM_THRESHOLD;
+    let done = run_each(stores, elem, geo, blocks, row_bytes, streaming);
+    if streaming {
+        copy::stream_fence();
+    }
+    done
+}
+
+/// The body of [`run_blocks`]: every block in order.
+///
+/// # Safety
+/// As [`run_blocks`].
+unsafe fn run_each(
+    stores: &[Store<'_>],
+    elem: usize,
+    geo: &BlockGeometry,
+    blocks: &[Block],
+    row_bytes: usize,
+    streaming: bool,
+) -> io::Result<()> {
+    for b in blocks {
         match (stores[b.src], stores[b.dst]) {
-            (Store::Host(_), Store::Host(_)) => {
-                // Blocks placed side by side along mode 0 of one destination (the tiles of one
-                // grid row placed into a dense array) are copied row by row across the whole
-                // run, so the destination is written in address order instead of jumping a
-                // row stride every few hundred bytes. Their destinations are disjoint and no
-                // source is that destination, so the order cannot change the result.
-                let run = side_by_side(stores, geo, &blocks[i..]);
+            (Store::Host(src), Store::Host(dst)) => {
                 for &(so, dso) in &geo.rows {
-                    for r in &blocks[i..i + run] {
-                        let (Store::Host(src), Store::Host(dst)) = (stores[r.src], stores[r.dst]) else {
-                            unreachable!("a run keeps host ends")
-                        };
-                        // SAFETY: every row lies inside the checked block reach of both
-                        // stores, the ranges do not overlap (check_blocks), and nobody else
-                        // writes them.
-                        unsafe {
-                            let from = host_bytes(src, r.src_off + so, geo.row, elem);
-                            let to = host_bytes_mut(dst, r.dst_off + dso, geo.row, elem);
-                            copy::copy_span_host_to_host(from.as_ptr(), to.as_mut_ptr(), row_bytes);
+                    // SAFETY: every row lies inside the checked block reach of both stores,
+                    // the ranges do not overlap (check_blocks), and nobody else writes them;
+                    // run_blocks fences streamed stores before returning.
+                    unsafe {
+                        let from = host_bytes(src, b.src_off + so, geo.row, elem).as_ptr();
+                        let to = host_bytes_mut(dst, b.dst_off + dso, geo.row, elem).as_mut_ptr();
+                        if streaming {
+                            copy::copy_span_streaming(from, to, row_bytes);
+                        } else {
+                            copy::copy_span_host_to_host(from, to, row_bytes);
                         }
                     }
                 }
-                i += run;
-                continue;
             }
             (Store::File(file), Store::Host(dst)) if geo.src_dense => {
                 // The whole block is one file range: one scatter read straight into the rows.
@@ -208,28 +220,8 @@ pub unsafe fn run_blocks(stores: &[Store<'_>], elem: usize, geo: &BlockGeometry,
                 }
             }
         }
-        i += 1;
     }
     Ok(())
-}
-
-/// How many host-to-host blocks from `blocks[0]` lie side by side along mode 0 of one
-/// destination store (each starting a row's length after the previous one) while reading
-/// from other stores.
-fn side_by_side(stores: &[Store<'_>], geo: &BlockGeometry, blocks: &[Block]) -> usize {
-    let dst = blocks[0].dst;
-    if blocks[0].src == dst {
-        return 1;
-    }
-    let mut n = 1;
-    while n < blocks.len() {
-        let (p, q) = (&blocks[n - 1], &blocks[n]);
-        if q.dst != dst || q.src == dst || q.dst_off != p.dst_off + geo.row || !stores[q.src].is_host() {
-            break;
-        }
-        n += 1;
-    }
-    n
 }
 
 #[cfg(test)]

@@ -168,11 +168,15 @@ impl FileRegion {
     }
 
     fn get(&self, py: Python<'_>, index: i64) -> PyResult<Py<PyAny>> {
-        let store = self.store.read().clone().ok_or_else(released)?;
-        let byte = self.byte_of(index)?;
         let size = self.kind.size();
         let mut bytes = [0u8; 8];
-        store.read_at(byte, &mut bytes[..size]).map_err(os_error)?;
+        {
+            // Read under the lock a release takes, so a released region's slots (which the
+            // slab may already have handed to another region) are never read.
+            let guard = self.store.read();
+            let store = guard.as_ref().ok_or_else(released)?;
+            store.read_at(self.byte_of(index)?, &mut bytes[..size]).map_err(os_error)?;
+        }
         decode_slot(py, self.kind, &bytes)
     }
 
@@ -191,10 +195,16 @@ impl FileRegion {
     }
 
     fn to_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let store = self.store.read().clone().ok_or_else(released)?;
         let mut bytes = vec![0u8; self.slots as usize * self.kind.size()];
         let at = self.cell * self.slots * self.kind.size() as u64;
-        py.detach(|| store.read_at(at, &mut bytes)).map_err(os_error)?;
+        // The lock is taken and dropped with the GIL released (a release waits for it while
+        // holding the GIL), and held across the read, as in `get`.
+        py.detach(|| {
+            let guard = self.store.read();
+            let store = guard.as_ref().ok_or(None)?;
+            store.read_at(at, &mut bytes).map_err(Some)
+        })
+        .map_err(|e| e.map_or_else(released, os_error))?;
         decode_all(py, self.kind, &bytes)
     }
 

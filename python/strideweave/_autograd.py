@@ -34,24 +34,20 @@ __all__: list[str] = []  # internal module: the public names live in strideweave
 
 
 # ===== grad mode ==================================================================================
-class _GradMode(threading.local):
-    def __init__(self) -> None:
-        self.enabled = True  # every thread starts with recording on
-
-
-_mode = _GradMode()
+# Grad mode is per thread and lives in Rust (`_native.grad_enabled`/`set_grad_enabled`; every
+# thread starts with recording on), where the native move reads it too.
 
 
 def is_grad_enabled() -> bool:
     """Whether operations record autograd nodes on the calling thread (initially True)."""
-    return _mode.enabled
+    return _native.grad_enabled()
 
 
 def set_grad_enabled(enabled: bool) -> None:
     """Turn recording on or off for the calling thread only."""
     if type(enabled) is not bool:
         raise TypeError(f"enabled must be a bool, not {type(enabled).__name__}")
-    _mode.enabled = enabled
+    _native.set_grad_enabled(enabled)
 
 
 class no_grad:
@@ -65,15 +61,14 @@ class no_grad:
         self._saved: dict[int, list[bool]] = {}
 
     def __enter__(self) -> "no_grad":
-        self._saved.setdefault(threading.get_ident(), []).append(_mode.enabled)
-        _mode.enabled = False
+        self._saved.setdefault(threading.get_ident(), []).append(_native.set_grad_enabled(False))
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         stack = self._saved.get(threading.get_ident())
         if stack:
-            _mode.enabled = stack.pop()
+            _native.set_grad_enabled(stack.pop())
             if not stack:
                 del self._saved[threading.get_ident()]
         return None

@@ -36,7 +36,7 @@ __version__: str
 __all__ = ["__version__", "Shape", "Stride", "Layout", "HostStorage", "FileStorage", "dlpack_export",
            "dlpack_device", "AwaitResult", "new_completion", "submit_python", "engine_quiesce", "binary_f32", "copy_f32",
            "scale_f32", "scatter_add_f32", "sum_f32", "BlockDeviceHandle", "read_element", "write_element",
-           "_TensorBase", "TransferProgress", "copy_span", "submit_span", "copy_layout", "submit_layout",
+           "_TensorBase", "_CarrierBase", "TransferProgress", "copy_span", "submit_span", "copy_layout", "submit_layout",
            "copy_spans", "submit_copy_spans", "copy_blocks", "submit_copy_blocks", "copy_buffer_to_host"]
 
 @final
@@ -208,13 +208,46 @@ class AwaitResult(Generic[_T]):
     def _add_done_callback(self, fn: Callable[["AwaitResult[_T]"], Any]) -> None: ...
     def _join(self, timeout: float | None = None) -> bool: ...
 
+@disjoint_base
 class _TensorBase:
-    """Native base of `strideweave.Tensor`: the DLPack protocol methods, implemented in Rust
+    """Native base of `strideweave.Tensor`: its fields (set once by `_sw_init_view` or
+    `_sw_init_multi`), element access, and the DLPack protocol methods, implemented in Rust
     so a consumer's call never runs Python code for a built-in carrier."""
     def __new__(cls, *_args: Any, **_kwargs: Any) -> Self: ...
+    def _sw_init_view(self, carrier: Any, offset: int, layout: Layout, dtype: Any) -> None: ...
+    def _sw_init_multi(self, subtensors: tuple[Any, ...], dtype: Any, adjacent: tuple[Any, ...]) -> None: ...
+    def _is_multi(self) -> bool: ...
+    @property
+    def _carrier(self) -> Any: ...
+    @property
+    def _offset(self) -> int: ...
+    @property
+    def _layout(self) -> Layout: ...
+    @property
+    def _dtype(self) -> Any: ...
+    @property
+    def _adjacent(self) -> tuple[Any, ...]: ...
+    @property
+    def _subtensors(self) -> tuple[Any, ...]: ...
+    _grad: Any
+    _autograd_ctx: Any
+    _retain_grad: Any
+    def __getitem__(self, key: Any, /) -> Any: ...
+    def __setitem__(self, key: Any, value: Any, /) -> None: ...
     def __dlpack__(self, stream: Any = None, *, max_version: tuple[int, int] | list[int] | None = None,
                    dl_device: tuple[int, int] | list[int] | None = None, copy: bool | None = None) -> Any: ...
     def __dlpack_device__(self) -> tuple[int, int]: ...
+
+@disjoint_base
+class _CarrierBase:
+    """Native base of `strideweave.Carrier`: the framework state every carrier shares."""
+    def __new__(cls, *_args: Any, **_kwargs: Any) -> Self: ...
+    _sw_version: int
+    _sw_released: bool
+    _sw_owner: Any
+    _sw_claim: Any
+    _storage: Any
+    _mutable: bool
 
 _A = TypeVar("_A", bound=AwaitResult[Any])
 

@@ -59,6 +59,8 @@ from types import TracebackType
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from strideweave import _native
+
 __all__ = ["profile", "Profiler", "ProfilerEvent"]
 
 _now = time.monotonic_ns
@@ -173,6 +175,7 @@ class Profiler:
             raise RuntimeError("another Profiler is already active on this thread")
         self._thread = threading.get_ident()
         self._state = _ACTIVE
+        _native.count_active_profilers(1)  # the native move steps aside while any is active
         _tls.profiler = self
         return self
 
@@ -180,6 +183,7 @@ class Profiler:
                  tb: TracebackType | None) -> None:
         if self._state != _ACTIVE:
             raise RuntimeError("this Profiler is not active")
+        _native.count_active_profilers(-1)
         if threading.get_ident() != self._thread:
             with self._lock:
                 self._state = _DROPPED

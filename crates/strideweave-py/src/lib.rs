@@ -5,8 +5,10 @@ use pyo3::prelude::*;
 mod access;
 mod block;
 mod buffer_copy;
+mod carrier_base;
 mod dlpack;
 mod engine;
+mod inline_move;
 mod jobs;
 mod kernels;
 mod layout;
@@ -21,6 +23,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     install_logger(m.py());
     layout::register(m)?;
     storage::register(m)?;
+    carrier_base::register(m)?;
     dlpack::register(m)?;
     engine::register(m)?;
     kernels::register(m)?;
@@ -28,6 +31,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     access::register(m)?;
     tensor_base::register(m)?;
     transfer::register(m)?;
+    inline_move::register(m)?;
     tiles::register(m)?;
     buffer_copy::register(m)?;
     Ok(())

@@ -9,6 +9,7 @@
 
 use std::path::PathBuf;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
@@ -151,9 +152,34 @@ fn slot_out_of_range(index: i64) -> impl FnOnce(usize) -> PyErr {
 pub struct HostStorage {
     kind: ElemKind,
     buffer: RwLock<Option<Arc<HostBuffer>>>,
+    /// The slot count plus one, 0 once released: the range check of a slot write reads it
+    /// without taking the lock (the count of a live buffer never changes).
+    slots_plus_one: AtomicUsize,
 }
 
 impl HostStorage {
+    fn holding(kind: ElemKind, buffer: HostBuffer) -> Self {
+        let slots = buffer.len() / kind.size();
+        Self {
+            kind,
+            buffer: RwLock::new(Some(Arc::new(buffer))),
+            slots_plus_one: AtomicUsize::new(slots + 1),
+        }
+    }
+
+    /// Drops this storage's reference to the memory (freeing owned memory once no transfer
+    /// still holds it). Idempotent.
+    pub(crate) fn release_buffer(&self) {
+        self.slots_plus_one.store(0, Ordering::Release);
+        if let Some(buffer) = self.buffer.write().take() {
+            // Unmapping a large buffer takes milliseconds that neither the caller nor the move
+            // commit needs to wait for: the carrier is already released.
+            if buffer.len() >= DEFERRED_FREE_BYTES {
+                engine::submit(move || drop(buffer));
+            }
+        }
+    }
+
     /// The live buffer, or `None` once released.
     pub fn buffer(&self) -> Option<Arc<HostBuffer>> {
         self.buffer.read().clone()
@@ -202,12 +228,16 @@ impl HostStorage {
         proceed: impl FnOnce() -> PyResult<bool>,
     ) -> PyResult<bool> {
         let size = self.kind.size();
-        let count = self.buffer.read().as_ref().ok_or_else(released)?.len() / size;
+        let count = self
+            .slots_plus_one
+            .load(Ordering::Acquire)
+            .checked_sub(1)
+            .ok_or_else(released)?;
         if slot < 0 || slot as u64 >= count as u64 {
             return Err(out_of_range(count));
         }
-        // The lock is not held across the conversion; the write below re-checks the range
-        // against the live buffer.
+        // The lock is not held across the conversion; the write below re-checks that the
+        // buffer is live and the range against it.
         let bytes = encode_slot(self.kind, value)?;
         if !proceed()? {
             return Ok(false);
@@ -236,7 +266,7 @@ impl HostStorage {
             .ok_or_else(|| PyOverflowError::new_err(format!("host storage size {count} overflows")))?;
         let buffer = HostBuffer::new(bytes, zeroed)
             .map_err(|_| PyMemoryError::new_err(format!("cannot allocate {bytes} bytes of host memory")))?;
-        Ok(Self { kind, buffer: RwLock::new(Some(Arc::new(buffer))) })
+        Ok(Self::holding(kind, buffer))
     }
 
     /// Wrap `count` slots at `pointer` without taking ownership.
@@ -255,7 +285,7 @@ impl HostStorage {
         // address `count` slots that outlive the carrier; that is the contract of CPU(size,
         // pointer) and the same escape hatch the specification names for CPU.pointer().
         let buffer = unsafe { HostBuffer::wrap(ptr, bytes) };
-        Ok(Self { kind, buffer: RwLock::new(Some(Arc::new(buffer))) })
+        Ok(Self::holding(kind, buffer))
     }
 
     #[getter(kind)]
@@ -285,13 +315,7 @@ impl HostStorage {
     /// Drop this storage's reference to the memory (freeing owned memory once no transfer
     /// still holds it). Idempotent.
     fn release(&self) {
-        if let Some(buffer) = self.buffer.write().take() {
-            // Unmapping a large buffer takes milliseconds that neither the caller nor the move
-            // commit needs to wait for: the carrier is already released.
-            if buffer.len() >= DEFERRED_FREE_BYTES {
-                engine::submit(move || drop(buffer));
-            }
-        }
+        self.release_buffer();
     }
 
     fn get(&self, py: Python<'_>, index: i64) -> PyResult<Py<PyAny>> {

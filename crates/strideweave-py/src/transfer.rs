@@ -227,7 +227,7 @@ impl SpanJob {
 }
 
 /// A checked layout copy between two host storages.
-struct LayoutJob {
+pub(crate) struct LayoutJob {
     src: Arc<HostBuffer>,
     src_offset: i64,
     dst: Arc<HostBuffer>,
@@ -252,7 +252,20 @@ impl LayoutJob {
             Endpoint::File(_) => Err(PyTypeError::new_err(format!("{name} must be a HostStorage"))),
         };
         let (src, dst) = (host("src", src)?, host("dst", dst)?);
-        let elem_size = kind.size();
+        Self::between(src, src_offset, dst, dst_offset, extents, strides, kind.size())
+    }
+
+    /// A layout copy between two live host buffers of one element size, every addressed slot
+    /// checked inside both.
+    pub(crate) fn between(
+        src: Arc<HostBuffer>,
+        src_offset: i64,
+        dst: Arc<HostBuffer>,
+        dst_offset: i64,
+        extents: Vec<i64>,
+        strides: Vec<i64>,
+        elem_size: usize,
+    ) -> PyResult<Self> {
         let range = copy::addressed_range(&extents, &strides).map_err(|e| PyValueError::new_err(e.to_string()))?;
         if let Some((lo, hi)) = range {
             for (name, offset, buffer) in [("src_offset", src_offset, &src), ("dst_offset", dst_offset, &dst)] {
@@ -272,7 +285,7 @@ impl LayoutJob {
         Ok(LayoutJob { src, src_offset, dst, dst_offset, extents, strides, elem_size })
     }
 
-    fn run(self) -> Result<(), JobError> {
+    pub(crate) fn run(self) -> Result<(), JobError> {
         // SAFETY: every addressed slot was checked inside both live buffers, which this job
         // keeps alive through its `Arc`s; the buffers are distinct, and the move claims keep
         // other writers off both meanwhile.

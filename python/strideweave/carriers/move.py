@@ -23,6 +23,7 @@ from strideweave.carriers.base import (ACTIVE_CLAIM, STATE_LOCK, Carrier, drop_c
                                       take_claims)
 from strideweave.carriers.block_device import BlockDeviceCarrier
 from strideweave.carriers.cpu import CPU
+from strideweave.carriers.dtype import DType
 from strideweave.carriers.file_backed import FileBacked
 from strideweave.core.representation import Subtensor
 from strideweave.layout import Layout
@@ -296,7 +297,7 @@ def register_move_operation(source_class: type, destination_class: type, operati
             raise ValueError(f"a move operation is already registered for {_pair_name(*key)}: "
                              f"{_REGISTRY[key].__name__}")
         _REGISTRY[key] = operation_class
-        _ROUTES.clear()
+        _forget_routes()
     return None
 
 
@@ -320,7 +321,7 @@ def unregister_move_operation(source_class: type, destination_class: type) -> ty
         except KeyError:
             raise KeyError(f"no move operation is registered for "
                            f"{_pair_name(source_class, destination_class)}") from None
-        _ROUTES.clear()
+        _forget_routes()
         return removed
 
 
@@ -384,7 +385,17 @@ def _lookup_route(source_class: type, destination_class: type) -> _Route:
         route = _resolve_uncached(source_class, destination_class)
         with _registry_lock:
             _ROUTES[key] = route
+            if key == (CPU, CPU):
+                # The native move handles (CPU, CPU) only while its route is the default.
+                _native.set_inline_route(route.operation_class is ElementwiseMoveOperation
+                                         and route.decision is None and route.refusal is None)
     return route
+
+
+def _forget_routes() -> None:
+    """The registry changed: every cached route, and the native move's, is stale."""
+    _ROUTES.clear()
+    _native.set_inline_route(False)
 
 
 def _resolve_uncached(source_class: type, destination_class: type) -> _Route:
@@ -707,6 +718,12 @@ def move_async(tensor: Tensor, destination: Carrier) -> AwaitMove:
 
 def move(tensor: Tensor, destination: Carrier) -> Tensor:
     """Blocking move: exactly `move_async(tensor, destination).wait()`."""
+    # A small move between exact CPU carriers runs whole in one native call (see
+    # crates/strideweave-py/src/inline_move.rs); it returns None, having changed nothing,
+    # whenever the request below must decide.
+    moved = _native.move_inline(tensor, destination)
+    if moved is not None:
+        return cast(Tensor, moved)
     return move_async(tensor, destination).wait()
 
 
@@ -714,3 +731,23 @@ def _move_between_tiers(tensor: Tensor, destination: Carrier) -> Tensor:
     """Framework-internal move for composite carriers (Evictable residency transitions): the
     same route and transfer, no autograd node, no profiling, ownership handled by the owner."""
     return _initiate(tensor, destination, between_tiers=True).handle.wait()
+
+
+class _InlineMoveClaim:
+    """The claim both carriers of a native inline move hold while its copy runs: to every
+    other thread they participate in a pending move."""
+
+    __slots__ = ()
+
+
+def _record_inline_move(tensor: Tensor, output: Tensor) -> None:
+    """The autograd node of a committed native inline move: what `_initiate` records and
+    `_publish_and_release` attaches for a recorded CPU→CPU move over the default route."""
+    op = ElementwiseMoveOperation()
+    recorded = _autograd.record_inputs(op, (tensor,))
+    op._sw_move = _MoveState(tensor.carrier, output.carrier, tensor.layout, _lookup_route(CPU, CPU))
+    _autograd.attach_result(op, output, recorded)
+
+
+_native.configure_inline_move(CPU, Tensor, STATE_LOCK, _InlineMoveClaim(), (DType.Float32, DType.Floating),
+                              INLINE_SLOTS, _record_inline_move)

@@ -36,6 +36,12 @@ impl Slot {
         self.0.lock().as_ref().map(|v| v.clone_ref(py))
     }
 
+    /// `f(value)` without taking a reference (the value must not be dropped by `f`; no
+    /// Python code may run in `f`, which holds the slot's lock).
+    pub(crate) fn with<R>(&self, py: Python<'_>, f: impl FnOnce(&Bound<'_, PyAny>) -> R) -> Option<R> {
+        self.0.lock().as_ref().map(|v| f(v.bind(py)))
+    }
+
     #[must_use = "drop the previous value after the lock is released"]
     pub(crate) fn put(&self, value: Option<Py<PyAny>>) -> Option<Py<PyAny>> {
         std::mem::replace(&mut *self.0.lock(), value)
@@ -66,6 +72,16 @@ const FAST_UNKNOWN: u8 = 0;
 const FAST_NO: u8 = 1;
 const FAST_YES: u8 = 2;
 
+/// Groups of framework hooks whose "not overridden by the class" answer a carrier remembers
+/// (bits of `CarrierBase::hooks`: two bits each, known and yes).
+#[derive(Clone, Copy)]
+pub(crate) enum Hooks {
+    /// `dlpack_info` and `pointer` are the built-in CPU's.
+    CpuDlpack = 0,
+    /// `is_mutable` is `Carrier`'s and `_is_mutable` the Rust-backed built-ins'.
+    BuiltinMutable = 2,
+}
+
 /// Native base of `strideweave.Carrier` (framework state; not public API).
 #[pyclass(subclass, frozen, dict, weakref, module = "strideweave", name = "_CarrierBase")]
 pub struct CarrierBase {
@@ -80,6 +96,7 @@ pub struct CarrierBase {
     mutable: AtomicU8,
     busy: AtomicU8,
     fast_access: AtomicU8,
+    hooks: AtomicU8,
 }
 
 impl CarrierBase {
@@ -102,6 +119,10 @@ impl CarrierBase {
     /// The built-in mutability flag; false when no constructor set it.
     pub(crate) fn mutable_flag(&self) -> bool {
         self.mutable.load(Ordering::Relaxed) == MUTABLE_YES
+    }
+
+    pub(crate) fn owner_is_none(&self) -> bool {
+        self.busy.load(Ordering::Relaxed) & OWNED == 0
     }
 
     /// Live, unowned and unclaimed.
@@ -131,6 +152,19 @@ impl CarrierBase {
     pub(crate) fn put_claim(&self, value: Option<Py<PyAny>>) -> Option<Py<PyAny>> {
         self.mark(CLAIMED, value.is_some());
         self.claim.put(value)
+    }
+
+    /// The remembered answer for `which`, computed by `check` the first time.
+    pub(crate) fn hooks_are(&self, which: Hooks, check: impl FnOnce() -> bool) -> bool {
+        let (known, yes) = (1u8 << (which as u8), 2u8 << (which as u8));
+        let bits = self.hooks.load(Ordering::Relaxed);
+        if bits & known != 0 {
+            return bits & yes != 0;
+        }
+        let answer = check();
+        self.hooks
+            .fetch_or(known | if answer { yes } else { 0 }, Ordering::Relaxed);
+        answer
     }
 
     /// True when the carrier's class keeps the built-in element path (`_sw_fast_access`).
@@ -167,6 +201,7 @@ impl CarrierBase {
             mutable: AtomicU8::new(MUTABLE_UNSET),
             busy: AtomicU8::new(0),
             fast_access: AtomicU8::new(FAST_UNKNOWN),
+            hooks: AtomicU8::new(0),
         }
     }
 

@@ -53,8 +53,10 @@ use strideweave_core::dlpack::{
     DLManagedTensorVersioned, ExportDType, Exported, ManagedAbi, TensorDesc, FLAG_READ_ONLY,
 };
 
+use crate::carrier_base::{CarrierBase, Hooks};
 use crate::layout::PyLayout;
 use crate::storage::HostStorage;
+use crate::tensor_base::{TensorBase, View};
 
 const LEGACY_NAME: &CStr = c"dltensor";
 const VERSIONED_NAME: &CStr = c"dltensor_versioned";
@@ -166,7 +168,10 @@ fn into_capsule<M: ManagedAbi>(
 /// Step 1: the one-subtensor requirement, before any carrier is touched. Returns the
 /// subtensor count (at most 1), which `Tensor.is_mutable` also tests.
 fn require_single_subtensor(tensor: &Bound<'_, PyAny>, what: &str) -> PyResult<usize> {
-    let n = field(tensor, Field::Subtensors)?.len()?;
+    let n = match native_view(tensor) {
+        Some(view) if view.single => 1,
+        _ => field(tensor, Field::Subtensors)?.len()?,
+    };
     if n > 1 {
         return Err(PyNotImplementedError::new_err(format!(
             "DLPack export ({what}) is not implemented for a multi-subtensor Tensor \
@@ -190,8 +195,8 @@ struct Builtins {
     /// `DType.Float32`, `DType.Int32`.
     float32: Py<PyAny>,
     int32: Py<PyAny>,
-    /// Direct reads of `Tensor`'s slots; `None` if they are not plain slots.
-    slots: Option<SlotReader>,
+    /// `Tensor`, whose instances are read natively.
+    tensor_type: Py<PyAny>,
 }
 
 /// The Tensor fields an export reads (ARCHITECTURE.md, "Tensor fields").
@@ -204,75 +209,26 @@ enum Field {
     Offset,
 }
 
-/// Reads `Tensor`'s `__slots__` through their member descriptors.
-///
-/// `tensor._carrier` through `PyObject_GetAttr` is a generic attribute lookup: find the
-/// name in the type's method cache, find the member descriptor there, call its getter. The
-/// export reads five fields, so it keeps the five descriptors and calls their getter
-/// directly, which is the last step of that same lookup. It does so only for an instance of
-/// exactly `Tensor`, whose class dictionary holds exactly these descriptors for the life of
-/// the process (replacing a slot descriptor on the class would strand the Tensor's own
-/// storage); a subclass could shadow a field name, so subclass instances use `getattr`.
-struct SlotReader {
-    tensor_type: Py<PyAny>,
-    descriptors: [Py<PyAny>; 5],
-    get: ffi::descrgetfunc,
-}
-
-impl SlotReader {
-    fn load(tensor_type: &Bound<'_, PyAny>) -> PyResult<Option<Self>> {
-        let py = tensor_type.py();
-        let member_type = py.import("types")?.getattr("MemberDescriptorType")?;
-        let descriptor = |name: &str| -> PyResult<Option<Py<PyAny>>> {
-            let d = tensor_type.getattr(name)?;
-            Ok(d.get_type().is(&member_type).then(|| d.unbind()))
-        };
-        let (Some(subtensors), Some(carrier), Some(layout), Some(dtype), Some(offset)) = (
-            descriptor("_subtensors")?,
-            descriptor("_carrier")?,
-            descriptor("_layout")?,
-            descriptor("_dtype")?,
-            descriptor("_offset")?,
-        ) else {
-            return Ok(None);
-        };
-        // SAFETY: `member_type` is a live type object; PyType_GetSlot accepts static types
-        // from Python 3.10 and returns the slot's function pointer or NULL.
-        let raw = unsafe { ffi::PyType_GetSlot(member_type.as_ptr().cast(), ffi::Py_tp_descr_get) };
-        if raw.is_null() {
-            return Ok(None);
-        }
-        // SAFETY: the `Py_tp_descr_get` slot holds a `descrgetfunc`; the pointer is non-null.
-        let get: ffi::descrgetfunc = unsafe { std::mem::transmute(raw) };
-        Ok(Some(SlotReader {
-            tensor_type: tensor_type.clone().unbind(),
-            descriptors: [subtensors, carrier, layout, dtype, offset],
-            get,
-        }))
+/// The view of exactly a `Tensor` (a subclass could shadow a field name, so its instances
+/// are read through `getattr`).
+fn native_view<'a>(tensor: &'a Bound<'_, PyAny>) -> Option<&'a View> {
+    let b = builtins(tensor.py())?;
+    if !tensor.get_type().is(&b.tensor_type) {
+        return None;
     }
+    tensor.cast::<TensorBase>().ok()?.get().view().ok()
 }
 
-/// `tensor.<field>`: a direct slot read for a `Tensor`, `getattr` for anything else.
+/// `tensor.<field>`: a native field read for a `Tensor`, `getattr` for anything else.
 fn field<'py>(tensor: &Bound<'py, PyAny>, which: Field) -> PyResult<Bound<'py, PyAny>> {
     let py = tensor.py();
-    if let Some(slots) = builtins(py).and_then(|b| b.slots.as_ref()) {
-        // SAFETY: `tensor` is live, so reading its type pointer is valid.
-        let ty = unsafe { ffi::Py_TYPE(tensor.as_ptr()) };
-        if std::ptr::eq(ty.cast(), slots.tensor_type.as_ptr()) {
-            let descriptor = &slots.descriptors[which as usize];
-            // SAFETY: `get` is the member-descriptor getter and `descriptor` a member
-            // descriptor of `Tensor`; `tensor` is an instance of exactly that class, which
-            // the getter checks again. It returns a new reference, or NULL with an
-            // exception set (AttributeError for an unset slot), as `getattr` would.
-            let raw = unsafe {
-                (slots.get)(
-                    descriptor.as_ptr(),
-                    tensor.as_ptr(),
-                    slots.tensor_type.as_ptr(),
-                )
-            };
-            // SAFETY: `raw` is a new reference or NULL with an exception set.
-            return unsafe { Bound::from_owned_ptr_or_err(py, raw) };
+    if let Some(view) = native_view(tensor) {
+        match which {
+            Field::Carrier => return Ok(view.carrier.bind(py).clone()),
+            Field::Layout => return Ok(view.layout.bind(py).clone().into_any()),
+            Field::DType => return Ok(view.dtype.bind(py).clone()),
+            Field::Offset => return Ok(view.offset.into_pyobject(py)?.into_any()),
+            Field::Subtensors => {}
         }
     }
     let name = match which {
@@ -306,7 +262,7 @@ fn builtins(py: Python<'_>) -> Option<&'static Builtins> {
                     builtin_is_mutable: builtin.getattr("_is_mutable")?.unbind(),
                     float32: dtype.getattr("Float32")?.unbind(),
                     int32: dtype.getattr("Int32")?.unbind(),
-                    slots: SlotReader::load(&tensor)?,
+                    tensor_type: tensor.unbind(),
                 })
             };
             load().ok()
@@ -335,6 +291,20 @@ fn class_attr_is(obj: &Bound<'_, PyAny>, name: &Bound<'_, PyString>, function: &
     same
 }
 
+/// Whether a carrier's class keeps a group of the framework's own hooks (`check`, run once per
+/// carrier and remembered on it: a class decides its hooks when it is created, and the
+/// issue's rule is that the check is cached, not repeated per call). Objects that are not
+/// `_CarrierBase` instances are checked every time.
+fn class_hooks_are(carrier: &Bound<'_, PyAny>, which: Hooks, check: impl FnOnce() -> bool) -> bool {
+    match carrier.cast::<CarrierBase>() {
+        Ok(base) => base.get().hooks_are(which, check),
+        Err(_) => check(),
+    }
+}
+
+/// `Tensor.is_mutable` is the framework's own (decided once, for exactly `Tensor`).
+static TENSOR_IS_MUTABLE_BUILTIN: PyOnceLock<bool> = PyOnceLock::new();
+
 /// What resolving the carrier produced: its DLPack device and, for an export, its pointer.
 struct CarrierInfo {
     device: DLDevice,
@@ -355,9 +325,11 @@ struct CarrierInfo {
 fn carrier_info(carrier: &Bound<'_, PyAny>, with_pointer: bool) -> PyResult<CarrierInfo> {
     let py = carrier.py();
     if let Some(b) = builtins(py) {
-        if class_attr_is(carrier, intern!(py, "dlpack_info"), &b.cpu_dlpack_info)
-            && class_attr_is(carrier, intern!(py, "pointer"), &b.cpu_pointer)
-        {
+        let builtin = class_hooks_are(carrier, Hooks::CpuDlpack, || {
+            class_attr_is(carrier, intern!(py, "dlpack_info"), &b.cpu_dlpack_info)
+                && class_attr_is(carrier, intern!(py, "pointer"), &b.cpu_pointer)
+        });
+        if builtin {
             let device = DLDevice {
                 device_type: DLDeviceType::CPU,
                 device_id: 0,
@@ -386,18 +358,18 @@ fn carrier_info(carrier: &Bound<'_, PyAny>, with_pointer: bool) -> PyResult<Carr
 /// hook runs).
 fn builtin_cpu_pointer(carrier: &Bound<'_, PyAny>) -> PyResult<Option<(usize, bool)>> {
     let py = carrier.py();
-    if carrier.getattr(intern!(py, "_sw_released"))?.is_truthy()? {
-        return Ok(Some((0, true)));
-    }
-    let storage = carrier.getattr(intern!(py, "_storage"))?;
-    let Ok(storage) = storage.cast::<HostStorage>() else {
+    let Ok(base) = carrier.cast::<CarrierBase>() else {
         return Ok(None);
     };
-    let pointer = storage
-        .get()
-        .buffer()
-        .map_or(0, |buffer| buffer.as_ptr() as usize);
-    Ok(Some((pointer, false)))
+    let base = base.get();
+    if base.released() {
+        return Ok(Some((0, true)));
+    }
+    Ok(base
+        .storage
+        .with(py, |storage| storage.cast::<HostStorage>().ok().map(|s| s.get().address()))
+        .flatten()
+        .map(|pointer| (pointer, false)))
 }
 
 /// The general path: call the hook through Python, so subclass overrides run.
@@ -509,16 +481,27 @@ fn is_mutable(
     let Some(b) = builtins(py) else {
         return tensor.call_method0(intern!(py, "is_mutable"))?.is_truthy();
     };
-    if !class_attr_is(tensor, intern!(py, "is_mutable"), &b.tensor_is_mutable) {
+    let exact_tensor = tensor.get_type().is(&b.tensor_type);
+    if !(exact_tensor && *TENSOR_IS_MUTABLE_BUILTIN.get_or_init(py, || {
+        class_attr_is(tensor, intern!(py, "is_mutable"), &b.tensor_is_mutable)
+    })) && !class_attr_is(tensor, intern!(py, "is_mutable"), &b.tensor_is_mutable)
+    {
         return tensor.call_method0(intern!(py, "is_mutable"))?.is_truthy();
     }
     if subtensors != 1 {
         return Ok(false);
     }
-    if !(class_attr_is(carrier, intern!(py, "is_mutable"), &b.carrier_is_mutable)
-        && class_attr_is(carrier, intern!(py, "_is_mutable"), &b.builtin_is_mutable))
-    {
+    let builtin = class_hooks_are(carrier, Hooks::BuiltinMutable, || {
+        class_attr_is(carrier, intern!(py, "is_mutable"), &b.carrier_is_mutable)
+            && class_attr_is(carrier, intern!(py, "_is_mutable"), &b.builtin_is_mutable)
+    });
+    if !builtin {
         return carrier.call_method0(intern!(py, "is_mutable"))?.is_truthy();
+    }
+    if let Ok(base) = carrier.cast::<CarrierBase>() {
+        let base = base.get();
+        let released = released.unwrap_or_else(|| base.released());
+        return Ok(!released && base.owner_is_none() && base.mutable_flag());
     }
     let released = match released {
         Some(released) => released,
@@ -683,7 +666,10 @@ pub(crate) fn export(
     };
 
     // 5. build
-    let offset: u64 = field(tensor, Field::Offset)?.extract()?;
+    let offset: u64 = match native_view(tensor) {
+        Some(view) => u64::try_from(view.offset).map_err(|_| PyValueError::new_err("negative tensor offset"))?,
+        None => field(tensor, Field::Offset)?.extract()?,
+    };
     let desc = TensorDesc::new(pointer, device, export_dtype, shape, strides, offset)
         .map_err(|e| PyBufferError::new_err(e.to_string()))?;
     if versioned {

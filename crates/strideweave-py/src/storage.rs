@@ -155,15 +155,19 @@ pub struct HostStorage {
     /// The slot count plus one, 0 once released: the range check of a slot write reads it
     /// without taking the lock (the count of a live buffer never changes).
     slots_plus_one: AtomicUsize,
+    /// The buffer's address, 0 once released (for DLPack export, read without the lock).
+    address: AtomicUsize,
 }
 
 impl HostStorage {
     fn holding(kind: ElemKind, buffer: HostBuffer) -> Self {
         let slots = buffer.len() / kind.size();
+        let address = buffer.as_ptr() as usize;
         Self {
             kind,
             buffer: RwLock::new(Some(Arc::new(buffer))),
             slots_plus_one: AtomicUsize::new(slots + 1),
+            address: AtomicUsize::new(address),
         }
     }
 
@@ -171,6 +175,7 @@ impl HostStorage {
     /// still holds it). Idempotent.
     pub(crate) fn release_buffer(&self) {
         self.slots_plus_one.store(0, Ordering::Release);
+        self.address.store(0, Ordering::Release);
         if let Some(buffer) = self.buffer.write().take() {
             // Unmapping a large buffer takes milliseconds that neither the caller nor the move
             // commit needs to wait for: the carrier is already released.
@@ -178,6 +183,11 @@ impl HostStorage {
                 engine::submit(move || drop(buffer));
             }
         }
+    }
+
+    /// The address of slot 0 while live, 0 once released.
+    pub(crate) fn address(&self) -> usize {
+        self.address.load(Ordering::Acquire)
     }
 
     /// The live buffer, or `None` once released.

@@ -37,7 +37,9 @@ __all__ = ["__version__", "Shape", "Stride", "Layout", "HostStorage", "FileStora
            "dlpack_device", "AwaitResult", "new_completion", "submit_python", "engine_quiesce", "binary_f32", "copy_f32",
            "scale_f32", "scatter_add_f32", "sum_f32", "BlockDeviceHandle", "read_element", "write_element",
            "_TensorBase", "_CarrierBase", "TransferProgress", "copy_span", "submit_span", "copy_layout", "submit_layout",
-           "copy_spans", "submit_copy_spans", "copy_blocks", "submit_copy_blocks", "copy_buffer_to_host"]
+           "copy_spans", "submit_copy_spans", "copy_blocks", "submit_copy_blocks", "copy_buffer_to_host",
+           "configure_inline_move", "set_inline_route", "count_active_profilers", "grad_enabled",
+           "set_grad_enabled", "move_inline"]
 
 @final
 class Shape:
@@ -364,3 +366,12 @@ def submit_copy_blocks(blocks: Iterable[tuple[_Storage, int, _Storage, int]], bl
 # buffer_copy.rs: a checked bulk copy from any C-contiguous buffer object (GIL released).
 def copy_buffer_to_host(source: Any, source_byte: int, destination: HostStorage, destination_byte: int,
                         nbytes: int) -> None: ...
+
+# The inline move (inline_move.rs) and the per-thread grad mode it reads.
+def configure_inline_move(cpu: type, tensor: type, state_lock: Any, claim: Any, differentiable: tuple[Any, ...],
+                          max_slots: int, record: Callable[[Any, Any], Any]) -> None: ...
+def set_inline_route(default: bool) -> None: ...
+def count_active_profilers(delta: int) -> None: ...
+def grad_enabled() -> bool: ...
+def set_grad_enabled(enabled: bool) -> bool: ...
+def move_inline(tensor: Any, destination: Any) -> Any | None: ...

@@ -23,10 +23,10 @@ from strideweave.carriers.base import (ACTIVE_CLAIM, STATE_LOCK, Carrier, drop_c
                                       take_claims)
 from strideweave.carriers.block_device import BlockDeviceCarrier
 from strideweave.carriers.cpu import CPU
-from strideweave.carriers.dtype import DType
 from strideweave.carriers.file_backed import FileBacked
 from strideweave.core.representation import Subtensor
 from strideweave.layout import Layout
+from strideweave.carriers.move_handle import INLINE_SLOTS, AwaitMove, AwaitResult, _NativeTransfer
 from strideweave.tensor import Tensor
 
 __all__ = [
@@ -35,31 +35,6 @@ __all__ = [
     "FileBackedToCpuMoveOperation", "CpuToBlockDeviceMoveOperation", "BlockDeviceToCpuMoveOperation",
     "dispatch_move", "register_move_operation", "unregister_move_operation", "registered_move_operation",
 ]
-
-AwaitResult = _native.AwaitResult
-
-
-class AwaitMove(AwaitResult[Tensor]):
-    """Completion handle of one `move_async` request; `wait()` returns the moved Tensor
-    (the same object every time) or raises the request's terminal failure.
-
-    `bytes_done` / `bytes_total` report progress: the moved span is `layout.cosize` slots of
-    the dtype's size. Bulk transfers on the engine count every 8 MiB chunk as it lands; other
-    transfers (hooks, providers, small inline copies) report 0 until they complete."""
-
-    __slots__ = ("_progress",)
-    _progress: _native.TransferProgress
-
-    @property
-    def bytes_done(self) -> int:
-        """Bytes of the moved span copied so far."""
-        return self._progress.done
-
-    @property
-    def bytes_total(self) -> int:
-        """Bytes of the moved span (`layout.cosize` times the dtype's slot size)."""
-        return self._progress.total
-
 
 # ===== move operations ==========================================================================
 
@@ -227,33 +202,6 @@ class BlockDeviceToCpuMoveOperation(WorkerMove):
 
 
 _BLOCK_OPERATIONS = (CpuToBlockDeviceMoveOperation, BlockDeviceToCpuMoveOperation)
-
-# A transfer of at most this many slots runs on the caller's thread (GIL released for the
-# copy) and commits there: handing a 4 KiB memcpy to a worker costs ~50 µs of thread wake-up
-# and GIL hand-over for a copy of well under 1 µs. Larger ones go to the engine, so that
-# move_async returns at once.
-INLINE_SLOTS = 1 << 14
-
-
-class _NativeTransfer:
-    """A framework transfer in Rust: `blocking(*args)` on this thread, or `submit(*args, then)`
-    on an engine worker. `slots` (None: never inline) decides which."""
-
-    __slots__ = ("blocking", "submit", "slots", "args")
-
-    def __init__(self, blocking: Callable | None, submit: Callable, slots: int | None, args: tuple) -> None:
-        self.blocking = blocking
-        self.submit = submit
-        self.slots = slots
-        self.args = args
-
-    def runs_inline(self) -> bool:
-        return self.slots is not None and self.slots <= INLINE_SLOTS
-
-    def progress_argument(self, progress: Any) -> dict:
-        """`progress=` for the submit functions that count chunks (the span copies)."""
-        return {"progress": progress} if self.submit is _native.submit_span else {}
-
 
 # ===== the legacy registry ======================================================================
 
@@ -732,22 +680,3 @@ def _move_between_tiers(tensor: Tensor, destination: Carrier) -> Tensor:
     same route and transfer, no autograd node, no profiling, ownership handled by the owner."""
     return _initiate(tensor, destination, between_tiers=True).handle.wait()
 
-
-class _InlineMoveClaim:
-    """The claim both carriers of a native inline move hold while its copy runs: to every
-    other thread they participate in a pending move."""
-
-    __slots__ = ()
-
-
-def _record_inline_move(tensor: Tensor, output: Tensor) -> None:
-    """The autograd node of a committed native inline move: what `_initiate` records and
-    `_publish_and_release` attaches for a recorded CPU→CPU move over the default route."""
-    op = ElementwiseMoveOperation()
-    recorded = _autograd.record_inputs(op, (tensor,))
-    op._sw_move = _MoveState(tensor.carrier, output.carrier, tensor.layout, _lookup_route(CPU, CPU))
-    _autograd.attach_result(op, output, recorded)
-
-
-_native.configure_inline_move(CPU, Tensor, STATE_LOCK, _InlineMoveClaim(), (DType.Float32, DType.Floating),
-                              INLINE_SLOTS, _record_inline_move)

@@ -39,7 +39,7 @@ __all__ = ["__version__", "Shape", "Stride", "Layout", "HostStorage", "FileStora
            "_TensorBase", "_CarrierBase", "TransferProgress", "copy_span", "submit_span", "copy_layout", "submit_layout",
            "copy_spans", "submit_copy_spans", "copy_blocks", "submit_copy_blocks", "copy_buffer_to_host",
            "configure_inline_move", "set_inline_route", "count_active_profilers", "grad_enabled",
-           "set_grad_enabled", "move_inline"]
+           "set_grad_enabled", "move_inline", "MoveCommit"]
 
 @final
 class Shape:
@@ -263,7 +263,7 @@ _Storage = HostStorage | FileStorage
 
 def copy_span(src: _Storage, src_slot: int, dst: _Storage, dst_slot: int, count: int) -> None: ...
 def submit_span(src: _Storage, src_slot: int, dst: _Storage, dst_slot: int, count: int, then: _Then, *,
-                progress: TransferProgress | None = None) -> None: ...
+                progress: TransferProgress | None = None, commit: MoveCommit | None = None) -> None: ...
 
 @final
 class TransferProgress:
@@ -276,7 +276,7 @@ class TransferProgress:
 def copy_layout(src: HostStorage, src_offset: int, dst: HostStorage, dst_offset: int, leaf_extents: Sequence[int],
                 leaf_strides: Sequence[int]) -> None: ...
 def submit_layout(src: HostStorage, src_offset: int, dst: HostStorage, dst_offset: int, leaf_extents: Sequence[int],
-                  leaf_strides: Sequence[int], then: _Then) -> None: ...
+                  leaf_strides: Sequence[int], then: _Then, *, commit: MoveCommit | None = None) -> None: ...
 
 @final
 class HostStorage:
@@ -375,3 +375,9 @@ def count_active_profilers(delta: int) -> None: ...
 def grad_enabled() -> bool: ...
 def set_grad_enabled(enabled: bool) -> bool: ...
 def move_inline(tensor: Any, destination: Any) -> Any | None: ...
+
+@final
+class MoveCommit:
+    """The GIL-free success commit of a built-in move, run by the worker that finished its copy."""
+    def __new__(cls, source: _CarrierBase, destination: _CarrierBase, handle: AwaitResult[Any], output: Any,
+                progress: TransferProgress | None = None) -> Self: ...

@@ -12,6 +12,8 @@ use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use strideweave_core::engine;
 
+use crate::commit::MoveCommit;
+
 /// OSError(errno, strerror) for OS errors, so Python maps errno to the usual subclass and
 /// callers can test `e.errno` (ENOSPC stays errno 28); a plain OSError(message) for the rest
 /// (a short file, …).
@@ -80,12 +82,29 @@ pub fn submit_job<F>(then: &Bound<'_, PyAny>, work: F) -> PyResult<()>
 where
     F: FnOnce() -> Result<(), JobError> + Send + 'static,
 {
+    submit_committing(then, None, work)
+}
+
+/// `submit_job`, but a successful job is committed by `commit` on the worker without the GIL
+/// (commit.rs), and `then` hears only of a failure: of the job, or of the commit's release.
+pub fn submit_committing<F>(then: &Bound<'_, PyAny>, commit: Option<Py<MoveCommit>>, work: F) -> PyResult<()>
+where
+    F: FnOnce() -> Result<(), JobError> + Send + 'static,
+{
     if !then.is_callable() {
         return Err(PyTypeError::new_err("then must be callable"));
     }
     let then = then.clone().unbind();
     engine::submit(move || {
-        let result = run_guarded(work);
+        let mut result = run_guarded(work);
+        if let (Ok(()), Some(commit)) = (&result, &commit) {
+            match commit.get().finish() {
+                Ok(()) => return,
+                Err(err) => {
+                    result = Err(JobError::Io { err, context: "releasing the moved source".into() });
+                }
+            }
+        }
         Python::try_attach(move |py| {
             let arg = match result {
                 Ok(()) => py.None(),

@@ -6,6 +6,7 @@ mod access;
 mod block;
 mod buffer_copy;
 mod carrier_base;
+mod commit;
 mod dlpack;
 mod engine;
 mod inline_move;
@@ -32,6 +33,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     tensor_base::register(m)?;
     transfer::register(m)?;
     inline_move::register(m)?;
+    commit::register(m)?;
     tiles::register(m)?;
     buffer_copy::register(m)?;
     Ok(())

@@ -372,6 +372,27 @@ pub struct FileStorage {
 }
 
 impl FileStorage {
+    /// Deletes the file and drops the handle, without the GIL (never call it holding the
+    /// GIL: see `release`). Idempotent.
+    pub(crate) fn release_store(&self) -> std::io::Result<()> {
+        let taken = self.store.write().take();
+        if let Some(store) = taken {
+            store.unlink()?;
+            // The last close of an unlinked file frees its blocks and cached pages. For a
+            // large file that is a millisecond per 16 MiB nobody needs to wait for, so it
+            // happens on a worker; a small one is closed here, so its space is free when
+            // release returns (a caller that releases to make room can use the room at once).
+            // A running copy may still hold the file, and then the last of them closes it.
+            let small = store.len_bytes().map_or(true, |n| n < DEFERRED_FREE_BYTES as u64);
+            if small {
+                drop(store);
+            } else {
+                engine::submit(move || drop(store));
+            }
+        }
+        Ok(())
+    }
+
     pub fn store(&self) -> Option<Arc<FileStore>> {
         self.store.read().clone()
     }
@@ -488,24 +509,9 @@ impl FileStorage {
 
     /// Delete the file and drop the handle. Idempotent.
     fn release(&self, py: Python<'_>) -> PyResult<()> {
-        // Take the store out and drop the write lock before detaching: a thread holding the
-        // GIL may be waiting for that lock (any access), and would never give the GIL back.
-        let taken = self.store.write().take();
-        if let Some(store) = taken {
-            py.detach(|| store.unlink()).map_err(os_error)?;
-            // The last close of an unlinked file frees its blocks and cached pages. For a large
-            // file that is a millisecond per 16 MiB nobody needs to wait for, so it happens on
-            // a worker; a small one is closed here, so its space is free when release returns
-            // (a caller that releases to make room can use the room at once). A running copy
-            // may still hold the file, and then the last of them closes it.
-            let small = store.len_bytes().map_or(true, |n| n < DEFERRED_FREE_BYTES as u64);
-            if small {
-                py.detach(|| drop(store));
-            } else {
-                engine::submit(move || drop(store));
-            }
-        }
-        Ok(())
+        // Detached before the write lock is taken: a thread holding the GIL may be waiting
+        // for that lock (any access), and would never give the GIL back.
+        py.detach(|| self.release_store()).map_err(os_error)
     }
 
     fn get(&self, py: Python<'_>, index: i64) -> PyResult<Py<PyAny>> {

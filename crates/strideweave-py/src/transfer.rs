@@ -23,7 +23,8 @@ use pyo3::prelude::*;
 use strideweave_core::copy;
 use strideweave_core::storage::{ElemKind, FileStore, HostBuffer};
 
-use crate::jobs::{os_error, run_blocking, submit_job, JobError};
+use crate::commit::MoveCommit;
+use crate::jobs::{os_error, run_blocking, submit_committing, JobError};
 use crate::storage::{FileStorage, HostStorage};
 
 // ---- progress ----
@@ -34,6 +35,13 @@ use crate::storage::{FileStorage, HostStorage};
 pub struct TransferProgress {
     done: AtomicU64,
     total: AtomicU64,
+}
+
+impl TransferProgress {
+    /// Done equals total (a committed transfer).
+    pub(crate) fn complete(&self) {
+        self.done.store(self.total.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
 }
 
 #[pymethods]
@@ -324,7 +332,7 @@ fn copy_span(
 /// `copy_span` on an engine worker; then `then(None)` or `then(exc)` with the GIL. With
 /// `progress`, the bytes copied so far are counted into it chunk by chunk.
 #[pyfunction]
-#[pyo3(signature = (src, src_slot, dst, dst_slot, count, then, *, progress=None))]
+#[pyo3(signature = (src, src_slot, dst, dst_slot, count, then, *, progress=None, commit=None))]
 #[allow(clippy::too_many_arguments)]
 fn submit_span(
     src: &Bound<'_, PyAny>,
@@ -334,10 +342,11 @@ fn submit_span(
     count: i64,
     then: &Bound<'_, PyAny>,
     progress: Option<Py<TransferProgress>>,
+    commit: Option<Py<MoveCommit>>,
 ) -> PyResult<()> {
     let job = SpanJob::new(src, src_slot, dst, dst_slot, count)?;
     let progress = progress.map(Arc::new);
-    submit_job(then, move || job.run(progress))
+    submit_committing(then, commit, move || job.run(progress))
 }
 
 /// Copies every slot the flattened layout (`leaf_extents`, `leaf_strides`) addresses,
@@ -358,6 +367,7 @@ fn copy_layout(
 
 /// `copy_layout` on an engine worker; then `then(None)` or `then(exc)` with the GIL.
 #[pyfunction]
+#[pyo3(signature = (src, src_offset, dst, dst_offset, leaf_extents, leaf_strides, then, *, commit=None))]
 #[allow(clippy::too_many_arguments)]
 fn submit_layout(
     src: &Bound<'_, PyAny>,
@@ -367,9 +377,10 @@ fn submit_layout(
     leaf_extents: Vec<i64>,
     leaf_strides: Vec<i64>,
     then: &Bound<'_, PyAny>,
+    commit: Option<Py<MoveCommit>>,
 ) -> PyResult<()> {
     let job = LayoutJob::new(src, src_offset, dst, dst_offset, leaf_extents, leaf_strides)?;
-    submit_job(then, move || job.run())
+    submit_committing(then, commit, move || job.run())
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -14,7 +14,6 @@
 //! and whose [`Exported::into_raw`] hands the obligation to someone else (a capsule).
 
 use std::ffi::c_void;
-use std::fmt;
 use std::marker::PhantomData;
 use std::ptr::{self, NonNull};
 
@@ -23,6 +22,7 @@ pub use dlpark::ffi::{
     DLPackVersion, DLTensor,
 };
 use dlpark::DlpackFlags;
+use thiserror::Error;
 
 /// The protocol version every versioned export advertises. The producer caps itself at 1.0
 /// whatever ceiling the consumer offers (interop-movement: "version field is exactly major 1,
@@ -71,41 +71,27 @@ impl ExportDType {
 }
 
 /// Why a buffer description cannot become a managed tensor.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum DescError {
     /// `shape` and `strides` have different lengths.
+    #[error("layout has {shape} leaf extents but {strides} leaf strides")]
     RankMismatch { shape: usize, strides: usize },
     /// More dimensions than `DLTensor::ndim` (an `i32`) can count.
+    #[error("{0} dimensions exceed DLPack's ndim range")]
     TooManyDims(usize),
     /// An extent is negative.
+    #[error("leaf extent {extent} of dimension {dim} is negative")]
     NegativeExtent { dim: usize, extent: i64 },
     /// The data pointer is null although the tensor has elements.
+    #[error(
+        "the carrier reports a null data pointer for a tensor with elements \
+         (a DLPack data pointer must be non-null; was the carrier released?)"
+    )]
     NullData,
     /// `offset * item_size` does not fit in `u64`.
+    #[error("the byte offset overflows 64 bits")]
     OffsetOverflow,
 }
-
-impl fmt::Display for DescError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::RankMismatch { shape, strides } => write!(
-                f,
-                "layout has {shape} leaf extents but {strides} leaf strides"
-            ),
-            Self::TooManyDims(n) => write!(f, "{n} dimensions exceed DLPack's ndim range"),
-            Self::NegativeExtent { dim, extent } => {
-                write!(f, "leaf extent {extent} of dimension {dim} is negative")
-            }
-            Self::NullData => f.write_str(
-                "the carrier reports a null data pointer for a tensor with elements \
-                 (a DLPack data pointer must be non-null; was the carrier released?)",
-            ),
-            Self::OffsetOverflow => f.write_str("the byte offset overflows 64 bits"),
-        }
-    }
-}
-
-impl std::error::Error for DescError {}
 
 /// A validated description of the strided buffer to export.
 ///

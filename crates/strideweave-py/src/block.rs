@@ -3,23 +3,12 @@
 //!
 //! This is a private building block for `strideweave.carriers.block_device`: it takes plain
 //! `str` paths and ints, and leaves argument-type checks, carrier bookkeeping and the "close
-//! refuses while a carrier object is alive" rule to Python. What it owns is the exception
-//! mapping the spec names:
-//!
-//! | core error | Python |
-//! | --- | --- |
-//! | NUL in path, not a block device, bad geometry, range outside a live extent, unknown extent | `ValueError` |
-//! | the open fails | `OSError` with errno, strerror and the path (so `FileNotFoundError` etc.) |
-//! | OS error during I/O (device now faulted) | `OSError` with errno |
-//! | zero-byte transfer (device now faulted), closed, already faulted | `RuntimeError` |
-//! | no room | `MemoryError` |
-//! | not Linux | `NotImplementedError` |
+//! refuses while a carrier object is alive" rule to Python. Its core errors become the
+//! exceptions the spec names in `error::block` (the table is there).
 //!
 //! Bulk transfers and zero-filling release the GIL; the device's own mutex serializes them.
 
-use pyo3::exceptions::{
-    PyMemoryError, PyNotImplementedError, PyOSError, PyRuntimeError, PyValueError,
-};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use strideweave_core::storage::block::{BlockDevice, BlockError, Extent};
@@ -27,33 +16,8 @@ use std::sync::Arc;
 
 use strideweave_core::storage::{ElemKind, HostBuffer, Scalar};
 
+use crate::error;
 use crate::storage::HostStorage;
-
-fn to_pyerr(e: BlockError, path: &str) -> PyErr {
-    let msg = e.to_string();
-    match e {
-        BlockError::Unsupported => PyNotImplementedError::new_err(msg),
-        BlockError::InvalidPath(_)
-        | BlockError::NotBlockDevice(_)
-        | BlockError::BadGeometry(_)
-        | BlockError::OutOfRange { .. }
-        | BlockError::UnknownExtent { .. } => PyValueError::new_err(msg),
-        // OSError(errno, strerror, filename) picks the errno's subclass (FileNotFoundError,
-        // PermissionError, ...) the way the built-in open() does.
-        BlockError::Open(io) => match io.raw_os_error() {
-            Some(errno) => PyOSError::new_err((errno, msg, path.to_owned())),
-            None => PyOSError::new_err(msg),
-        },
-        BlockError::Io(io) => match io.raw_os_error() {
-            Some(errno) => PyOSError::new_err((errno, msg)),
-            None => PyOSError::new_err(msg),
-        },
-        BlockError::ZeroTransfer { .. } | BlockError::Closed | BlockError::Faulted(_) => {
-            PyRuntimeError::new_err(msg)
-        }
-        BlockError::NoSpace { .. } => PyMemoryError::new_err(msg),
-    }
-}
 
 /// An open block-special node with an extent allocator and aligned positioned I/O.
 ///
@@ -66,7 +30,7 @@ pub struct BlockDeviceHandle {
 
 impl BlockDeviceHandle {
     fn err(&self, e: BlockError) -> PyErr {
-        to_pyerr(e, &self.path)
+        error::block(e, &self.path)
     }
 }
 
@@ -77,7 +41,7 @@ impl BlockDeviceHandle {
     fn new(py: Python<'_>, path: String) -> PyResult<Self> {
         let dev = py
             .detach(|| BlockDevice::open(&path))
-            .map_err(|e| to_pyerr(e, &path))?;
+            .map_err(|e| error::block(e, &path))?;
         Ok(BlockDeviceHandle { dev, path })
     }
 

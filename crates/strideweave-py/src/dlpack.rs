@@ -54,6 +54,7 @@ use strideweave_core::dlpack::{
 };
 
 use crate::carrier_base::{CarrierBase, Hooks};
+use crate::error;
 use crate::layout::PyLayout;
 use crate::storage::HostStorage;
 use crate::tensor_base::{TensorBase, View};
@@ -671,7 +672,7 @@ pub(crate) fn export(
         None => field(tensor, Field::Offset)?.extract()?,
     };
     let desc = TensorDesc::new(pointer, device, export_dtype, shape, strides, offset)
-        .map_err(|e| PyBufferError::new_err(e.to_string()))?;
+        .map_err(error::dlpack_desc)?;
     if versioned {
         // Advisory read-only bit: exactly when the tensor is not publicly mutable right now.
         let flags = if is_mutable(tensor, &carrier, subtensors, released)? {

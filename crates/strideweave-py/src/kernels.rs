@@ -15,11 +15,8 @@ use pyo3::prelude::*;
 use strideweave_core::kernels::{self, BinaryOp, KernelError, Operand};
 use strideweave_core::storage::{ElemKind, HostBuffer};
 
+use crate::error;
 use crate::storage::HostStorage;
-
-fn kernel_err(e: KernelError) -> PyErr {
-    PyValueError::new_err(e.to_string())
-}
 
 /// The live f32 buffer of `storage`, checked for kind and alignment.
 fn f32_buffer(name: &str, storage: &Bound<'_, HostStorage>) -> PyResult<Arc<HostBuffer>> {
@@ -85,7 +82,7 @@ fn run_unary(
         let (x, z) = unsafe { (read_view(&ab), write_view(&ob)) };
         kernel(x, z)
     })
-    .map_err(kernel_err)
+    .map_err(error::kernel)
 }
 
 /// `out[c] = a[c] op b[c]`, `op` in {"add", "mul"}.
@@ -132,7 +129,7 @@ fn binary_f32(
             &out_strides,
         )
     })
-    .map_err(kernel_err)
+    .map_err(error::kernel)
 }
 
 /// `out[c] = a[c]` (all-zero `a_strides` fill `out` with one value).
@@ -205,7 +202,7 @@ fn sum_f32(
         kernels::sum_f32(&extents, Operand::new(x, a_offset, &a_strides))
     })
     .map(|v| v as f64)
-    .map_err(kernel_err)
+    .map_err(error::kernel)
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

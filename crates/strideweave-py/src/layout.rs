@@ -18,18 +18,11 @@ use strideweave_core::layout::{
     Coord, IntTree, KeyNode, KeySeq, KeyView, Layout, LayoutError, Mode, ProfileNode, Shape, Stride,
 };
 
+use crate::error;
+
 /// Deeper Python nesting than this is refused instead of risking the native stack: no
 /// meaningful layout comes close, and Python's own repr gives up far earlier.
 const MAX_NESTING: usize = 1000;
-
-fn to_pyerr(e: LayoutError) -> PyErr {
-    match e {
-        LayoutError::Value(m) => PyValueError::new_err(m),
-        LayoutError::Type(m) => PyTypeError::new_err(m),
-        LayoutError::Overflow(m) => PyOverflowError::new_err(m),
-        LayoutError::Index(m) => PyIndexError::new_err(m),
-    }
-}
 
 fn type_name(obj: &Bound<'_, PyAny>) -> String {
     obj.get_type()
@@ -57,14 +50,14 @@ impl<'py> KeyNode for PyKey<'py> {
         let o = &self.0;
         // bool is an int subclass, so it must be refused before the int test.
         if o.is_instance_of::<PyBool>() {
-            return Err(LayoutError::Type("a bool is not a valid coordinate".into()));
+            return Err(LayoutError::BoolCoordinate);
         }
         if let Ok(i) = o.cast::<PyInt>() {
             // An int beyond 64 bits is necessarily outside every extent.
             return i
                 .extract::<i64>()
                 .map(KeyView::Int)
-                .map_err(|_| LayoutError::Value(format!("coordinate {i} is out of range")));
+                .map_err(|_| LayoutError::CoordinateBeyond64Bits { coordinate: i.to_string() });
         }
         if let Ok(t) = o.cast::<PyTuple>() {
             return Ok(KeyView::Seq(PyKeySeq::Tuple(t.clone())));
@@ -92,15 +85,12 @@ impl<'py> KeySeq for PyKeySeq<'py> {
             PyKeySeq::List(l) => l.get_item(i),
         };
         item.map(PyKey)
-            .map_err(|e| LayoutError::Value(e.to_string()))
+            .map_err(|e| LayoutError::KeyComponentUnreadable(e.to_string()))
     }
 }
 
 fn bad_key_type(o: &Bound<'_, PyAny>) -> LayoutError {
-    LayoutError::Type(format!(
-        "a key must be an int or a list/tuple of keys, got {}",
-        type_name(o)
-    ))
+    LayoutError::KeyComponentType { type_name: type_name(o) }
 }
 
 /// First component of `key`, at any depth, whose *type* is invalid (bool, float, str, None,
@@ -111,7 +101,7 @@ fn find_bad_key_type(key: &Bound<'_, PyAny>, depth: usize) -> Option<LayoutError
         return None;
     }
     if key.is_instance_of::<PyBool>() {
-        return Some(LayoutError::Type("a bool is not a valid coordinate".into()));
+        return Some(LayoutError::BoolCoordinate);
     }
     if key.is_instance_of::<PyInt>() {
         return None;
@@ -129,11 +119,14 @@ fn find_bad_key_type(key: &Bound<'_, PyAny>, depth: usize) -> Option<LayoutError
     Some(bad_key_type(key))
 }
 
-/// Run a key walk; on a value error, report a type error anywhere in the key instead.
+/// Run a key walk; on a ValueError, report a type error anywhere in the key instead.
 fn with_key_precedence(key: &Bound<'_, PyAny>, result: Result<i64, LayoutError>) -> PyResult<i64> {
-    result.map_err(|e| match e {
-        LayoutError::Value(_) => to_pyerr(find_bad_key_type(key, 0).unwrap_or(e)),
-        other => to_pyerr(other),
+    result.map_err(|e| {
+        let err = error::layout(e);
+        if !err.is_instance_of::<PyValueError>(key.py()) {
+            return err;
+        }
+        find_bad_key_type(key, 0).map_or(err, error::layout)
     })
 }
 
@@ -258,7 +251,7 @@ fn parse_selection(key: &Bound<'_, PyAny>, rank: usize, cls: &str) -> PyResult<S
         })?;
         return normalize_mode_index(i, rank)
             .map(Selection::One)
-            .map_err(to_pyerr);
+            .map_err(error::layout);
     }
     if let Ok(s) = key.cast::<PySlice>() {
         let ind = s.indices(rank as isize)?;
@@ -323,7 +316,7 @@ macro_rules! tree_class {
                 let tree = parse_items(items, $name, &Self::same_class)?;
                 $core::new(tree)
                     .map(Self::from_core)
-                    .map_err(|e| PyValueError::new_err(format!(concat!($name, " {}"), e)))
+                    .map_err(|e| error::tree_leaf($name, e))
             }
 
             /// Nested tuple of ints.
@@ -402,7 +395,7 @@ tree_class!(PyShape, Shape, "Shape", {
     /// Product of the extents (1 for rank 0); OverflowError beyond 2**63-1.
     #[getter]
     fn size(&self) -> PyResult<i64> {
-        self.inner.size().map_err(to_pyerr)
+        self.inner.size().map_err(error::layout)
     }
 
     /// Coordinate of ordinal `i` (mixed radix, first mode fastest) as a nested tuple.
@@ -416,7 +409,7 @@ tree_class!(PyShape, Shape, "Shape", {
         let k = i.extract::<i64>().map_err(|_| {
             PyValueError::new_err(format!("Shape.decode ordinal {i} is outside [0, size)"))
         })?;
-        let coord = self.inner.decode(k).map_err(to_pyerr)?;
+        let coord = self.inner.decode(k).map_err(error::layout)?;
         coord_to_py(py, &coord)
     }
 
@@ -506,7 +499,7 @@ impl PyLayout {
         })?;
         Layout::new(shape.get().core().clone(), stride.get().core().clone())
             .map(PyLayout::from_core)
-            .map_err(to_pyerr)
+            .map_err(error::layout)
     }
 
     #[getter]
@@ -616,7 +609,7 @@ impl PyLayout {
         self.inner
             .broadcast_to(target.get().core())
             .map(PyLayout::from_core)
-            .map_err(to_pyerr)
+            .map_err(error::layout)
     }
 
     #[staticmethod]
@@ -629,21 +622,21 @@ impl PyLayout {
         })?;
         Layout::canonical(shape.get().core())
             .map(PyLayout::from_core)
-            .map_err(to_pyerr)
+            .map_err(error::layout)
     }
 
     fn concat(&self, other: &Bound<'_, PyAny>) -> PyResult<PyLayout> {
         let b = PyLayout::operand(other, "concat")?;
         Layout::concat(&self.inner, &b.get().inner)
             .map(PyLayout::from_core)
-            .map_err(to_pyerr)
+            .map_err(error::layout)
     }
 
     fn append(&self, other: &Bound<'_, PyAny>) -> PyResult<PyLayout> {
         let b = PyLayout::operand(other, "append")?;
         Layout::append(&self.inner, &b.get().inner)
             .map(PyLayout::from_core)
-            .map_err(to_pyerr)
+            .map_err(error::layout)
     }
 
     #[pyo3(signature = (*order))]
@@ -684,7 +677,7 @@ impl PyLayout {
         self.inner
             .permute(&idx)
             .map(PyLayout::from_core)
-            .map_err(to_pyerr)
+            .map_err(error::layout)
     }
 
     fn __add__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
@@ -692,7 +685,7 @@ impl PyLayout {
         let Ok(b) = other.cast::<PyLayout>() else {
             return Ok(py.NotImplemented());
         };
-        let out = Layout::concat(&self.inner, &b.get().inner).map_err(to_pyerr)?;
+        let out = Layout::concat(&self.inner, &b.get().inner).map_err(error::layout)?;
         Ok(Bound::new(py, PyLayout::from_core(out))?
             .into_any()
             .unbind())

@@ -8,6 +8,7 @@ mod buffer_copy;
 mod carrier_base;
 mod dlpack;
 mod engine;
+mod error;
 mod inline_move;
 mod jobs;
 mod kernels;

@@ -21,9 +21,11 @@ use std::sync::Arc;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use strideweave_core::copy;
+use strideweave_core::layout::plan;
 use strideweave_core::storage::{ElemKind, FileStore, HostBuffer};
 
-use crate::jobs::{os_error, run_blocking, submit_job, JobError};
+use crate::error::{self, JobError};
+use crate::jobs::{run_blocking, submit_job};
 use crate::storage::{FileStorage, HostStorage};
 
 // ---- progress ----
@@ -113,7 +115,7 @@ impl Endpoint {
     fn len_bytes(&self) -> PyResult<u64> {
         match self {
             Endpoint::Host(b) => Ok(b.len() as u64),
-            Endpoint::File(f) => f.len_bytes().map_err(os_error),
+            Endpoint::File(f) => f.len_bytes().map_err(error::os),
         }
     }
 }
@@ -266,7 +268,7 @@ impl LayoutJob {
         strides: Vec<i64>,
         elem_size: usize,
     ) -> PyResult<Self> {
-        let range = copy::addressed_range(&extents, &strides).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let range = plan::addressed_range(&extents, &strides).map_err(error::plan)?;
         if let Some((lo, hi)) = range {
             for (name, offset, buffer) in [("src_offset", src_offset, &src), ("dst_offset", dst_offset, &dst)] {
                 let slots = (buffer.len() / elem_size) as i64;
@@ -300,7 +302,7 @@ impl LayoutJob {
                 self.elem_size,
             )
         }
-        .map_err(|e| JobError::Panic(e.to_string()))
+        .map_err(|e| JobError::Unchecked(e.to_string()))
     }
 }
 

@@ -26,55 +26,31 @@
 //! 2^-29 of the `f32` ulp per element: for any realistic element count the result is the
 //! correctly rounded `f32` sum or one ulp from it, far better than naive `f32` accumulation.
 
-use std::fmt;
+use thiserror::Error;
 
 use crate::layout::plan::LoopPlan;
 
 /// Why a kernel refused to run. Nothing has been written when one is returned.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum KernelError {
     /// An operand's strides do not have one entry per leaf extent.
+    #[error("{operand}: {got} strides for {expected} leaf extents")]
     RankMismatch {
         operand: &'static str,
         expected: usize,
         got: usize,
     },
     /// An operand's greatest reachable index lies outside its buffer.
+    #[error("{operand}: layout reaches {needed} slots but the storage holds {len}")]
     OutOfBounds {
         operand: &'static str,
         needed: usize,
         len: usize,
     },
     /// The size or greatest index does not fit in `usize`.
-    Overflow { operand: &'static str },
+    #[error("{operand}: layout span overflows")]
+    SpanOverflow { operand: &'static str },
 }
-
-impl fmt::Display for KernelError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            KernelError::RankMismatch {
-                operand,
-                expected,
-                got,
-            } => {
-                write!(f, "{operand}: {got} strides for {expected} leaf extents")
-            }
-            KernelError::OutOfBounds {
-                operand,
-                needed,
-                len,
-            } => {
-                write!(
-                    f,
-                    "{operand}: layout reaches {needed} slots but the storage holds {len}"
-                )
-            }
-            KernelError::Overflow { operand } => write!(f, "{operand}: layout span overflows"),
-        }
-    }
-}
-
-impl std::error::Error for KernelError {}
 
 /// A read-only operand: a buffer, an element offset into it, and one stride per leaf.
 #[derive(Clone, Copy, Debug)]
@@ -142,12 +118,12 @@ fn reach(
         let step = e
             .saturating_sub(1)
             .checked_mul(s)
-            .ok_or(KernelError::Overflow { operand })?;
+            .ok_or(KernelError::SpanOverflow { operand })?;
         last = last
             .checked_add(step)
-            .ok_or(KernelError::Overflow { operand })?;
+            .ok_or(KernelError::SpanOverflow { operand })?;
     }
-    last.checked_add(1).ok_or(KernelError::Overflow { operand })
+    last.checked_add(1).ok_or(KernelError::SpanOverflow { operand })
 }
 
 fn check(
@@ -157,7 +133,7 @@ fn check(
     strides: &[usize],
     len: usize,
 ) -> Result<(), KernelError> {
-    if element_count(extents).ok_or(KernelError::Overflow { operand })? == 0 {
+    if element_count(extents).ok_or(KernelError::SpanOverflow { operand })? == 0 {
         return Ok(());
     }
     let needed = reach(operand, extents, offset, strides)?;

@@ -135,7 +135,7 @@ fn out_of_bounds_operands_are_refused_before_writing() {
         KernelError::RankMismatch { operand: "a", .. }
     ));
     let err = sum_f32(&[2], Operand::new(&a, usize::MAX, &[1])).unwrap_err();
-    assert_eq!(err, KernelError::Overflow { operand: "a" });
+    assert_eq!(err, KernelError::SpanOverflow { operand: "a" });
 }
 
 #[test]

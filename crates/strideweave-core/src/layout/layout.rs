@@ -62,7 +62,7 @@ impl Layout {
     /// `CosizeOverflow` if the size or cosize exceeds `2**63 - 1`.
     pub fn new(shape: Shape, stride: Stride) -> Result<Layout, LayoutError> {
         if !shape.congruent(&stride) {
-            return Err(LayoutError::NotCongruent { shape, stride });
+            return Err(LayoutError::NotCongruent { shape: Box::new(shape), stride: Box::new(stride) });
         }
         let size = shape.size()?;
         let cosize = shape
@@ -272,8 +272,8 @@ impl Layout {
     pub fn broadcast_to(&self, target: &Shape) -> Result<Layout, LayoutError> {
         if profile_of(target.tree()) != self.profile() {
             return Err(LayoutError::BroadcastStructureMismatch {
-                from: self.shape.clone(),
-                to: target.clone(),
+                from: Box::new(self.shape.clone()),
+                to: Box::new(target.clone()),
             });
         }
         let mut strides = Vec::with_capacity(self.leaf_strides().len());
@@ -286,8 +286,8 @@ impl Layout {
                 return Err(LayoutError::BroadcastExtentMismatch {
                     extent: e,
                     target: t,
-                    from: self.shape.clone(),
-                    to: target.clone(),
+                    from: Box::new(self.shape.clone()),
+                    to: Box::new(target.clone()),
                 });
             });
         }

@@ -41,9 +41,10 @@ pub enum LayoutError {
     /// A nested mode without children.
     #[error("empty nested mode")]
     EmptyNestedMode,
-    /// A shape and a stride whose trees differ in structure.
+    /// A shape and a stride whose trees differ in structure. (The trees are boxed, here and
+    /// below, so that every `Result<_, LayoutError>` stays small on the indexing path.)
     #[error("shape {shape} and stride {stride} are not congruent")]
-    NotCongruent { shape: Shape, stride: Stride },
+    NotCongruent { shape: Box<Shape>, stride: Box<Stride> },
     /// The product of the extents leaves signed 64 bits.
     #[error("shape size exceeds 2**63-1")]
     SizeOverflow,
@@ -70,10 +71,10 @@ pub enum LayoutError {
     SequenceForLeaf,
     /// A broadcast target whose mode structure (profile) differs from the layout's shape.
     #[error("cannot broadcast {from} to {to}: the mode structure differs")]
-    BroadcastStructureMismatch { from: Shape, to: Shape },
+    BroadcastStructureMismatch { from: Box<Shape>, to: Box<Shape> },
     /// A broadcast leaf whose extent is neither the target's nor 1.
     #[error("cannot broadcast extent {extent} to {target} in {from} to {to}")]
-    BroadcastExtentMismatch { extent: i64, target: i64, from: Shape, to: Shape },
+    BroadcastExtentMismatch { extent: i64, target: i64, from: Box<Shape>, to: Box<Shape> },
     /// A permutation with more or fewer entries than the rank.
     #[error("order has {entries} entries but the layout has rank {rank}")]
     PermutationLength { entries: usize, rank: usize },

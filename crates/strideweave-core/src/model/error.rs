@@ -51,7 +51,7 @@ pub enum ModelError {
     NoSubtensors,
     /// The subtensors of one tensor have different shapes.
     #[error("subtensor shapes differ: {first} and {other}")]
-    SubtensorShapesDiffer { first: Shape, other: Shape },
+    SubtensorShapesDiffer { first: Box<Shape>, other: Box<Shape> },
     /// A layout copy refused its operands (the move checked them first, so a defect).
     #[error(transparent)]
     LayoutCopy(#[from] LayoutCopyError),

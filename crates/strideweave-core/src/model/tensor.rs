@@ -97,7 +97,10 @@ impl Tensor {
         };
         let shape = first.layout.shape().clone();
         if let Some(bad) = subtensors.iter().find(|s| *s.layout.shape() != shape) {
-            return Err(ModelError::SubtensorShapesDiffer { first: shape, other: bad.layout.shape().clone() });
+            return Err(ModelError::SubtensorShapesDiffer {
+                first: Box::new(shape),
+                other: Box::new(bad.layout.shape().clone()),
+            });
         }
         Ok(Tensor { dtype, subtensors: subtensors.into() })
     }

@@ -232,8 +232,9 @@ def _fresh_rust(like: Any, layout: Layout) -> tuple[Any, Any]:
     return carrier, carrier._sw_storage()
 
 
-def _operand(t: Any) -> tuple:
-    return (_host_f32(t._carrier), t._offset, list(t._layout.leaf_stride))
+def _operand(storage: Any, t: Any) -> tuple[Any, int, list[int]]:
+    """`t` as a kernel operand: its Rust storage, element offset and leaf strides."""
+    return (storage, t._offset, list(t._layout.leaf_stride))
 
 
 def binary(op: str, a: Any, b: Any, like: Any, layout: Layout) -> Any:
@@ -245,8 +246,8 @@ def binary(op: str, a: Any, b: Any, like: Any, layout: Layout) -> Any:
     sa, sb = _host_f32(a._carrier), _host_f32(b._carrier)
     if sa is not None and sb is not None and _rust_output(like):
         out, so = _fresh_rust(like, layout)
-        _native.binary_f32(op, list(layout.leaf_shape), sa, a._offset, list(a._layout.leaf_stride),
-                           sb, b._offset, list(b._layout.leaf_stride), so, list(layout.leaf_stride))
+        _native.binary_f32(op, list(layout.leaf_shape), _operand(sa, a), _operand(sb, b), so,
+                           list(layout.leaf_stride))
         return _tensor_cls()(out, 0, layout)
     xs, ys = _values(a), _values(b)
     if op == "add":
@@ -262,8 +263,8 @@ def scaled(a: Any, scalar: Any, like: Any, layout: Layout) -> Any:
     sa = _host_f32(a._carrier)
     if sa is not None and _rust_output(like):
         out, so = _fresh_rust(like, layout)
-        _native.scale_f32(list(layout.leaf_shape), sa, a._offset, list(a._layout.leaf_stride),
-                          float(scalar), so, list(layout.leaf_stride))
+        _native.unary_f32("scale", list(layout.leaf_shape), _operand(sa, a), so, list(layout.leaf_stride),
+                          float(scalar))
         return _tensor_cls()(out, 0, layout)
     return _from_values(like, layout, [x * scalar for x in _values(a)])
 
@@ -276,8 +277,7 @@ def copy_to(a: Any, like: Any, layout: Layout) -> Any:
     sa = _host_f32(a._carrier)
     if sa is not None and _rust_output(like):
         out, so = _fresh_rust(like, layout)
-        _native.copy_f32(list(layout.leaf_shape), sa, a._offset, list(a._layout.leaf_stride), so,
-                         list(layout.leaf_stride))
+        _native.unary_f32("copy", list(layout.leaf_shape), _operand(sa, a), so, list(layout.leaf_stride))
         return _tensor_cls()(out, 0, layout)
     return _from_values(like, layout, _values(a))
 
@@ -290,7 +290,7 @@ def filled(scalar_source: Any, like: Any, layout: Layout) -> Any:
     if sa is not None and _rust_output(like):
         out, so = _fresh_rust(like, layout)
         n = len(layout.leaf_shape)
-        _native.copy_f32(list(layout.leaf_shape), sa, first, [0] * n, so, list(layout.leaf_stride))
+        _native.unary_f32("copy", list(layout.leaf_shape), (sa, first, [0] * n), so, list(layout.leaf_stride))
         return _tensor_cls()(out, 0, layout)
     v = scalar_source._carrier[first]
     return _from_values(like, layout, [v] * layout.size)
@@ -302,8 +302,8 @@ def scatter_add(a: Any, like: Any, size: int, strides: Sequence[int]) -> Any:
     sa = _host_f32(a._carrier)
     if sa is not None and _rust_output(like):
         out = like.allocate_like(size)
-        _native.scatter_add_f32(list(a._layout.leaf_shape), sa, a._offset, list(a._layout.leaf_stride),
-                                out._sw_storage(), list(strides))
+        _native.unary_f32("scatter_add", list(a._layout.leaf_shape), _operand(sa, a), out._sw_storage(),
+                          list(strides))
         return out
     slots: list = [None] * size
     for i, v in zip(_flat_indices(0, a._layout.leaf_shape, strides), _values(a)):
@@ -317,7 +317,7 @@ def total(a: Any) -> Any:
     check_live(a)
     sa = _host_f32(a._carrier)
     if sa is not None:
-        return _native.sum_f32(list(a._layout.leaf_shape), sa, a._offset, list(a._layout.leaf_stride))
+        return _native.sum_f32(list(a._layout.leaf_shape), _operand(sa, a))
     vals = _values(a)
     acc = vals[0]
     for v in vals[1:]:

@@ -31,11 +31,13 @@ _NestedInts = tuple[Union[int, "_NestedInts"], ...]
 # An index key: an int ordinal, or a list/tuple congruent with the shape where an int may
 # replace any subtree. Bools are rejected (TypeError).
 _Key = Union[int, Sequence["_Key"]]
+# A kernel's input operand: (storage, element offset, leaf strides).
+_Operand = tuple["HostStorage", int, Sequence[int]]
 
 __version__: str
 __all__ = ["__version__", "Shape", "Stride", "Layout", "HostStorage", "FileStorage", "dlpack_export",
-           "dlpack_device", "AwaitResult", "new_completion", "submit_python", "engine_quiesce", "binary_f32", "copy_f32",
-           "scale_f32", "scatter_add_f32", "sum_f32", "BlockDeviceHandle", "read_element", "write_element",
+           "dlpack_device", "AwaitResult", "new_completion", "submit_python", "engine_quiesce", "binary_f32", "unary_f32",
+           "sum_f32", "BlockDeviceHandle", "read_element", "write_element",
            "_TensorBase", "_CarrierBase", "TransferProgress", "copy_span", "submit_span", "copy_layout", "submit_layout",
            "copy_spans", "submit_copy_spans", "copy_blocks", "submit_copy_blocks", "copy_buffer_to_host",
            "configure_inline_move", "set_inline_route", "count_active_profilers", "grad_enabled",
@@ -345,16 +347,11 @@ def write_element(carrier: Any, offset: int, layout: Layout, key: Any, value: An
 def dlpack_export(tensor: Any, stream: Any = None, max_version: Any = None, dl_device: Any = None,
                   copy: Any = None) -> Any: ...
 def dlpack_device(tensor: Any) -> tuple[int, int]: ...
-def binary_f32(op: str, extents: Sequence[int], a: HostStorage, a_offset: int, a_strides: Sequence[int],
-               b: HostStorage, b_offset: int, b_strides: Sequence[int], out: HostStorage,
+def binary_f32(op: str, extents: Sequence[int], a: _Operand, b: _Operand, out: HostStorage,
                out_strides: Sequence[int]) -> None: ...
-def copy_f32(extents: Sequence[int], a: HostStorage, a_offset: int, a_strides: Sequence[int], out: HostStorage,
-             out_strides: Sequence[int]) -> None: ...
-def scale_f32(extents: Sequence[int], a: HostStorage, a_offset: int, a_strides: Sequence[int], scalar: float,
-              out: HostStorage, out_strides: Sequence[int]) -> None: ...
-def scatter_add_f32(extents: Sequence[int], a: HostStorage, a_offset: int, a_strides: Sequence[int],
-                    out: HostStorage, out_strides: Sequence[int]) -> None: ...
-def sum_f32(extents: Sequence[int], a: HostStorage, a_offset: int, a_strides: Sequence[int]) -> float: ...
+def unary_f32(op: str, extents: Sequence[int], a: _Operand, out: HostStorage, out_strides: Sequence[int],
+              scalar: float | None = None) -> None: ...
+def sum_f32(extents: Sequence[int], a: _Operand) -> float: ...
 
 # tiles.rs: batched span copies between built-in storages (ranges checked before any write)
 def copy_spans(spans: Iterable[tuple[_Storage, int, _Storage, int, int]]) -> None: ...

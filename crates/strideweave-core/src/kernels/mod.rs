@@ -465,17 +465,27 @@ fn transpose8(r: [std::arch::x86_64::__m256; 8]) -> [std::arch::x86_64::__m256; 
     ]
 }
 
+/// Checks `a` and `out` against their buffers and plans their shared walk.
+fn plan_unary(
+    extents: &[usize],
+    a: &Operand<'_>,
+    out: &[f32],
+    out_strides: &[usize],
+) -> Result<Plan<2>, KernelError> {
+    check("a", extents, a.offset, a.strides, a.data.len())?;
+    check("out", extents, 0, out_strides, out.len())?;
+    Ok(Plan::new(extents, [a.strides, out_strides]))
+}
+
 /// `out[out_strides·c] = f(a[c])` for every coordinate `c`.
-fn unary_f32(
+fn map_f32(
     extents: &[usize],
     a: Operand<'_>,
     out: &mut [f32],
     out_strides: &[usize],
     f: impl Fn(f32) -> f32,
 ) -> Result<(), KernelError> {
-    check("a", extents, a.offset, a.strides, a.data.len())?;
-    check("out", extents, 0, out_strides, out.len())?;
-    let plan = Plan::new(extents, [a.strides, out_strides]);
+    let plan = plan_unary(extents, &a, out, out_strides)?;
     let ad = a.data;
     plan.walk([a.offset, 0], |[ia, io], n, [sa, so]| {
         if sa == 1 && so == 1 {
@@ -500,7 +510,7 @@ pub fn copy_f32(
     out: &mut [f32],
     out_strides: &[usize],
 ) -> Result<(), KernelError> {
-    unary_f32(extents, a, out, out_strides, |x| x)
+    map_f32(extents, a, out, out_strides, |x| x)
 }
 
 /// `out[...] = a[c]·scalar`, computed in `f64` and rounded once to `f32`, so the result is
@@ -512,7 +522,7 @@ pub fn scale_f32(
     out: &mut [f32],
     out_strides: &[usize],
 ) -> Result<(), KernelError> {
-    unary_f32(extents, a, out, out_strides, |x| (x as f64 * scalar) as f32)
+    map_f32(extents, a, out, out_strides, |x| (x as f64 * scalar) as f32)
 }
 
 /// `out[out_strides·c] += a[c]` for every coordinate. Output
@@ -527,9 +537,7 @@ pub fn scatter_add_f32(
     out: &mut [f32],
     out_strides: &[usize],
 ) -> Result<(), KernelError> {
-    check("a", extents, a.offset, a.strides, a.data.len())?;
-    check("out", extents, 0, out_strides, out.len())?;
-    let plan = Plan::new(extents, [a.strides, out_strides]);
+    let plan = plan_unary(extents, &a, out, out_strides)?;
     let ad = a.data;
     plan.walk([a.offset, 0], |[ia, io], n, [sa, so]| {
         for j in 0..n {
@@ -537,6 +545,32 @@ pub fn scatter_add_f32(
         }
     });
     Ok(())
+}
+
+/// The one-input kernels, for callers that choose one at run time (the Python binding).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum UnaryOp {
+    /// [`copy_f32`].
+    Copy,
+    /// [`scale_f32`] by the factor.
+    Scale(f64),
+    /// [`scatter_add_f32`].
+    ScatterAdd,
+}
+
+/// Runs the kernel `op` names on `a` into `out`.
+pub fn unary_f32(
+    op: UnaryOp,
+    extents: &[usize],
+    a: Operand<'_>,
+    out: &mut [f32],
+    out_strides: &[usize],
+) -> Result<(), KernelError> {
+    match op {
+        UnaryOp::Copy => copy_f32(extents, a, out, out_strides),
+        UnaryOp::Scale(scalar) => scale_f32(extents, a, scalar, out, out_strides),
+        UnaryOp::ScatterAdd => scatter_add_f32(extents, a, out, out_strides),
+    }
 }
 
 /// Total over every logical coordinate of `a` (see the module docs for the rounding rule).

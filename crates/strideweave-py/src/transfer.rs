@@ -112,6 +112,15 @@ impl Endpoint {
         Ok(((src, dst), src_kind))
     }
 
+    /// Whether both ends are the same buffer or the same file.
+    fn same_storage(&self, other: &Endpoint) -> bool {
+        match (self, other) {
+            (Endpoint::Host(a), Endpoint::Host(b)) => Arc::ptr_eq(a, b),
+            (Endpoint::File(a), Endpoint::File(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
     fn len_bytes(&self) -> PyResult<u64> {
         match self {
             Endpoint::Host(b) => Ok(b.len() as u64),
@@ -138,13 +147,7 @@ struct SpanJob {
 }
 
 impl SpanJob {
-    fn new(
-        src: &Bound<'_, PyAny>,
-        src_slot: i64,
-        dst: &Bound<'_, PyAny>,
-        dst_slot: i64,
-        count: i64,
-    ) -> PyResult<Self> {
+    fn new(src: &Bound<'_, PyAny>, src_slot: i64, dst: &Bound<'_, PyAny>, dst_slot: i64, count: i64) -> PyResult<Self> {
         let ((src, dst), kind) = Endpoint::resolve_pair(src, dst)?;
         let size = kind.size() as u64;
         let count = non_negative("count", count)?;
@@ -162,15 +165,8 @@ impl SpanJob {
             bytes[i] = slot * size;
         }
         let nbytes = count * size;
-        if let (Endpoint::Host(a), Endpoint::Host(b)) = (&src, &dst) {
-            if Arc::ptr_eq(a, b) && nbytes > 0 && bytes[0].abs_diff(bytes[1]) < nbytes {
-                return Err(PyValueError::new_err("src and dst spans overlap in one storage"));
-            }
-        }
-        if let (Endpoint::File(a), Endpoint::File(b)) = (&src, &dst) {
-            if Arc::ptr_eq(a, b) && nbytes > 0 && bytes[0].abs_diff(bytes[1]) < nbytes {
-                return Err(PyValueError::new_err("src and dst spans overlap in one storage"));
-            }
+        if src.same_storage(&dst) && nbytes > 0 && bytes[0].abs_diff(bytes[1]) < nbytes {
+            return Err(PyValueError::new_err("src and dst spans overlap in one storage"));
         }
         Ok(SpanJob { src, src_byte: bytes[0], dst, dst_byte: bytes[1], nbytes })
     }
@@ -240,14 +236,8 @@ pub(crate) struct LayoutJob {
 }
 
 impl LayoutJob {
-    fn new(
-        src: &Bound<'_, PyAny>,
-        src_offset: i64,
-        dst: &Bound<'_, PyAny>,
-        dst_offset: i64,
-        extents: Vec<i64>,
-        strides: Vec<i64>,
-    ) -> PyResult<Self> {
+    fn new(src: &Bound<'_, PyAny>, src_offset: i64, dst: &Bound<'_, PyAny>, dst_offset: i64, extents: Vec<i64>,
+           strides: Vec<i64>) -> PyResult<Self> {
         let ((src, dst), kind) = Endpoint::resolve_pair(src, dst)?;
         let host = |name: &str, end: Endpoint| match end {
             Endpoint::Host(b) => Ok(b),
@@ -311,14 +301,8 @@ impl LayoutJob {
 /// Copies `count` slots from `src` slot `src_slot` to `dst` slot `dst_slot` (host or file
 /// storages of one element kind), GIL released; OSError on an I/O failure.
 #[pyfunction]
-fn copy_span(
-    py: Python<'_>,
-    src: &Bound<'_, PyAny>,
-    src_slot: i64,
-    dst: &Bound<'_, PyAny>,
-    dst_slot: i64,
-    count: i64,
-) -> PyResult<()> {
+fn copy_span(py: Python<'_>, src: &Bound<'_, PyAny>, src_slot: i64, dst: &Bound<'_, PyAny>, dst_slot: i64,
+             count: i64) -> PyResult<()> {
     let job = SpanJob::new(src, src_slot, dst, dst_slot, count)?;
     run_blocking(py, move || job.run(None))
 }
@@ -327,16 +311,8 @@ fn copy_span(
 /// `progress`, the bytes copied so far are counted into it chunk by chunk.
 #[pyfunction]
 #[pyo3(signature = (src, src_slot, dst, dst_slot, count, then, *, progress=None))]
-#[allow(clippy::too_many_arguments)]
-fn submit_span(
-    src: &Bound<'_, PyAny>,
-    src_slot: i64,
-    dst: &Bound<'_, PyAny>,
-    dst_slot: i64,
-    count: i64,
-    then: &Bound<'_, PyAny>,
-    progress: Option<Py<TransferProgress>>,
-) -> PyResult<()> {
+fn submit_span(src: &Bound<'_, PyAny>, src_slot: i64, dst: &Bound<'_, PyAny>, dst_slot: i64, count: i64,
+               then: &Bound<'_, PyAny>, progress: Option<Py<TransferProgress>>) -> PyResult<()> {
     let job = SpanJob::new(src, src_slot, dst, dst_slot, count)?;
     let progress = progress.map(Arc::new);
     submit_job(then, move || job.run(progress))
@@ -345,15 +321,8 @@ fn submit_span(
 /// Copies every slot the flattened layout (`leaf_extents`, `leaf_strides`) addresses,
 /// `src_offset + i` to `dst_offset + i`, between two host storages, GIL released.
 #[pyfunction]
-fn copy_layout(
-    py: Python<'_>,
-    src: &Bound<'_, PyAny>,
-    src_offset: i64,
-    dst: &Bound<'_, PyAny>,
-    dst_offset: i64,
-    leaf_extents: Vec<i64>,
-    leaf_strides: Vec<i64>,
-) -> PyResult<()> {
+fn copy_layout(py: Python<'_>, src: &Bound<'_, PyAny>, src_offset: i64, dst: &Bound<'_, PyAny>, dst_offset: i64,
+               leaf_extents: Vec<i64>, leaf_strides: Vec<i64>) -> PyResult<()> {
     let job = LayoutJob::new(src, src_offset, dst, dst_offset, leaf_extents, leaf_strides)?;
     run_blocking(py, move || job.run())
 }
@@ -361,15 +330,8 @@ fn copy_layout(
 /// `copy_layout` on an engine worker; then `then(None)` or `then(exc)` with the GIL.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
-fn submit_layout(
-    src: &Bound<'_, PyAny>,
-    src_offset: i64,
-    dst: &Bound<'_, PyAny>,
-    dst_offset: i64,
-    leaf_extents: Vec<i64>,
-    leaf_strides: Vec<i64>,
-    then: &Bound<'_, PyAny>,
-) -> PyResult<()> {
+fn submit_layout(src: &Bound<'_, PyAny>, src_offset: i64, dst: &Bound<'_, PyAny>, dst_offset: i64,
+                 leaf_extents: Vec<i64>, leaf_strides: Vec<i64>, then: &Bound<'_, PyAny>) -> PyResult<()> {
     let job = LayoutJob::new(src, src_offset, dst, dst_offset, leaf_extents, leaf_strides)?;
     submit_job(then, move || job.run())
 }

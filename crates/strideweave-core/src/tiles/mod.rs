@@ -25,6 +25,8 @@ use crate::copy;
 use crate::storage::{FileStore, HostBuffer};
 
 mod blocks;
+#[cfg(test)]
+mod test_support;
 
 pub use blocks::{check_blocks, run_blocks, Block, BlockGeometry};
 
@@ -247,34 +249,8 @@ pub unsafe fn run_spans(stores: &[Store<'_>], elem: usize, spans: &[Span]) -> io
 
 #[cfg(test)]
 mod tests {
+    use super::test_support::{file_values, host_values, host_with, temp_file};
     use super::*;
-    use std::path::PathBuf;
-
-    fn temp_file(tag: &str) -> (FileStore, PathBuf) {
-        let path = std::env::temp_dir().join(format!("sw-tiles-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_file(&path);
-        (FileStore::create_new(&path).unwrap(), path)
-    }
-
-    fn host_with(values: &[u32]) -> HostBuffer {
-        let mut b = HostBuffer::new(values.len() * 4, true).unwrap();
-        for (k, v) in values.iter().enumerate() {
-            b.write_mut(k * 4, &v.to_ne_bytes()).unwrap();
-        }
-        b
-    }
-
-    fn host_values(b: &HostBuffer) -> Vec<u32> {
-        let mut bytes = vec![0u8; b.len()];
-        b.read(0, &mut bytes).unwrap();
-        bytes.chunks_exact(4).map(|c| u32::from_ne_bytes(c.try_into().unwrap())).collect()
-    }
-
-    fn file_values(f: &FileStore) -> Vec<u32> {
-        let mut bytes = vec![0u8; f.len_bytes().unwrap() as usize];
-        f.read_at(0, &mut bytes).unwrap();
-        bytes.chunks_exact(4).map(|c| u32::from_ne_bytes(c.try_into().unwrap())).collect()
-    }
 
     fn run(stores: &[Store<'_>], spans: &[Span]) -> Result<(), SpanError> {
         check_spans(stores, 4, spans)?;

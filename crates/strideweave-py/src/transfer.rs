@@ -249,15 +249,8 @@ impl LayoutJob {
 
     /// A layout copy between two live host buffers of one element size, every addressed slot
     /// checked inside both.
-    pub(crate) fn between(
-        src: Arc<HostBuffer>,
-        src_offset: i64,
-        dst: Arc<HostBuffer>,
-        dst_offset: i64,
-        extents: Vec<i64>,
-        strides: Vec<i64>,
-        elem_size: usize,
-    ) -> PyResult<Self> {
+    pub(crate) fn between(src: Arc<HostBuffer>, src_offset: i64, dst: Arc<HostBuffer>, dst_offset: i64,
+                          extents: Vec<i64>, strides: Vec<i64>, elem_size: usize) -> PyResult<Self> {
         let range = plan::addressed_range(&extents, &strides).map_err(error::plan)?;
         if let Some((lo, hi)) = range {
             for (name, offset, buffer) in [("src_offset", src_offset, &src), ("dst_offset", dst_offset, &dst)] {

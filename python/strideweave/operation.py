@@ -1,5 +1,5 @@
 """strideweave.operation: autograd nodes, grad mode, the minimal differentiable operations
-and profiling (autograd-and-profiling.md §1, §3, §6, §7, §9).
+and profiling (docs/spec/autograd-and-profiling.md §1, §3, §6, §7, §9).
 
 Every public operation validates its arguments in the specified order, then dispatches one
 `Operation` inside a profiler execute scope (named by its dispatch name), so argument errors

@@ -24,7 +24,7 @@ use strideweave_core::layout::LayoutError;
 use strideweave_core::storage::block::BlockError;
 use strideweave_core::tiles::SpanError;
 
-/// Layout algebra (layout-and-dtype.md §2–§7): a bad key type is a TypeError, a size beyond
+/// Layout algebra (docs/spec/layout-and-dtype.md §2–§7): a bad key type is a TypeError, a size beyond
 /// 64 bits an OverflowError, a top-level mode index out of range an IndexError, and every
 /// other refusal (out-of-range coordinates, incongruent trees, bad permutations) a
 /// ValueError.

@@ -1,4 +1,4 @@
-"""Dtype descriptors: immutable identity singletons (layout-and-dtype.md §8).
+"""Dtype descriptors: immutable identity singletons (docs/spec/layout-and-dtype.md §8).
 
 Every descriptor is created once, here, and compared by identity. The metaclass forbids
 construction by users and any rebinding of class attributes, so `DType.Float32` is the same

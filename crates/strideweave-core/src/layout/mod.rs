@@ -1,5 +1,5 @@
 //! Hierarchical (CuTe-style) layouts: `Shape` and `Stride` trees and the `Layout` algebra
-//! of layout-and-dtype.md §2–§7.
+//! of docs/spec/layout-and-dtype.md §2–§7.
 //!
 //! * [`tree`]: the immutable integer tree shared by `Shape` and `Stride`.
 //! * [`Shape`], [`Stride`]: validated trees (extents ≥ 1, strides ≥ 0).

@@ -2,7 +2,7 @@
 //!
 //! A tree is a (possibly empty) sequence of top-level *modes*; a mode is either a leaf
 //! integer or a non-empty nested sequence of modes. Only the top level may be empty
-//! (layout-and-dtype.md §2). The depth-first sequence of leaves is cached when the tree is
+//! (docs/spec/layout-and-dtype.md §2). The depth-first sequence of leaves is cached when the tree is
 //! built because every hot path (integer indexing, copy and compute kernels) walks leaves,
 //! not the hierarchy.
 

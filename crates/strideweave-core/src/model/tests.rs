@@ -96,7 +96,7 @@ fn ownership_guards_writes_release_and_moves_but_lets_the_owner_write() {
     c.release().unwrap();
 }
 
-/// Each row of interop-movement.md's validation table, with every earlier row satisfied;
+/// Each row of docs/spec/interop-movement.md's validation table, with every earlier row satisfied;
 /// a refused move changes nothing on either side.
 #[test]
 fn move_validation_follows_the_table_order_and_changes_nothing() {

@@ -10,7 +10,7 @@
 //! arguments, and `capsule.rs` wraps the result in a capsule whose destructor honours DLPack's
 //! ownership convention.
 //!
-//! Check order (interop-movement.md, "DLPack export ..." through "DLPack is export-only"):
+//! Check order (docs/spec/interop-movement.md, "DLPack export ..." through "DLPack is export-only"):
 //!
 //! 1. More than one subtensor → `NotImplementedError` ("multi-subtensor", "DLPack"). This runs
 //!    before anything touches a carrier, as the spec requires.

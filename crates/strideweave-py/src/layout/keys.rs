@@ -1,6 +1,6 @@
 //! Hierarchical keys, both ways: a Python key (an int, or nested lists/tuples of them) is
 //! walked in place by the core's index walker, with no conversion to a Rust tree and no
-//! per-call allocation; a core coordinate becomes nested tuples (layout-and-dtype.md §4).
+//! per-call allocation; a core coordinate becomes nested tuples (docs/spec/layout-and-dtype.md §4).
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;

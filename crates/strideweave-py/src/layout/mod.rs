@@ -1,7 +1,7 @@
 //! Python classes `Shape`, `Stride` and `Layout` over `strideweave_core::layout`.
 //!
 //! These pyclasses *are* the public classes (`strideweave.Shape is _native.Shape`), so
-//! their Python-visible behaviour is exactly layout-and-dtype.md §2–§7: constructor rules,
+//! their Python-visible behaviour is exactly docs/spec/layout-and-dtype.md §2–§7: constructor rules,
 //! exception classes, repr, equality and hashing. Other binding modules (Tensor element
 //! access, views, DLPack) reuse [`PyLayout::core`], [`PyLayout::index_from_key`] and
 //! [`PyLayout::from_core`] instead of going back through Python.
@@ -28,7 +28,7 @@ use keys::walk_key;
 use protocol::{argument, compare, hash_of, iter_modes, select_modes, type_name};
 pub use trees::{PyShape, PyStride};
 
-/// An immutable hierarchical layout: a congruent Shape and Stride (layout-and-dtype.md §3–§7).
+/// An immutable hierarchical layout: a congruent Shape and Stride (docs/spec/layout-and-dtype.md §3–§7).
 #[pyclass(frozen, module = "strideweave.layout", name = "Layout")]
 pub struct PyLayout {
     inner: Layout,

@@ -1,5 +1,5 @@
 //! What `Shape`, `Stride` and `Layout` share as Python objects: selecting top-level modes by
-//! an int or a slice (layout-and-dtype.md §2), iterating over them, equality, hashing, and
+//! an int or a slice (docs/spec/layout-and-dtype.md §2), iterating over them, equality, hashing, and
 //! checking that an argument is of the expected class.
 
 use std::hash::{DefaultHasher, Hash, Hasher};

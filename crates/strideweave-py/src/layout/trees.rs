@@ -1,5 +1,5 @@
 //! `Shape` and `Stride`: validated integer trees built from Python items
-//! (layout-and-dtype.md §2), one macro for both classes.
+//! (docs/spec/layout-and-dtype.md §2), one macro for both classes.
 
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -102,7 +102,7 @@ fn parse_items(
 // Shape and Stride share everything but validation and Shape's size/decode/encode.
 macro_rules! tree_class {
     ($py:ident, $core:ident, $name:literal, { $($extra:tt)* }) => {
-        #[doc = concat!("Immutable hierarchical `", $name, "` tree (layout-and-dtype.md §2).")]
+        #[doc = concat!("Immutable hierarchical `", $name, "` tree (docs/spec/layout-and-dtype.md §2).")]
         #[pyclass(frozen, module = "strideweave.layout", name = $name)]
         pub struct $py {
             inner: $core,

@@ -221,11 +221,6 @@ def storage_zero(dtype: DType) -> _AnyType:
     return _ZEROS.get(dtype)
 
 
-def item_size(dtype: SimpleDType) -> int:
-    """Bytes per element of a simple dtype (`bits // 8`)."""
-    return dtype.bits // 8
-
-
 def check_dtype_argument(dtype: _AnyType, name: str = "dtype") -> DType:
     """The common rule for dtype arguments: a non-DType is a TypeError."""
     if not isinstance(dtype, DType):

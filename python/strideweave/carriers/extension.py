@@ -31,10 +31,9 @@ from strideweave.carriers._definition_routes import (RouteDecision, check_provid
                                                      prepare_route, require_no_definition, resolve_route)
 from strideweave.carriers._definition_values import (CarrierDefinition, CarrierFacet, PreparedTransfer,
                                                      ProviderCompletion, StorageProvider, TransferProvider,
-                                                     TransferRequest, TransferRoute, Unsupported,
-                                                     check_type)
+                                                     TransferRequest, TransferRoute, Unsupported)
 from strideweave.carriers.base import Carrier, check_index
-from strideweave.carriers.dtype import DType
+from strideweave.carriers.dtype import DType, check_dtype_argument
 
 __all__ = ["CarrierDefinition", "StorageProvider", "TransferProvider", "TransferRoute",
            "TransferRequest", "PreparedTransfer", "Unsupported", "ProviderCompletion",
@@ -94,7 +93,7 @@ def init_defined(carrier: Carrier, definition: CarrierDefinition, slots: Any, dt
         n = operator.index(slots)
     except TypeError:
         raise TypeError(f"slots must be an int, not {type(slots).__name__}") from None
-    check_type(dtype, DType, "dtype")
+    check_dtype_argument(dtype)
     _base.check_bool_argument(mutable, "mutable")
     storage = definition.storage
     if not _checked_supports(storage, carrier, dtype):
@@ -153,7 +152,7 @@ def _factory_args(carrier: Carrier, mutable: Any, dtype: Any) -> DType:
     _base.check_bool_argument(mutable, "mutable")
     if dtype is None:
         return carrier._sw_def_dtype
-    return check_type(dtype, DType, "dtype")
+    return check_dtype_argument(dtype)
 
 
 def defined_new_like(carrier: Carrier, values: Iterable[Any], *, mutable: Any = True,

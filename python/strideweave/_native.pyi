@@ -31,19 +31,21 @@ _NestedInts = tuple[Union[int, "_NestedInts"], ...]
 # An index key: an int ordinal, or a list/tuple congruent with the shape where an int may
 # replace any subtree. Bools are rejected (TypeError).
 _Key = Union[int, Sequence["_Key"]]
+# A kernel's input operand: (storage, element offset, leaf strides).
+_Operand = tuple["HostStorage", int, Sequence[int]]
 
 __version__: str
 __all__ = ["__version__", "Shape", "Stride", "Layout", "HostStorage", "FileStorage", "dlpack_export",
-           "dlpack_device", "AwaitResult", "new_completion", "submit_python", "engine_quiesce", "binary_f32", "copy_f32",
-           "scale_f32", "scatter_add_f32", "sum_f32", "BlockDeviceHandle", "read_element", "write_element",
+           "dlpack_device", "AwaitResult", "new_completion", "submit_python", "engine_quiesce", "binary_f32", "unary_f32",
+           "sum_f32", "BlockDeviceHandle", "read_element", "write_element",
            "_TensorBase", "_CarrierBase", "TransferProgress", "copy_span", "submit_span", "copy_layout", "submit_layout",
            "copy_spans", "submit_copy_spans", "copy_blocks", "submit_copy_blocks", "copy_buffer_to_host",
            "configure_inline_move", "set_inline_route", "count_active_profilers", "grad_enabled",
            "set_grad_enabled", "move_inline", "MoveCommit"]
 
-@final
-class Shape:
-    """Immutable hierarchical tree of extents (each >= 1)."""
+class _IntTree:
+    """What Shape and Stride share (stub only: at run time each is its own class, and
+    ``Self`` is that class)."""
 
     def __new__(cls, *items: _Item) -> Self:
         """No items: rank 0. One item: the whole tree (an int gives rank 1, a list/tuple
@@ -62,12 +64,23 @@ class Shape:
     def __hash__(self) -> int: ...
     def __eq__(self, other: object, /) -> bool: ...
     @overload
-    def __getitem__(self, key: SupportsIndex, /) -> "Shape":
+    def __getitem__(self, key: SupportsIndex, /) -> Self:
         """Top-level mode (a nested mode's children become the top level). IndexError out
         of range; TypeError for other key types."""
     @overload
-    def __getitem__(self, key: slice, /) -> "Shape": ...
-    def __iter__(self) -> Iterator["Shape"]: ...
+    def __getitem__(self, key: slice, /) -> Self: ...
+    def __iter__(self) -> Iterator[Self]: ...
+    def concat(self, other: Self) -> Self:
+        """``Cls.concat(a, b)``: the top-level modes of a, then of b. TypeError for another
+        class."""
+    def append(self, other: Self) -> Self:
+        """``Cls.append(a, b)``: a if b is rank 0, the concat if b is a leaf, else b as one
+        new last mode. TypeError for another class."""
+
+@final
+class Shape(_IntTree):
+    """Immutable hierarchical tree of extents (each >= 1)."""
+
     @property
     def size(self) -> int:
         """Product of the extents (1 for rank 0). OverflowError beyond 2**63-1."""
@@ -76,41 +89,10 @@ class Shape:
         TypeError for a non-int or bool; ValueError outside [0, size)."""
     def encode(self, c: _Key) -> int:
         """Inverse of ``decode``; an int may replace any subtree. Errors as for layout keys."""
-    def concat(self, other: "Shape") -> "Shape":
-        """``Shape.concat(a, b)``: the top-level modes of a, then of b. TypeError for a non-Shape."""
-    def append(self, other: "Shape") -> "Shape":
-        """``Shape.append(a, b)``: a if b is rank 0, the concat if b is a leaf, else b as one
-        new last mode. TypeError for a non-Shape."""
 
 @final
-class Stride:
+class Stride(_IntTree):
     """Immutable hierarchical tree of strides (each >= 0)."""
-
-    def __new__(cls, *items: _Item) -> Self:
-        """No items: rank 0. One item: the whole tree (an int gives rank 1, a list/tuple
-        supplies the top-level modes). Several items: the top-level modes.
-
-        Raises ValueError for a bad value, a bad element type or an empty nested mode, and
-        OverflowError for an int outside signed 64 bits."""
-    @property
-    def top_level(self) -> _NestedInts:
-        """The tree as a nested tuple of ints."""
-    @property
-    def depth(self) -> int:
-        """1 if flat (rank 0 included), else 1 + the greatest child depth."""
-    def __len__(self) -> int:
-        """Rank: the number of top-level modes."""
-    def __hash__(self) -> int: ...
-    def __eq__(self, other: object, /) -> bool: ...
-    @overload
-    def __getitem__(self, key: SupportsIndex, /) -> "Stride": ...
-    @overload
-    def __getitem__(self, key: slice, /) -> "Stride": ...
-    def __iter__(self) -> Iterator["Stride"]: ...
-    def concat(self, other: "Stride") -> "Stride":
-        """``Stride.concat(a, b)``: the top-level modes of a, then of b."""
-    def append(self, other: "Stride") -> "Stride":
-        """``Stride.append(a, b)``: as ``Shape.append``."""
 
 @final
 class Layout:
@@ -345,16 +327,11 @@ def write_element(carrier: Any, offset: int, layout: Layout, key: Any, value: An
 def dlpack_export(tensor: Any, stream: Any = None, max_version: Any = None, dl_device: Any = None,
                   copy: Any = None) -> Any: ...
 def dlpack_device(tensor: Any) -> tuple[int, int]: ...
-def binary_f32(op: str, extents: Sequence[int], a: HostStorage, a_offset: int, a_strides: Sequence[int],
-               b: HostStorage, b_offset: int, b_strides: Sequence[int], out: HostStorage,
+def binary_f32(op: str, extents: Sequence[int], a: _Operand, b: _Operand, out: HostStorage,
                out_strides: Sequence[int]) -> None: ...
-def copy_f32(extents: Sequence[int], a: HostStorage, a_offset: int, a_strides: Sequence[int], out: HostStorage,
-             out_strides: Sequence[int]) -> None: ...
-def scale_f32(extents: Sequence[int], a: HostStorage, a_offset: int, a_strides: Sequence[int], scalar: float,
-              out: HostStorage, out_strides: Sequence[int]) -> None: ...
-def scatter_add_f32(extents: Sequence[int], a: HostStorage, a_offset: int, a_strides: Sequence[int],
-                    out: HostStorage, out_strides: Sequence[int]) -> None: ...
-def sum_f32(extents: Sequence[int], a: HostStorage, a_offset: int, a_strides: Sequence[int]) -> float: ...
+def unary_f32(op: str, extents: Sequence[int], a: _Operand, out: HostStorage, out_strides: Sequence[int],
+              scalar: float | None = None) -> None: ...
+def sum_f32(extents: Sequence[int], a: _Operand) -> float: ...
 
 # tiles.rs: batched span copies between built-in storages (ranges checked before any write)
 def copy_spans(spans: Iterable[tuple[_Storage, int, _Storage, int, int]]) -> None: ...

@@ -1,4 +1,4 @@
-"""Operation profiling (autograd-and-profiling.md §9).
+"""Operation profiling (docs/spec/autograd-and-profiling.md §9).
 
 Public surface: ``profile(*, carriers=None)`` / ``Profiler(*, carriers=None)`` return a new,
 single-use context that records, on the thread that entered it, one ``execute`` event per

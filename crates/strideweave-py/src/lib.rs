@@ -9,6 +9,7 @@ mod carrier_base;
 mod commit;
 mod dlpack;
 mod engine;
+mod error;
 mod inline_move;
 mod jobs;
 mod kernels;

@@ -22,9 +22,10 @@ use std::sync::Arc;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use strideweave_core::storage::{ElemKind, FileStore, HostBuffer};
-use strideweave_core::tiles::{self, Block, BlockGeometry, Span, SpanError, Store};
+use strideweave_core::tiles::{self, Block, BlockGeometry, Span, Store};
 
-use crate::jobs::{os_error, run_blocking, submit_job, JobError};
+use crate::error::{self, JobError};
+use crate::jobs::{run_blocking, submit_job};
 use crate::storage::{FileStorage, HostStorage};
 
 /// A storage's bytes, kept alive for the request.
@@ -63,7 +64,7 @@ impl Request {
             Work::Spans(spans) => tiles::check_spans(&stores, self.elem, spans),
             Work::Blocks(geo, blocks) => tiles::check_blocks(&stores, self.elem, geo, blocks),
         }
-        .map_err(span_error)
+        .map_err(error::span)
     }
 
     /// How many spans or blocks, for error notes.
@@ -90,13 +91,6 @@ impl Request {
             err,
             context: format!("while copying a request of {} spans or blocks between storages", self.len()),
         })
-    }
-}
-
-fn span_error(e: SpanError) -> PyErr {
-    match e {
-        SpanError::Io(err) => os_error(err),
-        other => PyValueError::new_err(other.to_string()),
     }
 }
 
@@ -197,7 +191,7 @@ fn parse_blocks(blocks: &Bound<'_, PyAny>, block_shape: &[i64], src_shape: &[i64
         &shape(src_shape, "src_shape")?,
         &shape(dst_shape, "dst_shape")?,
     )
-    .map_err(span_error)?;
+    .map_err(error::span)?;
     interner.finish(Work::Blocks(geo, parsed))
 }
 

@@ -14,23 +14,11 @@ from __future__ import annotations
 
 import gc
 import sys
-import time
 
 import numpy as np
+from _timing import best_per_call_ns
 
 import strideweave as sw
-
-
-def best_per_call_ns(rows, iterations: int, repeats: int = 15) -> dict[str, float]:
-    """Best-of-`repeats` mean ns per call; rows interleaved so machine load hits all alike."""
-    best = {name: float("inf") for name, _ in rows}
-    for _ in range(repeats):
-        for name, fn in rows:
-            start = time.perf_counter_ns()
-            for _ in range(iterations):
-                fn()
-            best[name] = min(best[name], (time.perf_counter_ns() - start) / iterations)
-    return best
 
 
 def main(quick: bool) -> None:
@@ -52,7 +40,7 @@ def main(quick: bool) -> None:
     gc.disable()
     for title, rows in groups:
         n = max(1, iterations // 20) if title.startswith("str") else iterations
-        times = best_per_call_ns(rows, n)
+        times = best_per_call_ns(rows, n, repeats=15)
         reference = times[rows[1][0]]
         print(f"{title}: {n} calls x best of 15, rows interleaved")
         for name, _ in rows:

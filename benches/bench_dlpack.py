@@ -18,31 +18,11 @@ from __future__ import annotations
 
 import gc
 import sys
-import time
 
 import numpy as np
+from _timing import best_per_call_ns
 
 import strideweave as sw
-
-
-def best_per_call_ns(rows, iterations: int, repeats: int = 25) -> dict[str, float]:
-    """Best-of-`repeats` mean time per call of every row, in nanoseconds.
-
-    The rows are timed round-robin (each repeat times every row once) rather than one row
-    after another, so a burst of load from other processes on the shared machine hits all
-    rows alike instead of inflating whichever row happened to run during it; the minimum then
-    filters what noise remains. The ratios are what this bench is read for."""
-    for _, fn in rows:
-        for _ in range(min(iterations, 1000)):
-            fn()
-    best = {name: float("inf") for name, _ in rows}
-    for _ in range(repeats):
-        for name, fn in rows:
-            start = time.perf_counter_ns()
-            for _ in range(iterations):
-                fn()
-            best[name] = min(best[name], (time.perf_counter_ns() - start) / iterations)
-    return best
 
 
 class Wrapped:
@@ -78,7 +58,7 @@ def main(iterations: int) -> None:
         ("ndarray.__dlpack_device__()", lambda: ndarray.__dlpack_device__()),
     ]
     gc.disable()  # capsules and arrays are freed by refcount; keep collector pauses out
-    times = best_per_call_ns(rows, iterations)
+    times = best_per_call_ns(rows, iterations, repeats=25, warmup=min(iterations, 1000))
     gc.enable()
     reference = times["np.from_dlpack(ndarray)"]
     print(f"DLPack export, {iterations} calls x best of 25, rows interleaved (numpy {np.__version__})")
@@ -86,7 +66,7 @@ def main(iterations: int) -> None:
     for name, _ in rows:
         print(f"{name:30} {times[name]:10.0f} {times[name] / reference:27.2f}x")
     ratio = times["np.from_dlpack(tensor)"] / reference
-    print(f"round-trip ratio np.from_dlpack(tensor) / np.from_dlpack(ndarray) = {ratio:.2f} (goal <= 2)")
+    print(f"round-trip ratio np.from_dlpack(tensor) / np.from_dlpack(ndarray) = {ratio:.2f} (goal <= 1.5, issue 10)")
     floor = times["np.from_dlpack(tensor)"] / times["np.from_dlpack(wrapped)"]
     print(f"round-trip ratio np.from_dlpack(tensor) / np.from_dlpack(wrapped) = {floor:.2f}")
 

@@ -19,6 +19,7 @@ from strideweave.operation import *  # noqa: F401,F403
 from strideweave.friendly import sum as sum  # noqa: F401  (spec name; "as" re-exports it)
 from strideweave.profiler import *  # noqa: F401,F403
 from strideweave.carriers.move import *  # noqa: F401,F403
+from strideweave.carriers import inline_move as _inline_move  # noqa: E402,F401  (configures the native move)
 from strideweave.carriers.extension import *  # noqa: F401,F403
 from strideweave.carriers.tiled_evictable import *  # noqa: F401,F403
 

@@ -31,18 +31,22 @@ _NestedInts = tuple[Union[int, "_NestedInts"], ...]
 # An index key: an int ordinal, or a list/tuple congruent with the shape where an int may
 # replace any subtree. Bools are rejected (TypeError).
 _Key = Union[int, Sequence["_Key"]]
+# A kernel's input operand: (storage, element offset, leaf strides).
+_Operand = tuple["HostStorage", int, Sequence[int]]
 
 __version__: str
 __all__ = ["__version__", "Shape", "Stride", "Layout", "HostStorage", "FileStorage", "dlpack_export",
-           "dlpack_device", "AwaitResult", "new_completion", "submit_python", "engine_quiesce", "binary_f32", "copy_f32",
-           "scale_f32", "scatter_add_f32", "sum_f32", "BlockDeviceHandle", "read_element", "write_element",
-           "_TensorBase", "TransferProgress", "copy_span", "submit_span", "copy_layout", "submit_layout",
+           "dlpack_device", "AwaitResult", "new_completion", "submit_python", "engine_quiesce", "binary_f32", "unary_f32",
+           "sum_f32", "BlockDeviceHandle", "read_element", "write_element",
+           "_TensorBase", "_CarrierBase", "TransferProgress", "copy_span", "submit_span", "copy_layout", "submit_layout",
            "copy_spans", "submit_copy_spans", "copy_blocks", "submit_copy_blocks", "copy_storages",
-           "submit_place_blocks", "release_storages", "FileSlab", "FileRegion", "copy_buffer_to_host"]
+           "submit_place_blocks", "release_storages", "FileSlab", "FileRegion", "copy_buffer_to_host",
+           "configure_inline_move", "set_inline_route", "count_active_profilers", "grad_enabled",
+           "set_grad_enabled", "move_inline", "MoveCommit"]
 
-@final
-class Shape:
-    """Immutable hierarchical tree of extents (each >= 1)."""
+class _IntTree:
+    """What Shape and Stride share (stub only: at run time each is its own class, and
+    ``Self`` is that class)."""
 
     def __new__(cls, *items: _Item) -> Self:
         """No items: rank 0. One item: the whole tree (an int gives rank 1, a list/tuple
@@ -61,12 +65,23 @@ class Shape:
     def __hash__(self) -> int: ...
     def __eq__(self, other: object, /) -> bool: ...
     @overload
-    def __getitem__(self, key: SupportsIndex, /) -> "Shape":
+    def __getitem__(self, key: SupportsIndex, /) -> Self:
         """Top-level mode (a nested mode's children become the top level). IndexError out
         of range; TypeError for other key types."""
     @overload
-    def __getitem__(self, key: slice, /) -> "Shape": ...
-    def __iter__(self) -> Iterator["Shape"]: ...
+    def __getitem__(self, key: slice, /) -> Self: ...
+    def __iter__(self) -> Iterator[Self]: ...
+    def concat(self, other: Self) -> Self:
+        """``Cls.concat(a, b)``: the top-level modes of a, then of b. TypeError for another
+        class."""
+    def append(self, other: Self) -> Self:
+        """``Cls.append(a, b)``: a if b is rank 0, the concat if b is a leaf, else b as one
+        new last mode. TypeError for another class."""
+
+@final
+class Shape(_IntTree):
+    """Immutable hierarchical tree of extents (each >= 1)."""
+
     @property
     def size(self) -> int:
         """Product of the extents (1 for rank 0). OverflowError beyond 2**63-1."""
@@ -75,41 +90,10 @@ class Shape:
         TypeError for a non-int or bool; ValueError outside [0, size)."""
     def encode(self, c: _Key) -> int:
         """Inverse of ``decode``; an int may replace any subtree. Errors as for layout keys."""
-    def concat(self, other: "Shape") -> "Shape":
-        """``Shape.concat(a, b)``: the top-level modes of a, then of b. TypeError for a non-Shape."""
-    def append(self, other: "Shape") -> "Shape":
-        """``Shape.append(a, b)``: a if b is rank 0, the concat if b is a leaf, else b as one
-        new last mode. TypeError for a non-Shape."""
 
 @final
-class Stride:
+class Stride(_IntTree):
     """Immutable hierarchical tree of strides (each >= 0)."""
-
-    def __new__(cls, *items: _Item) -> Self:
-        """No items: rank 0. One item: the whole tree (an int gives rank 1, a list/tuple
-        supplies the top-level modes). Several items: the top-level modes.
-
-        Raises ValueError for a bad value, a bad element type or an empty nested mode, and
-        OverflowError for an int outside signed 64 bits."""
-    @property
-    def top_level(self) -> _NestedInts:
-        """The tree as a nested tuple of ints."""
-    @property
-    def depth(self) -> int:
-        """1 if flat (rank 0 included), else 1 + the greatest child depth."""
-    def __len__(self) -> int:
-        """Rank: the number of top-level modes."""
-    def __hash__(self) -> int: ...
-    def __eq__(self, other: object, /) -> bool: ...
-    @overload
-    def __getitem__(self, key: SupportsIndex, /) -> "Stride": ...
-    @overload
-    def __getitem__(self, key: slice, /) -> "Stride": ...
-    def __iter__(self) -> Iterator["Stride"]: ...
-    def concat(self, other: "Stride") -> "Stride":
-        """``Stride.concat(a, b)``: the top-level modes of a, then of b."""
-    def append(self, other: "Stride") -> "Stride":
-        """``Stride.append(a, b)``: as ``Shape.append``."""
 
 @final
 class Layout:
@@ -209,13 +193,46 @@ class AwaitResult(Generic[_T]):
     def _add_done_callback(self, fn: Callable[["AwaitResult[_T]"], Any]) -> None: ...
     def _join(self, timeout: float | None = None) -> bool: ...
 
+@disjoint_base
 class _TensorBase:
-    """Native base of `strideweave.Tensor`: the DLPack protocol methods, implemented in Rust
+    """Native base of `strideweave.Tensor`: its fields (set once by `_sw_init_view` or
+    `_sw_init_multi`), element access, and the DLPack protocol methods, implemented in Rust
     so a consumer's call never runs Python code for a built-in carrier."""
     def __new__(cls, *_args: Any, **_kwargs: Any) -> Self: ...
+    def _sw_init_view(self, carrier: Any, offset: int, layout: Layout, dtype: Any) -> None: ...
+    def _sw_init_multi(self, subtensors: tuple[Any, ...], dtype: Any, adjacent: tuple[Any, ...]) -> None: ...
+    def _is_multi(self) -> bool: ...
+    @property
+    def _carrier(self) -> Any: ...
+    @property
+    def _offset(self) -> int: ...
+    @property
+    def _layout(self) -> Layout: ...
+    @property
+    def _dtype(self) -> Any: ...
+    @property
+    def _adjacent(self) -> tuple[Any, ...]: ...
+    @property
+    def _subtensors(self) -> tuple[Any, ...]: ...
+    _grad: Any
+    _autograd_ctx: Any
+    _retain_grad: Any
+    def __getitem__(self, key: Any, /) -> Any: ...
+    def __setitem__(self, key: Any, value: Any, /) -> None: ...
     def __dlpack__(self, stream: Any = None, *, max_version: tuple[int, int] | list[int] | None = None,
                    dl_device: tuple[int, int] | list[int] | None = None, copy: bool | None = None) -> Any: ...
     def __dlpack_device__(self) -> tuple[int, int]: ...
+
+@disjoint_base
+class _CarrierBase:
+    """Native base of `strideweave.Carrier`: the framework state every carrier shares."""
+    def __new__(cls, *_args: Any, **_kwargs: Any) -> Self: ...
+    _sw_version: int
+    _sw_released: bool
+    _sw_owner: Any
+    _sw_claim: Any
+    _storage: Any
+    _mutable: bool
 
 _A = TypeVar("_A", bound=AwaitResult[Any])
 
@@ -229,7 +246,7 @@ _Storage = HostStorage | FileStorage
 
 def copy_span(src: _Storage, src_slot: int, dst: _Storage, dst_slot: int, count: int) -> None: ...
 def submit_span(src: _Storage, src_slot: int, dst: _Storage, dst_slot: int, count: int, then: _Then, *,
-                progress: TransferProgress | None = None) -> None: ...
+                progress: TransferProgress | None = None, commit: MoveCommit | None = None) -> None: ...
 
 @final
 class TransferProgress:
@@ -242,7 +259,7 @@ class TransferProgress:
 def copy_layout(src: HostStorage, src_offset: int, dst: HostStorage, dst_offset: int, leaf_extents: Sequence[int],
                 leaf_strides: Sequence[int]) -> None: ...
 def submit_layout(src: HostStorage, src_offset: int, dst: HostStorage, dst_offset: int, leaf_extents: Sequence[int],
-                  leaf_strides: Sequence[int], then: _Then) -> None: ...
+                  leaf_strides: Sequence[int], then: _Then, *, commit: MoveCommit | None = None) -> None: ...
 
 @final
 class HostStorage:
@@ -343,16 +360,11 @@ def write_element(carrier: Any, offset: int, layout: Layout, key: Any, value: An
 def dlpack_export(tensor: Any, stream: Any = None, max_version: Any = None, dl_device: Any = None,
                   copy: Any = None) -> Any: ...
 def dlpack_device(tensor: Any) -> tuple[int, int]: ...
-def binary_f32(op: str, extents: Sequence[int], a: HostStorage, a_offset: int, a_strides: Sequence[int],
-               b: HostStorage, b_offset: int, b_strides: Sequence[int], out: HostStorage,
+def binary_f32(op: str, extents: Sequence[int], a: _Operand, b: _Operand, out: HostStorage,
                out_strides: Sequence[int]) -> None: ...
-def copy_f32(extents: Sequence[int], a: HostStorage, a_offset: int, a_strides: Sequence[int], out: HostStorage,
-             out_strides: Sequence[int]) -> None: ...
-def scale_f32(extents: Sequence[int], a: HostStorage, a_offset: int, a_strides: Sequence[int], scalar: float,
-              out: HostStorage, out_strides: Sequence[int]) -> None: ...
-def scatter_add_f32(extents: Sequence[int], a: HostStorage, a_offset: int, a_strides: Sequence[int],
-                    out: HostStorage, out_strides: Sequence[int]) -> None: ...
-def sum_f32(extents: Sequence[int], a: HostStorage, a_offset: int, a_strides: Sequence[int]) -> float: ...
+def unary_f32(op: str, extents: Sequence[int], a: _Operand, out: HostStorage, out_strides: Sequence[int],
+              scalar: float | None = None) -> None: ...
+def sum_f32(extents: Sequence[int], a: _Operand) -> float: ...
 
 # tiles.rs: batched span copies between built-in storages (ranges checked before any write);
 # a FileRegion's slots are its own window of its slab's file.
@@ -371,3 +383,18 @@ def release_storages(storages: Iterable[HostStorage | FileRegion]) -> None: ...
 # buffer_copy.rs: a checked bulk copy from any C-contiguous buffer object (GIL released).
 def copy_buffer_to_host(source: Any, source_byte: int, destination: HostStorage, destination_byte: int,
                         nbytes: int) -> None: ...
+
+# The inline move (inline_move.rs) and the per-thread grad mode it reads.
+def configure_inline_move(cpu: type, tensor: type, state_lock: Any, claim: Any, differentiable: tuple[Any, ...],
+                          max_slots: int, record: Callable[[Any, Any], Any]) -> None: ...
+def set_inline_route(default: bool) -> None: ...
+def count_active_profilers(delta: int) -> None: ...
+def grad_enabled() -> bool: ...
+def set_grad_enabled(enabled: bool) -> bool: ...
+def move_inline(tensor: Any, destination: Any) -> Any | None: ...
+
+@final
+class MoveCommit:
+    """The GIL-free success commit of a built-in move, run by the worker that finished its copy."""
+    def __new__(cls, source: _CarrierBase, destination: _CarrierBase, handle: AwaitResult[Any], output: Any,
+                progress: TransferProgress | None = None) -> Self: ...

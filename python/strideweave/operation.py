@@ -1,5 +1,5 @@
 """strideweave.operation: autograd nodes, grad mode, the minimal differentiable operations
-and profiling (autograd-and-profiling.md §1, §3, §6, §7, §9).
+and profiling (docs/spec/autograd-and-profiling.md §1, §3, §6, §7, §9).
 
 Every public operation validates its arguments in the specified order, then dispatches one
 `Operation` inside a profiler execute scope (named by its dispatch name), so argument errors
@@ -17,7 +17,7 @@ import numbers
 import sys
 from typing import TYPE_CHECKING, Any
 
-from strideweave import _autograd, profiler as _profiler
+from strideweave import _autograd, _compute, profiler as _profiler
 from strideweave import tensor as _tensor_layer
 from strideweave._autograd import Operation, is_grad_enabled, no_grad, set_grad_enabled
 from strideweave.layout import Layout, Shape
@@ -97,7 +97,7 @@ class AddOperation(Operation):
 
     def _forward(self, a: Any, b: Any) -> Any:
         _executor(a, "add")
-        return _autograd.binary("add", a, b, a._carrier, _result_layout(a))
+        return _compute.binary("add", a, b, a._carrier, _result_layout(a))
 
     def backward(self, gradient: Any) -> tuple[Any, ...]:
         return tuple(_autograd.gradient_for(x, gradient) for x in self.inputs())
@@ -108,14 +108,14 @@ class ElementwiseMulOperation(Operation):
 
     def _forward(self, a: Any, b: Any) -> Any:
         _executor(a, "mul")
-        return _autograd.binary("mul", a, b, a._carrier, _result_layout(a))
+        return _compute.binary("mul", a, b, a._carrier, _result_layout(a))
 
     def backward(self, gradient: Any) -> tuple[Any, ...]:
         a, b = self.inputs()
-        _autograd.check_live(a, "saved input 0")
-        _autograd.check_live(b, "saved input 1")
-        ga = _autograd.binary("mul", gradient, b, a._carrier, _autograd._output_layout(a._layout))
-        gb = _autograd.binary("mul", gradient, a, b._carrier, _autograd._output_layout(b._layout))
+        _compute.check_live(a, "saved input 0")
+        _compute.check_live(b, "saved input 1")
+        ga = _compute.binary("mul", gradient, b, a._carrier, _autograd._output_layout(a._layout))
+        gb = _compute.binary("mul", gradient, a, b._carrier, _autograd._output_layout(b._layout))
         return (ga, gb)
 
 
@@ -129,11 +129,11 @@ class ScalarMulOperation(Operation):
         if a._dtype is DType.Int32 and not isinstance(scalar, numbers.Integral):
             raise TypeError(f"mul: an Int32 tensor can only be scaled by an integer, not {type(scalar).__name__}")
         self.ctx["scalar"] = scalar
-        return _autograd.scaled(a, scalar, a._carrier, _result_layout(a))
+        return _compute.scaled(a, scalar, a._carrier, _result_layout(a))
 
     def backward(self, gradient: Any) -> tuple[Any, ...]:
         (a,) = self.inputs()
-        return (_autograd.scaled(gradient, self.ctx["scalar"], a._carrier, _autograd._output_layout(a._layout)),)
+        return (_compute.scaled(gradient, self.ctx["scalar"], a._carrier, _autograd._output_layout(a._layout)),)
 
 
 class SumOperation(Operation):
@@ -141,12 +141,12 @@ class SumOperation(Operation):
 
     def _forward(self, t: Any) -> Any:
         _executor(t, "reduce_sum")
-        value = _autograd.total(t)
+        value = _compute.total(t)
         return _tensor_cls()(t._carrier.new_like([value]), 0, _autograd.unit_layout())
 
     def backward(self, gradient: Any) -> tuple[Any, ...]:
         (t,) = self.inputs()
-        return (_autograd.filled(gradient, t._carrier, _autograd._output_layout(t._layout)),)
+        return (_compute.filled(gradient, t._carrier, _autograd._output_layout(t._layout)),)
 
 
 class BroadcastOperation(Operation):

@@ -1,4 +1,4 @@
-"""Operation profiling (autograd-and-profiling.md §9).
+"""Operation profiling (docs/spec/autograd-and-profiling.md §9).
 
 Public surface: ``profile(*, carriers=None)`` / ``Profiler(*, carriers=None)`` return a new,
 single-use context that records, on the thread that entered it, one ``execute`` event per
@@ -58,6 +58,8 @@ import time
 from types import TracebackType
 from dataclasses import dataclass
 from typing import Any, Iterable
+
+from strideweave import _native
 
 __all__ = ["profile", "Profiler", "ProfilerEvent"]
 
@@ -173,6 +175,7 @@ class Profiler:
             raise RuntimeError("another Profiler is already active on this thread")
         self._thread = threading.get_ident()
         self._state = _ACTIVE
+        _native.count_active_profilers(1)  # the native move steps aside while any is active
         _tls.profiler = self
         return self
 
@@ -180,6 +183,7 @@ class Profiler:
                  tb: TracebackType | None) -> None:
         if self._state != _ACTIVE:
             raise RuntimeError("this Profiler is not active")
+        _native.count_active_profilers(-1)
         if threading.get_ident() != self._thread:
             with self._lock:
                 self._state = _DROPPED

@@ -31,6 +31,11 @@ class _Layers:
 LAYERS = _Layers()
 
 
+def _rebuild_tensor(cls: type["Tensor"], subtensors: tuple[Subtensor, ...], dtype: DType,
+                    adjacent: tuple[Any, ...]) -> "Tensor":
+    return cls._from_subtensors(dtype, subtensors, adjacent)
+
+
 def _multi_subtensor(operation: str) -> NotImplementedError:
     return NotImplementedError(f"{operation} is not implemented for a multi-subtensor Tensor")
 
@@ -38,8 +43,10 @@ def _multi_subtensor(operation: str) -> NotImplementedError:
 class Tensor(_native._TensorBase):
     """A view of carrier slots through a hierarchical layout."""
 
-    __slots__ = ("_subtensors", "_dtype", "_adjacent", "_carrier", "_offset", "_layout",
-                 "_grad", "_autograd_ctx", "_retain_grad", "__weakref__")
+    # The fields live in the native base (`_native._TensorBase`): `_carrier`, `_offset`,
+    # `_layout`, `_dtype`, `_adjacent`, `_subtensors` (set once), and the autograd state
+    # `_grad`, `_autograd_ctx`, `_retain_grad`. A Tensor has no instance dict.
+    __slots__ = ()
 
     def __init__(self, carrier: Carrier, offset: int, layout: Layout) -> None:
         if not isinstance(carrier, Carrier):
@@ -56,27 +63,23 @@ class Tensor(_native._TensorBase):
         size = carrier.size()
         if span > size:
             raise ValueError(f"offset {offset} + layout cosize {layout.cosize} = {span} exceeds carrier size {size}")
-        dtype = carrier.dtype()
-        self._init_fields((Subtensor(dtype, carrier, offset, layout),), dtype, ())
-
-    def _init_fields(self, subtensors: tuple[Subtensor, ...], dtype: DType, adjacent: tuple[Any, ...]) -> None:
-        first = subtensors[0]
-        self._subtensors = subtensors
-        self._dtype = dtype
-        self._adjacent = adjacent
-        self._carrier = first.carrier
-        self._offset = first.offset
-        self._layout = first.layout
-        self._grad = None
-        self._autograd_ctx = None
-        self._retain_grad = False
+        self._sw_init_view(carrier, offset, layout, carrier.dtype())
 
     @classmethod
     def _from_subtensors(cls, dtype: DType, subtensors: tuple[Subtensor, ...], adjacent: tuple[Any, ...]) -> "Tensor":
         """Framework constructor for validated representations (core.representation)."""
         tensor = cls.__new__(cls)
-        tensor._init_fields(subtensors, dtype, adjacent)
+        tensor._sw_init_multi(subtensors, dtype, adjacent)
         return tensor
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickles the view and the autograd state; the carrier pickles itself (or refuses, as
+        a built-in's native storage does)."""
+        return (_rebuild_tensor, (type(self), self._subtensors, self._dtype, self._adjacent),
+                (self._grad, self._autograd_ctx, self._retain_grad))
+
+    def __setstate__(self, state: tuple[Any, Any, Any]) -> None:
+        self._grad, self._autograd_ctx, self._retain_grad = state
 
     # ----- queries ----------------------------------------------------------------------
     @property
@@ -120,9 +123,6 @@ class Tensor(_native._TensorBase):
         for sub in self._subtensors:
             seen.setdefault(id(sub.carrier), sub.carrier)
         return tuple((key, carrier.version) for key, carrier in seen.items())
-
-    def _is_multi(self) -> bool:
-        return len(self._subtensors) != 1
 
     def __repr__(self) -> str:
         if self._is_multi():
@@ -220,50 +220,26 @@ class Tensor(_native._TensorBase):
         if self._carrier.is_released():
             raise RuntimeError(f"{type(self._carrier).__name__} carrier is released")
 
-    def __getitem__(self, key: Any) -> Any:
-        if len(self._subtensors) != 1:
+    # `t[key]` and `t[key] = value` are native (`_native._TensorBase.__getitem__` /
+    # `__setitem__`): a one-subtensor view over a built-in carrier class that keeps the
+    # built-in element hooks is read and written in one Rust call; everything else comes
+    # here, to the reference path, which runs the carrier's public hooks in the contract's
+    # order.
+    def _sw_getitem(self, key: Any) -> Any:
+        if self._is_multi():
             raise _multi_subtensor("element access")
-        carrier: Any = self._carrier  # built-in internals (`_storage`) on the fast path
-        # Fast path (RustBackedCarrier._sw_fast_access): a live built-in carrier whose element
-        # hooks are the built-in ones. One Rust call raises the key, range and storage errors
-        # of the reference path below, in its order. A slice anywhere in a key is a TypeError
-        # to the key walker, so slicing keys are recognised only on that (cold) error path
-        # instead of being scanned for on every access.
-        if (getattr(type(carrier), "_sw_fast_access", False) and not carrier._sw_released
-                and type(key) is not slice):
-            try:
-                return _native.read_element(carrier._storage, self._offset, self._layout, key)
-            except TypeError:
-                if not _has_slice(key):
-                    raise
-            return self._slice_view(key)
         if _has_slice(key):
             return self._slice_view(key)
         self._check_live()
-        return carrier[self._offset + self._layout.index(_coordinate(key))]
+        return self._carrier[self._offset + self._layout.index(_coordinate(key))]
 
-    def __setitem__(self, key: Any, value: Any) -> None:
-        if len(self._subtensors) != 1:
+    def _sw_setitem(self, key: Any, value: Any) -> None:
+        if self._is_multi():
             raise _multi_subtensor("element assignment")
-        carrier = self._carrier
-        # Fast path for a built-in carrier class that keeps the built-in element hooks: one
-        # Rust call checks the state (live, unowned, unclaimed, mutable) under the carrier
-        # state lock, then key -> range -> value, writes and counts the version. It returns
-        # False, having written nothing, whenever the reference path below must decide (a
-        # state check fails, or the lock is busy). As in __getitem__, a slicing key is
-        # recognised on the walker's TypeError (the key is walked before the value is
-        # converted, so a bad value never hides a slice).
-        if getattr(type(carrier), "_sw_fast_access", False) and type(key) is not slice:
-            try:
-                if _native.write_element(carrier, self._offset, self._layout, key, value):
-                    return
-            except TypeError:
-                if not _has_slice(key):
-                    raise
         if _has_slice(key):
             raise TypeError("slice assignment is not supported; assign elements one key at a time")
         self._check_live()
-        carrier[self._offset + self._layout.index(_coordinate(key))] = value
+        self._carrier[self._offset + self._layout.index(_coordinate(key))] = value
 
     def _slice_view(self, key: Any) -> "Tensor":
         self._check_live()

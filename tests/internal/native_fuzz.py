@@ -72,7 +72,18 @@ def targets() -> list:
             if callable(getattr(cls, meth)):
                 found.append((f"{cls_name}.{meth}",
                               lambda factory=factory, meth=meth, **kw: getattr(factory(**kw), meth)))
-    for cls_name in ("HostStorage", "FileStorage", "BlockDeviceHandle", "Layout", "Shape", "Stride"):
+    # The native bases: their field setters and element access, on fresh (unset) instances
+    # and on instances the fuzzer may already have given a hostile view.
+    bases = {"_TensorBase": _native._TensorBase(), "_CarrierBase": _native._CarrierBase()}
+    for cls_name, instance in bases.items():
+        for meth in ("_sw_init_view", "_sw_init_multi", "_is_multi", "__getitem__", "__setitem__",
+                     "__dlpack__", "__dlpack_device__", "__setattr__", "__getstate__"):
+            if hasattr(instance, meth):
+                found.append((f"{cls_name}.{meth}", lambda instance=instance, meth=meth, **_: getattr(instance, meth)))
+                found.append((f"{cls_name}().{meth}",
+                              lambda cls_name=cls_name, meth=meth, **_: getattr(getattr(_native, cls_name)(), meth)))
+    for cls_name in ("HostStorage", "FileStorage", "BlockDeviceHandle", "Layout", "Shape", "Stride",
+                     "_TensorBase", "_CarrierBase"):
         found.append((cls_name, lambda cls_name=cls_name, **_: getattr(_native, cls_name)))
     return found
 

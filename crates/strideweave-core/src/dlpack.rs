@@ -14,7 +14,6 @@
 //! and whose [`Exported::into_raw`] hands the obligation to someone else (a capsule).
 
 use std::ffi::c_void;
-use std::fmt;
 use std::marker::PhantomData;
 use std::ptr::{self, NonNull};
 
@@ -23,6 +22,7 @@ pub use dlpark::ffi::{
     DLPackVersion, DLTensor,
 };
 use dlpark::DlpackFlags;
+use thiserror::Error;
 
 /// The protocol version every versioned export advertises. The producer caps itself at 1.0
 /// whatever ceiling the consumer offers (interop-movement: "version field is exactly major 1,
@@ -71,41 +71,27 @@ impl ExportDType {
 }
 
 /// Why a buffer description cannot become a managed tensor.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum DescError {
     /// `shape` and `strides` have different lengths.
+    #[error("layout has {shape} leaf extents but {strides} leaf strides")]
     RankMismatch { shape: usize, strides: usize },
     /// More dimensions than `DLTensor::ndim` (an `i32`) can count.
+    #[error("{0} dimensions exceed DLPack's ndim range")]
     TooManyDims(usize),
     /// An extent is negative.
+    #[error("leaf extent {extent} of dimension {dim} is negative")]
     NegativeExtent { dim: usize, extent: i64 },
     /// The data pointer is null although the tensor has elements.
+    #[error(
+        "the carrier reports a null data pointer for a tensor with elements \
+         (a DLPack data pointer must be non-null; was the carrier released?)"
+    )]
     NullData,
     /// `offset * item_size` does not fit in `u64`.
+    #[error("the byte offset overflows 64 bits")]
     OffsetOverflow,
 }
-
-impl fmt::Display for DescError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::RankMismatch { shape, strides } => write!(
-                f,
-                "layout has {shape} leaf extents but {strides} leaf strides"
-            ),
-            Self::TooManyDims(n) => write!(f, "{n} dimensions exceed DLPack's ndim range"),
-            Self::NegativeExtent { dim, extent } => {
-                write!(f, "leaf extent {extent} of dimension {dim} is negative")
-            }
-            Self::NullData => f.write_str(
-                "the carrier reports a null data pointer for a tensor with elements \
-                 (a DLPack data pointer must be non-null; was the carrier released?)",
-            ),
-            Self::OffsetOverflow => f.write_str("the byte offset overflows 64 bits"),
-        }
-    }
-}
-
-impl std::error::Error for DescError {}
 
 /// A validated description of the strided buffer to export.
 ///
@@ -185,45 +171,52 @@ struct Holder<M, O> {
 
 /// The two managed-tensor ABIs, so construction and deletion are written once.
 pub trait ManagedAbi: Sized + 'static {
+    /// The structure's deleter field.
+    fn deleter(&self) -> Option<unsafe extern "C" fn(*mut Self)>;
+    /// The embedded plain `DLTensor`.
+    fn dl_tensor(&self) -> &DLTensor;
+    /// The `manager_ctx` field (for an export of this crate: its heap block).
+    fn manager_ctx(&self) -> *mut c_void;
+    /// Sets the `manager_ctx` field.
+    fn set_manager_ctx(&mut self, ctx: *mut c_void);
+
     /// Calls this structure's deleter, if any.
     ///
     /// # Safety
     /// `ptr` must point to a live managed tensor whose deleter has not run yet; it is dangling
     /// afterwards.
-    unsafe fn delete(ptr: NonNull<Self>);
-    /// The embedded plain `DLTensor`.
-    fn dl_tensor(&self) -> &DLTensor;
-}
-
-impl ManagedAbi for DLManagedTensor {
     unsafe fn delete(ptr: NonNull<Self>) {
         // SAFETY: the caller guarantees `ptr` is live and not yet deleted; reading the
         // deleter field is a plain load from that live structure.
-        let deleter = unsafe { (*ptr.as_ptr()).deleter };
+        let deleter = unsafe { ptr.as_ref() }.deleter();
         if let Some(deleter) = deleter {
             // SAFETY: DLPack's contract: the deleter of a live managed tensor may be called
             // exactly once with a pointer to it; the caller hands us that single call.
             unsafe { deleter(ptr.as_ptr()) }
         }
     }
-    fn dl_tensor(&self) -> &DLTensor {
-        &self.dl_tensor
-    }
 }
 
-impl ManagedAbi for DLManagedTensorVersioned {
-    unsafe fn delete(ptr: NonNull<Self>) {
-        // SAFETY: as for `DLManagedTensor::delete`: the caller guarantees liveness.
-        let deleter = unsafe { (*ptr.as_ptr()).deleter };
-        if let Some(deleter) = deleter {
-            // SAFETY: single deleter call on a live managed tensor, as the caller guarantees.
-            unsafe { deleter(ptr.as_ptr()) }
+// Both structures name these three fields alike.
+macro_rules! managed_abi {
+    ($($managed:ty),*) => {$(
+        impl ManagedAbi for $managed {
+            fn deleter(&self) -> Option<unsafe extern "C" fn(*mut Self)> {
+                self.deleter
+            }
+            fn dl_tensor(&self) -> &DLTensor {
+                &self.dl_tensor
+            }
+            fn manager_ctx(&self) -> *mut c_void {
+                self.manager_ctx
+            }
+            fn set_manager_ctx(&mut self, ctx: *mut c_void) {
+                self.manager_ctx = ctx;
+            }
         }
-    }
-    fn dl_tensor(&self) -> &DLTensor {
-        &self.dl_tensor
-    }
+    )*};
 }
+managed_abi!(DLManagedTensor, DLManagedTensorVersioned);
 
 /// An owning handle to one exported managed tensor: dropping it runs the deleter once.
 ///
@@ -305,58 +298,56 @@ fn plain_tensor(desc: TensorDesc) -> (DLTensor, Box<[i64]>, Box<[i64]>) {
     (tensor, shape, strides)
 }
 
-/// Frees the block behind a legacy managed tensor and drops its owner.
-unsafe extern "C" fn delete_legacy<O: Send + 'static>(managed: *mut DLManagedTensor) {
+/// The deleter of every export: frees the block behind a managed tensor and drops its owner.
+unsafe extern "C" fn delete_holder<M: ManagedAbi, O: Send + 'static>(managed: *mut M) {
     if managed.is_null() {
         return;
     }
-    // SAFETY: `managed` is a live tensor built by `export_legacy::<O>` (only that function
-    // installs this deleter), so `manager_ctx` is the `Box<Holder<_, O>>` pointer it leaked.
-    // DLPack guarantees a single deleter call, so the box is reconstituted exactly once.
-    // Dropping it frees shape, strides and drops the owner; nothing here can unwind (an
+    // SAFETY: `managed` is a live tensor built by `leak_holder::<M, O>` (only that function's
+    // callers install this deleter), so `manager_ctx` is the `Box<Holder<M, O>>` pointer it
+    // leaked. DLPack guarantees a single deleter call, so the box is reconstituted exactly
+    // once. Dropping it frees shape, strides and drops the owner; nothing here can unwind (an
     // owner's Drop must not panic, and a panic would abort at this extern "C" boundary).
     unsafe {
-        let holder = (*managed).manager_ctx as *mut Holder<DLManagedTensor, O>;
+        let holder = (*managed).manager_ctx() as *mut Holder<M, O>;
         drop(Box::from_raw(holder));
     }
 }
 
-/// Frees the block behind a versioned managed tensor and drops its owner.
-unsafe extern "C" fn delete_versioned<O: Send + 'static>(managed: *mut DLManagedTensorVersioned) {
-    if managed.is_null() {
-        return;
-    }
-    // SAFETY: as in `delete_legacy`: only `export_versioned::<O>` installs this deleter, and
-    // DLPack calls it at most once, so the box is reconstituted exactly once.
-    unsafe {
-        let holder = (*managed).manager_ctx as *mut Holder<DLManagedTensorVersioned, O>;
-        drop(Box::from_raw(holder));
+/// Moves `managed` (whose deleter is `delete_holder::<M, O>`), the arrays it points into and
+/// `owner` into one heap block, and records the block in `manager_ctx`.
+fn leak_holder<M: ManagedAbi, O: Send + 'static>(
+    managed: M,
+    shape: Box<[i64]>,
+    strides: Box<[i64]>,
+    owner: O,
+) -> Exported<M> {
+    let raw = Box::into_raw(Box::new(Holder {
+        managed,
+        _shape: shape,
+        _strides: strides,
+        _owner: owner,
+    }));
+    // SAFETY: `raw` is the unique pointer to the block just leaked; writing its own address
+    // into `manager_ctx` is a store into memory we exclusively own.
+    unsafe { (*raw).managed.set_manager_ctx(raw.cast()) };
+    // `managed` is the first field of the repr(C) Holder, so the addresses coincide.
+    Exported {
+        // SAFETY: `Box::into_raw` never returns null.
+        ptr: unsafe { NonNull::new_unchecked(raw.cast::<M>()) },
+        _marker: PhantomData,
     }
 }
 
 /// Builds a legacy (`dltensor`) managed tensor owning its shape/stride arrays and `owner`.
 pub fn export_legacy<O: Send + 'static>(desc: TensorDesc, owner: O) -> Exported<DLManagedTensor> {
     let (dl_tensor, shape, strides) = plain_tensor(desc);
-    let holder = Box::new(Holder {
-        managed: DLManagedTensor {
-            dl_tensor,
-            manager_ctx: ptr::null_mut(),
-            deleter: Some(delete_legacy::<O>),
-        },
-        _shape: shape,
-        _strides: strides,
-        _owner: owner,
-    });
-    let raw = Box::into_raw(holder);
-    // SAFETY: `raw` is the unique pointer to the block just leaked; writing its own address
-    // into `manager_ctx` is a store into memory we exclusively own.
-    unsafe { (*raw).managed.manager_ctx = raw.cast() };
-    // `managed` is the first field of the repr(C) Holder, so the addresses coincide.
-    Exported {
-        // SAFETY: `Box::into_raw` never returns null.
-        ptr: unsafe { NonNull::new_unchecked(raw.cast::<DLManagedTensor>()) },
-        _marker: PhantomData,
-    }
+    let managed = DLManagedTensor {
+        dl_tensor,
+        manager_ctx: ptr::null_mut(),
+        deleter: Some(delete_holder::<DLManagedTensor, O>),
+    };
+    leak_holder(managed, shape, strides, owner)
 }
 
 /// Builds a versioned (`dltensor_versioned`) managed tensor at version 1.0 with `flags`
@@ -367,26 +358,14 @@ pub fn export_versioned<O: Send + 'static>(
     owner: O,
 ) -> Exported<DLManagedTensorVersioned> {
     let (dl_tensor, shape, strides) = plain_tensor(desc);
-    let holder = Box::new(Holder {
-        managed: DLManagedTensorVersioned {
-            version: EXPORT_VERSION,
-            manager_ctx: ptr::null_mut(),
-            deleter: Some(delete_versioned::<O>),
-            flags: DlpackFlags::from_bits_retain(flags),
-            dl_tensor,
-        },
-        _shape: shape,
-        _strides: strides,
-        _owner: owner,
-    });
-    let raw = Box::into_raw(holder);
-    // SAFETY: `raw` is the unique pointer to the block just leaked; see `export_legacy`.
-    unsafe { (*raw).managed.manager_ctx = raw.cast() };
-    Exported {
-        // SAFETY: `Box::into_raw` never returns null.
-        ptr: unsafe { NonNull::new_unchecked(raw.cast::<DLManagedTensorVersioned>()) },
-        _marker: PhantomData,
-    }
+    let managed = DLManagedTensorVersioned {
+        version: EXPORT_VERSION,
+        manager_ctx: ptr::null_mut(),
+        deleter: Some(delete_holder::<DLManagedTensorVersioned, O>),
+        flags: DlpackFlags::from_bits_retain(flags),
+        dl_tensor,
+    };
+    leak_holder(managed, shape, strides, owner)
 }
 
 #[cfg(test)]

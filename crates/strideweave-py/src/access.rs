@@ -1,18 +1,20 @@
-//! `_native.read_element` / `_native.write_element`: the `Tensor[key]` hot path of the
-//! built-in Rust-backed carriers in one call — key walk, layout index, slot range check,
-//! value conversion and storage access — with no allocation on success beyond the Python
-//! value returned.
+//! `Tensor[key]` and `Tensor[key] = value` (the native `__getitem__`/`__setitem__` of
+//! `_TensorBase`), and `_native.read_element` / `_native.write_element`, the same element
+//! path as functions: key walk, layout index, slot range check, value conversion and storage
+//! access in one call, with no allocation on success beyond the Python value returned.
 //!
-//! The Python caller (`Tensor.__getitem__` / `__setitem__`) takes this path only for a
-//! carrier of a class that does not override the element hooks. A read needs a live carrier,
-//! checked by the caller. A write is a state transition: `write_element` checks that the
-//! carrier is live, unowned, unclaimed and mutable, converts key and value, checks the state
-//! again and then stores and bumps the version with no Python code run in between, so under
-//! the GIL no claim or release can slip in between check and store (Python-level transitions
-//! change that state under `carriers.base.STATE_LOCK` while holding the GIL, and a state a
-//! preempted one left half-changed is a claim not yet taken: the write simply comes first).
-//! When a state check fails it writes nothing and returns False, and the caller takes the
-//! reference path, which raises in the contract's order.
+//! The native path is taken only for a one-subtensor view over a carrier of a built-in class
+//! that does not override the element hooks (`_sw_fast_access`, decided once per class when
+//! the class is created). Everything else goes to the Python reference path
+//! (`Tensor._sw_getitem` / `_sw_setitem`), which runs the public hooks in the contract's
+//! order. A read needs a live carrier. A write is a state transition: it needs the carrier
+//! live, unowned, unclaimed and mutable (fields of `_CarrierBase`), converts key and value,
+//! checks the state again and then stores and bumps the version with no Python code run in
+//! between, so under the GIL no claim or release can slip in between check and store
+//! (Python-level transitions change that state under `carriers.base.STATE_LOCK` while holding
+//! the GIL, and a state a preempted one left half-changed is a claim not yet taken: the write
+//! simply comes first). When a state check fails it writes nothing and the reference path
+//! decides, raising in the contract's order.
 //! What is checked here in order are the errors of a valid carrier: key errors
 //! (TypeError/ValueError, the layout's rules) before the range (IndexError, the carrier's
 //! wording) before the value (TypeError/OverflowError, the storage's write rules).
@@ -20,10 +22,12 @@
 use pyo3::exceptions::{PyIndexError, PyTypeError};
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString};
+use pyo3::types::{PySlice, PyTuple};
 
+use crate::carrier_base::CarrierBase;
 use crate::layout::PyLayout;
 use crate::storage::{FileStorage, HostStorage};
+use crate::tensor_base::TensorBase;
 
 /// The same words as `carriers.base.check_index`, so both paths raise the same error.
 fn carrier_range_error(slot: i64) -> impl FnOnce(usize) -> PyErr {
@@ -49,10 +53,8 @@ fn slot_of(offset: i64, layout: &Bound<'_, PyLayout>, key: &Bound<'_, PyAny>) ->
         .ok_or_else(|| PyIndexError::new_err(format!("carrier index {offset} + {index} overflows")))
 }
 
-/// Read the element of `key` (an int ordinal or a hierarchical coordinate) of the view
-/// `(offset, layout)` over `storage`.
-#[pyfunction]
-fn read_element(
+/// The slot of `key` of the view `(offset, layout)` read from `storage`.
+fn read_slot(
     py: Python<'_>,
     storage: &Bound<'_, PyAny>,
     offset: i64,
@@ -69,25 +71,123 @@ fn read_element(
     }
 }
 
-/// True when a public write to `carrier` may proceed: live, unowned, unclaimed, mutable. Read
-/// from the instance dict, where `Carrier.__init__` keeps this state (the fast path is taken
-/// only for built-in classes that do not override it); a missing entry means "take the
-/// reference path".
-fn writable(state: &Bound<'_, PyDict>) -> PyResult<bool> {
-    let py = state.py();
-    let is = |name: &Bound<'_, PyString>, want_none: bool| -> PyResult<bool> {
-        Ok(match state.get_item(name)? {
-            Some(v) => v.is_none() == want_none,
-            None => false,
-        })
+/// Writes `value` to the slot of `key` of the view `(offset, layout)` over the built-in
+/// carrier `base` and counts it in the version, as one state transition (see the module
+/// docs). False, with nothing written, when the reference path must decide.
+fn write_slot(
+    base: &CarrierBase,
+    offset: i64,
+    layout: &Bound<'_, PyLayout>,
+    key: &Bound<'_, PyAny>,
+    value: &Bound<'_, PyAny>,
+) -> PyResult<bool> {
+    let py = key.py();
+    // The state is checked after every conversion that may run Python code, right before the
+    // store: from that check to the version bump no Python code runs and the GIL is held, so
+    // no other thread's claim, release or write can come in between. A key, range or value
+    // error only stands when the state would have let the write through; otherwise the
+    // reference path raises the state error, which comes first in its order.
+    let state_first = |err: PyErr| -> PyResult<bool> {
+        if base.plainly_writable() {
+            Err(err)
+        } else {
+            Ok(false)
+        }
     };
-    let flag = |name: &Bound<'_, PyString>| -> PyResult<Option<bool>> {
-        state.get_item(name)?.map(|v| v.is_truthy()).transpose()
+    let slot = match slot_of(offset, layout, key) {
+        Ok(slot) => slot,
+        Err(err) => return state_first(err),
     };
-    Ok(flag(intern!(py, "_sw_released"))? == Some(false)
-        && is(intern!(py, "_sw_owner"), true)?
-        && is(intern!(py, "_sw_claim"), true)?
-        && flag(intern!(py, "_mutable"))? == Some(true))
+    let Some(storage) = base.storage.get(py) else {
+        return Ok(false);
+    };
+    let storage = storage.bind(py);
+    let proceed = || Ok(base.plainly_writable());
+    let attempt = if let Ok(host) = storage.cast::<HostStorage>() {
+        host.get().set_slot_if(slot, value, carrier_range_error(slot), proceed)
+    } else if let Ok(file) = storage.cast::<FileStorage>() {
+        file.get().set_slot_if(slot, value, carrier_range_error(slot), proceed)
+    } else {
+        return Err(not_storage(storage));
+    };
+    match attempt {
+        Ok(true) => {
+            base.bump_version();
+            Ok(true)
+        }
+        Ok(false) => Ok(false),
+        Err(err) => state_first(err),
+    }
+}
+
+/// A slice anywhere in a key makes it a slicing key (a view), which only the reference path
+/// builds. Scanned for only on the walker's TypeError, never on the hot path.
+fn has_slice(key: &Bound<'_, PyAny>) -> bool {
+    key.is_instance_of::<PySlice>()
+        || key
+            .cast::<PyTuple>()
+            .is_ok_and(|t| t.iter().any(|e| e.is_instance_of::<PySlice>()))
+}
+
+/// The carrier of a one-subtensor view when its class keeps the built-in element path.
+fn fast_carrier<'py>(tensor: &Bound<'py, TensorBase>, key: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, CarrierBase>>> {
+    let py = tensor.py();
+    let view = tensor.get().view()?;
+    if !view.single || key.is_instance_of::<PySlice>() {
+        return Ok(None);
+    }
+    let carrier = view.carrier.bind(py);
+    let Ok(base) = carrier.cast::<CarrierBase>() else {
+        return Ok(None);
+    };
+    Ok(CarrierBase::fast_access(base)?.then(|| base.clone()))
+}
+
+/// `Tensor.__getitem__`.
+pub(crate) fn getitem(tensor: &Bound<'_, TensorBase>, key: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    let py = tensor.py();
+    if let Some(base) = fast_carrier(tensor, key)? {
+        let carrier = base.get();
+        if !carrier.released() {
+            if let Some(storage) = carrier.storage.get(py) {
+                let view = tensor.get().view()?;
+                match read_slot(py, storage.bind(py), view.offset, view.layout.bind(py), key) {
+                    Err(err) if err.is_instance_of::<PyTypeError>(py) && has_slice(key) => {}
+                    outcome => return outcome,
+                }
+            }
+        }
+    }
+    Ok(tensor.call_method1(intern!(py, "_sw_getitem"), (key,))?.unbind())
+}
+
+/// `Tensor.__setitem__`.
+pub(crate) fn setitem(tensor: &Bound<'_, TensorBase>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+    let py = tensor.py();
+    if let Some(base) = fast_carrier(tensor, key)? {
+        let view = tensor.get().view()?;
+        match write_slot(base.get(), view.offset, view.layout.bind(py), key, value) {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(err) if err.is_instance_of::<PyTypeError>(py) && has_slice(key) => {}
+            Err(err) => return Err(err),
+        }
+    }
+    tensor.call_method1(intern!(py, "_sw_setitem"), (key, value))?;
+    Ok(())
+}
+
+/// Read the element of `key` (an int ordinal or a hierarchical coordinate) of the view
+/// `(offset, layout)` over `storage`.
+#[pyfunction]
+fn read_element(
+    py: Python<'_>,
+    storage: &Bound<'_, PyAny>,
+    offset: i64,
+    layout: &Bound<'_, PyLayout>,
+    key: &Bound<'_, PyAny>,
+) -> PyResult<Py<PyAny>> {
+    read_slot(py, storage, offset, layout, key)
 }
 
 /// Write `value` to the element of `key` of the view `(offset, layout)` over the built-in
@@ -101,47 +201,10 @@ fn write_element(
     key: &Bound<'_, PyAny>,
     value: &Bound<'_, PyAny>,
 ) -> PyResult<bool> {
-    let py = carrier.py();
-    let state = carrier.getattr(intern!(py, "__dict__"))?;
-    let state = state.cast::<PyDict>()?;
-    // The state is checked after every conversion that may run Python code, right before the
-    // store: from that check to the version bump no Python code runs and the GIL is held, so
-    // no other thread's claim, release or write can come in between. A key, range or value
-    // error only stands when the state would have let the write through; otherwise the
-    // reference path raises the state error, which comes first in its order.
-    let state_first = |err: PyErr| -> PyResult<bool> {
-        if writable(state)? {
-            Err(err)
-        } else {
-            Ok(false)
-        }
-    };
-    let slot = match slot_of(offset, layout, key) {
-        Ok(slot) => slot,
-        Err(err) => return state_first(err),
-    };
-    let Some(storage) = state.get_item(intern!(py, "_storage"))? else {
+    let Ok(base) = carrier.cast::<CarrierBase>() else {
         return Ok(false);
     };
-    let proceed = || writable(state);
-    let attempt = if let Ok(host) = storage.cast::<HostStorage>() {
-        host.get().set_slot_if(slot, value, carrier_range_error(slot), proceed)
-    } else if let Ok(file) = storage.cast::<FileStorage>() {
-        file.get().set_slot_if(slot, value, carrier_range_error(slot), proceed)
-    } else {
-        return Err(not_storage(&storage));
-    };
-    let written = match attempt {
-        Ok(written) => written,
-        Err(err) => return state_first(err),
-    };
-    if written {
-        let version = state.get_item(intern!(py, "_sw_version"))?.ok_or_else(|| {
-            pyo3::exceptions::PyRuntimeError::new_err("carrier has no version (Carrier.__init__ was not run)")
-        })?;
-        state.set_item(intern!(py, "_sw_version"), version.add(1)?)?;
-    }
-    Ok(written)
+    write_slot(base.get(), offset, layout, key, value)
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -3,23 +3,12 @@
 //!
 //! This is a private building block for `strideweave.carriers.block_device`: it takes plain
 //! `str` paths and ints, and leaves argument-type checks, carrier bookkeeping and the "close
-//! refuses while a carrier object is alive" rule to Python. What it owns is the exception
-//! mapping the spec names:
-//!
-//! | core error | Python |
-//! | --- | --- |
-//! | NUL in path, not a block device, bad geometry, range outside a live extent, unknown extent | `ValueError` |
-//! | the open fails | `OSError` with errno, strerror and the path (so `FileNotFoundError` etc.) |
-//! | OS error during I/O (device now faulted) | `OSError` with errno |
-//! | zero-byte transfer (device now faulted), closed, already faulted | `RuntimeError` |
-//! | no room | `MemoryError` |
-//! | not Linux | `NotImplementedError` |
+//! refuses while a carrier object is alive" rule to Python. Its core errors become the
+//! exceptions the spec names in `error::block` (the table is there).
 //!
 //! Bulk transfers and zero-filling release the GIL; the device's own mutex serializes them.
 
-use pyo3::exceptions::{
-    PyMemoryError, PyNotImplementedError, PyOSError, PyRuntimeError, PyValueError,
-};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use strideweave_core::storage::block::{BlockDevice, BlockError, Extent};
@@ -27,33 +16,8 @@ use std::sync::Arc;
 
 use strideweave_core::storage::{ElemKind, HostBuffer, Scalar};
 
+use crate::error;
 use crate::storage::HostStorage;
-
-fn to_pyerr(e: BlockError, path: &str) -> PyErr {
-    let msg = e.to_string();
-    match e {
-        BlockError::Unsupported => PyNotImplementedError::new_err(msg),
-        BlockError::InvalidPath(_)
-        | BlockError::NotBlockDevice(_)
-        | BlockError::BadGeometry(_)
-        | BlockError::OutOfRange { .. }
-        | BlockError::UnknownExtent { .. } => PyValueError::new_err(msg),
-        // OSError(errno, strerror, filename) picks the errno's subclass (FileNotFoundError,
-        // PermissionError, ...) the way the built-in open() does.
-        BlockError::Open(io) => match io.raw_os_error() {
-            Some(errno) => PyOSError::new_err((errno, msg, path.to_owned())),
-            None => PyOSError::new_err(msg),
-        },
-        BlockError::Io(io) => match io.raw_os_error() {
-            Some(errno) => PyOSError::new_err((errno, msg)),
-            None => PyOSError::new_err(msg),
-        },
-        BlockError::ZeroTransfer { .. } | BlockError::Closed | BlockError::Faulted(_) => {
-            PyRuntimeError::new_err(msg)
-        }
-        BlockError::NoSpace { .. } => PyMemoryError::new_err(msg),
-    }
-}
 
 /// An open block-special node with an extent allocator and aligned positioned I/O.
 ///
@@ -66,7 +30,7 @@ pub struct BlockDeviceHandle {
 
 impl BlockDeviceHandle {
     fn err(&self, e: BlockError) -> PyErr {
-        to_pyerr(e, &self.path)
+        error::block(e, &self.path)
     }
 }
 
@@ -77,7 +41,7 @@ impl BlockDeviceHandle {
     fn new(py: Python<'_>, path: String) -> PyResult<Self> {
         let dev = py
             .detach(|| BlockDevice::open(&path))
-            .map_err(|e| to_pyerr(e, &path))?;
+            .map_err(|e| error::block(e, &path))?;
         Ok(BlockDeviceHandle { dev, path })
     }
 
@@ -241,43 +205,23 @@ impl BlockDeviceHandle {
     /// Reads `nbytes` of the device at `byte_off` into `storage` (a `HostStorage`) from its
     /// byte `storage_byte_off`, GIL released. The storage's buffer is held by reference for
     /// the call, so a concurrent release cannot free it under the read.
-    fn read_into(
-        &self,
-        py: Python<'_>,
-        storage: &Bound<'_, HostStorage>,
-        storage_byte_off: usize,
-        byte_off: u64,
-        nbytes: usize,
-    ) -> PyResult<()> {
-        let buffer = host_range(storage, storage_byte_off, nbytes)?;
-        py.detach(|| {
-            // SAFETY: [storage_byte_off, +nbytes) lies inside the live buffer (checked by
-            // host_range) that `buffer` keeps alive; the move claims keep other readers and
-            // writers off this destination until the call returns.
-            let dst = unsafe { std::slice::from_raw_parts_mut(buffer.as_ptr().add(storage_byte_off), nbytes) };
-            self.dev.read(byte_off, dst)
-        })
-        .map_err(|e| self.err(e))
+    fn read_into(&self, py: Python<'_>, storage: &Bound<'_, HostStorage>, storage_byte_off: usize,
+                 byte_off: u64, nbytes: usize) -> PyResult<()> {
+        let range = HostRange::checked(storage, storage_byte_off, nbytes)?;
+        // SAFETY: the move claims keep other readers and writers off this destination range
+        // until the call returns.
+        py.detach(|| self.dev.read(byte_off, unsafe { range.bytes_mut() }))
+            .map_err(|e| self.err(e))
     }
 
     /// Writes `nbytes` of `storage` (a `HostStorage`) from its byte `storage_byte_off` to the
     /// device at `byte_off`, GIL released, holding the buffer by reference for the call.
-    fn write_from(
-        &self,
-        py: Python<'_>,
-        storage: &Bound<'_, HostStorage>,
-        storage_byte_off: usize,
-        byte_off: u64,
-        nbytes: usize,
-    ) -> PyResult<()> {
-        let buffer = host_range(storage, storage_byte_off, nbytes)?;
-        py.detach(|| {
-            // SAFETY: the range lies inside the live buffer (checked by host_range) that
-            // `buffer` keeps alive for the call.
-            let src = unsafe { std::slice::from_raw_parts(buffer.as_ptr().add(storage_byte_off), nbytes) };
-            self.dev.write(byte_off, src)
-        })
-        .map_err(|e| self.err(e))
+    fn write_from(&self, py: Python<'_>, storage: &Bound<'_, HostStorage>, storage_byte_off: usize,
+                  byte_off: u64, nbytes: usize) -> PyResult<()> {
+        let range = HostRange::checked(storage, storage_byte_off, nbytes)?;
+        // SAFETY: the move claims keep writers off this source range until the call returns.
+        py.detach(|| self.dev.write(byte_off, unsafe { range.bytes() }))
+            .map_err(|e| self.err(e))
     }
 
     fn __repr__(&self) -> String {
@@ -304,17 +248,47 @@ fn f32_from_py(value: &Bound<'_, PyAny>) -> PyResult<f32> {
     }
 }
 
-/// The live buffer of `storage` after checking that `[byte_off, byte_off + nbytes)` lies
-/// inside it: RuntimeError when released, ValueError when out of range.
-fn host_range(storage: &Bound<'_, HostStorage>, byte_off: usize, nbytes: usize) -> PyResult<Arc<HostBuffer>> {
-    let buffer = storage.get().buffer().ok_or_else(|| PyRuntimeError::new_err("storage is released"))?;
-    if byte_off.checked_add(nbytes).is_none_or(|end| end > buffer.len()) {
-        return Err(PyValueError::new_err(format!(
-            "{nbytes} bytes from storage byte {byte_off} run past the end of the storage ({} bytes)",
-            buffer.len()
-        )));
+/// A byte range of a live host buffer, checked once and held by reference (`Arc`) so that a
+/// concurrent release cannot free it while the device reads or writes it.
+struct HostRange {
+    buffer: Arc<HostBuffer>,
+    start: usize,
+    len: usize,
+}
+
+impl HostRange {
+    /// `[byte_off, byte_off + nbytes)` of `storage`'s buffer: RuntimeError when released,
+    /// ValueError when out of range.
+    fn checked(storage: &Bound<'_, HostStorage>, byte_off: usize, nbytes: usize) -> PyResult<Self> {
+        let buffer = storage.get().buffer().ok_or_else(|| PyRuntimeError::new_err("storage is released"))?;
+        if byte_off.checked_add(nbytes).is_none_or(|end| end > buffer.len()) {
+            return Err(PyValueError::new_err(format!(
+                "{nbytes} bytes from storage byte {byte_off} run past the end of the storage ({} bytes)",
+                buffer.len()
+            )));
+        }
+        Ok(HostRange { buffer, start: byte_off, len: nbytes })
     }
-    Ok(buffer)
+
+    /// The range's bytes.
+    ///
+    /// # Safety
+    /// No one may write the range while the slice lives.
+    unsafe fn bytes(&self) -> &[u8] {
+        // SAFETY: the range was checked inside the buffer, which `self` keeps alive; the
+        // caller excludes writers.
+        unsafe { std::slice::from_raw_parts(self.buffer.as_ptr().add(self.start), self.len) }
+    }
+
+    /// The range's bytes, writable.
+    ///
+    /// # Safety
+    /// No one else may read or write the range while the slice lives.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn bytes_mut(&self) -> &mut [u8] {
+        // SAFETY: as for `bytes`, and the caller excludes every other access.
+        unsafe { std::slice::from_raw_parts_mut(self.buffer.as_ptr().add(self.start), self.len) }
+    }
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -169,6 +169,11 @@ impl AwaitResult {
     fn commit(&self, outcome: Outcome) -> bool {
         self.cell.commit(outcome)
     }
+
+    /// Records `value` as the terminal success (any thread, with or without the GIL).
+    pub(crate) fn succeed(&self, value: Py<PyAny>) -> bool {
+        self.commit(Outcome::Value(value))
+    }
 }
 
 #[pymethods]

@@ -19,7 +19,7 @@ use pyo3::types::PyList;
 use strideweave_core::engine;
 use strideweave_core::storage::{ElemKind, FileSlab as SlabCore, FileStore};
 
-use crate::jobs::os_error;
+use crate::error;
 use crate::storage::{decode_all, decode_slot, encode_slot, parse_kind, released, slot_out_of_range, DEFERRED_FREE_BYTES};
 
 /// A file cut into regions of `region_slots` slots of one element kind.
@@ -43,7 +43,7 @@ impl FileSlab {
         let bytes = region_slots
             .checked_mul(kind.size() as u64)
             .ok_or_else(|| PyOverflowError::new_err(format!("a region of {region_slots} slots overflows")))?;
-        let core = SlabCore::new(&path, bytes).map_err(os_error)?;
+        let core = SlabCore::new(&path, bytes).map_err(error::os)?;
         Ok(Self { core: Arc::new(core), kind, region_slots })
     }
 
@@ -79,7 +79,7 @@ impl FileSlab {
     /// (ENOSPC, EFBIG, ...) no region is taken.
     fn allocate(&self, py: Python<'_>, count: usize) -> PyResult<Vec<FileRegion>> {
         let core = Arc::clone(&self.core);
-        let (store, cells) = py.detach(|| core.allocate(count)).map_err(os_error)?;
+        let (store, cells) = py.detach(|| core.allocate(count)).map_err(error::os)?;
         Ok(cells
             .into_iter()
             .map(|cell| FileRegion {
@@ -162,7 +162,7 @@ impl FileRegion {
                 drop(taken);
                 slab.free(&[cell]).map(close_emptied)
             })
-            .map_err(os_error)?;
+            .map_err(error::os)?;
         }
         Ok(())
     }
@@ -175,7 +175,7 @@ impl FileRegion {
             // slab may already have handed to another region) are never read.
             let guard = self.store.read();
             let store = guard.as_ref().ok_or_else(released)?;
-            store.read_at(self.byte_of(index)?, &mut bytes[..size]).map_err(os_error)?;
+            store.read_at(self.byte_of(index)?, &mut bytes[..size]).map_err(error::os)?;
         }
         decode_slot(py, self.kind, &bytes)
     }
@@ -191,7 +191,7 @@ impl FileRegion {
         // is live, under the lock a release takes.
         let guard = self.store.read();
         let store = guard.as_ref().ok_or_else(released)?;
-        store.write_at(byte, &bytes[..self.kind.size()]).map_err(os_error)
+        store.write_at(byte, &bytes[..self.kind.size()]).map_err(error::os)
     }
 
     fn to_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
@@ -204,7 +204,7 @@ impl FileRegion {
             let store = guard.as_ref().ok_or(None)?;
             store.read_at(at, &mut bytes).map_err(Some)
         })
-        .map_err(|e| e.map_or_else(released, os_error))?;
+        .map_err(|e| e.map_or_else(released, error::os))?;
         decode_all(py, self.kind, &bytes)
     }
 
@@ -230,7 +230,7 @@ pub(crate) fn release_regions(py: Python<'_>, regions: &[&FileRegion]) -> PyResu
         drop(held);
         by_slab.iter().try_for_each(|(slab, cells)| slab.free(cells).map(close_emptied))
     })
-    .map_err(os_error)
+    .map_err(error::os)
 }
 
 /// Closes the file of a slab that emptied (already unlinked): here when small, so its space is

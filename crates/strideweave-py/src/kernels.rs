@@ -1,8 +1,9 @@
-//! `_native` compute kernels for the CPU carrier: elementwise add/mul, scale, copy,
-//! scatter-add and sum over hierarchical layouts (see `strideweave_core::kernels`).
+//! `_native` compute kernels for the CPU carrier over hierarchical layouts (see
+//! `strideweave_core::kernels`): `binary_f32` (add, mul), `unary_f32` (copy, scale,
+//! scatter-add) and `sum_f32`.
 //!
-//! Every function takes the operation's flattened leaf extents and, per operand, a
-//! `HostStorage`, an element offset and leaf strides; outputs are written at offset 0
+//! Every function takes the operation's flattened leaf extents and, per input operand, a
+//! `(HostStorage, element offset, leaf strides)` tuple; outputs are written at offset 0
 //! through their own strides. The buffers are cloned out of the storages (`Arc`s) before
 //! the GIL is released, so a concurrent `release()` of a carrier cannot free memory a kernel
 //! is still reading. Python (`strideweave._autograd`) decides layouts; these functions only
@@ -12,14 +13,11 @@ use std::sync::Arc;
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use strideweave_core::kernels::{self, BinaryOp, KernelError, Operand};
+use strideweave_core::kernels::{self, BinaryOp, Operand, UnaryOp};
 use strideweave_core::storage::{ElemKind, HostBuffer};
 
+use crate::error;
 use crate::storage::HostStorage;
-
-fn kernel_err(e: KernelError) -> PyErr {
-    PyValueError::new_err(e.to_string())
-}
 
 /// The live f32 buffer of `storage`, checked for kind and alignment.
 fn f32_buffer(name: &str, storage: &Bound<'_, HostStorage>) -> PyResult<Arc<HostBuffer>> {
@@ -70,41 +68,21 @@ fn disjoint(out: &HostBuffer, inputs: &[&HostBuffer]) -> PyResult<()> {
     Ok(())
 }
 
-/// The common frame of every one-input kernel: both storages checked as live f32 buffers, the
-/// output disjoint from the input, then `kernel(input, output)` with the GIL released.
-fn run_unary(
-    py: Python<'_>,
-    a: &Bound<'_, HostStorage>,
-    out: &Bound<'_, HostStorage>,
-    kernel: impl FnOnce(&[f32], &mut [f32]) -> Result<(), KernelError> + Send,
-) -> PyResult<()> {
-    let (ab, ob) = (f32_buffer("a", a)?, f32_buffer("out", out)?);
-    disjoint(&ob, &[&ab])?;
-    py.detach(|| {
-        // SAFETY: as in `binary_f32`: checked f32 buffers, output disjoint from the input.
-        let (x, z) = unsafe { (read_view(&ab), write_view(&ob)) };
-        kernel(x, z)
-    })
-    .map_err(kernel_err)
-}
+/// An input operand as Python passes it: `(storage, element offset, leaf strides)`.
+type OperandArg<'py> = (Bound<'py, HostStorage>, usize, Vec<usize>);
 
-/// `out[c] = a[c] op b[c]`, `op` in {"add", "mul"}.
+/// `out[out_strides·c] = a[c] op b[c]`, `op` "add" or "mul".
 #[pyfunction]
-#[allow(clippy::too_many_arguments)]
-#[pyo3(signature = (op, extents, a, a_offset, a_strides, b, b_offset, b_strides, out, out_strides))]
 fn binary_f32(
     py: Python<'_>,
     op: &str,
     extents: Vec<usize>,
-    a: &Bound<'_, HostStorage>,
-    a_offset: usize,
-    a_strides: Vec<usize>,
-    b: &Bound<'_, HostStorage>,
-    b_offset: usize,
-    b_strides: Vec<usize>,
+    a: OperandArg<'_>,
+    b: OperandArg<'_>,
     out: &Bound<'_, HostStorage>,
     out_strides: Vec<usize>,
 ) -> PyResult<()> {
+    let ((a, a_offset, a_strides), (b, b_offset, b_strides)) = (a, b);
     let op = match op {
         "add" => BinaryOp::Add,
         "mul" => BinaryOp::Mul,
@@ -114,7 +92,7 @@ fn binary_f32(
             )))
         }
     };
-    let (ab, bb, ob) = (f32_buffer("a", a)?, f32_buffer("b", b)?, f32_buffer("out", out)?);
+    let (ab, bb, ob) = (f32_buffer("a", &a)?, f32_buffer("b", &b)?, f32_buffer("out", out)?);
     disjoint(&ob, &[&ab, &bb])?;
     py.detach(|| {
         // SAFETY: all three buffers passed `f32_buffer`; `out` overlaps neither input
@@ -132,87 +110,65 @@ fn binary_f32(
             &out_strides,
         )
     })
-    .map_err(kernel_err)
+    .map_err(error::kernel)
 }
 
-/// `out[c] = a[c]` (all-zero `a_strides` fill `out` with one value).
+/// One input, one output: `op` is "copy" (`out[c] = a[c]`; all-zero `a_strides` fill `out`
+/// with one value), "scale" (`out[c] = a[c]·scalar`, rounded once to f32; needs `scalar`) or
+/// "scatter_add" (`out[out_strides·c] += a[c]`; repeated output slots accumulate).
 #[pyfunction]
-#[pyo3(signature = (extents, a, a_offset, a_strides, out, out_strides))]
-fn copy_f32(
+#[pyo3(signature = (op, extents, a, out, out_strides, scalar=None))]
+fn unary_f32(
     py: Python<'_>,
+    op: &str,
     extents: Vec<usize>,
-    a: &Bound<'_, HostStorage>,
-    a_offset: usize,
-    a_strides: Vec<usize>,
+    a: OperandArg<'_>,
     out: &Bound<'_, HostStorage>,
     out_strides: Vec<usize>,
+    scalar: Option<f64>,
 ) -> PyResult<()> {
-    run_unary(py, a, out, |x, z| {
-        kernels::copy_f32(&extents, Operand::new(x, a_offset, &a_strides), z, &out_strides)
+    let (a, a_offset, a_strides) = a;
+    let op = match (op, scalar) {
+        ("copy", None) => UnaryOp::Copy,
+        ("scale", Some(factor)) => UnaryOp::Scale(factor),
+        ("scatter_add", None) => UnaryOp::ScatterAdd,
+        ("scale", None) => return Err(PyValueError::new_err("op 'scale' needs a scalar")),
+        ("copy" | "scatter_add", Some(_)) => {
+            return Err(PyValueError::new_err(format!("op '{op}' takes no scalar")))
+        }
+        (other, _) => {
+            return Err(PyValueError::new_err(format!(
+                "op must be 'copy', 'scale' or 'scatter_add', not {other:?}"
+            )))
+        }
+    };
+    let (ab, ob) = (f32_buffer("a", &a)?, f32_buffer("out", out)?);
+    disjoint(&ob, &[&ab])?;
+    py.detach(|| {
+        // SAFETY: as in `binary_f32`: checked f32 buffers, output disjoint from the input.
+        let (x, z) = unsafe { (read_view(&ab), write_view(&ob)) };
+        kernels::unary_f32(op, &extents, Operand::new(x, a_offset, &a_strides), z, &out_strides)
     })
-}
-
-/// `out[c] = a[c]·scalar`, rounded once to f32.
-#[pyfunction]
-#[pyo3(signature = (extents, a, a_offset, a_strides, scalar, out, out_strides))]
-#[allow(clippy::too_many_arguments)]
-fn scale_f32(
-    py: Python<'_>,
-    extents: Vec<usize>,
-    a: &Bound<'_, HostStorage>,
-    a_offset: usize,
-    a_strides: Vec<usize>,
-    scalar: f64,
-    out: &Bound<'_, HostStorage>,
-    out_strides: Vec<usize>,
-) -> PyResult<()> {
-    run_unary(py, a, out, |x, z| {
-        kernels::scale_f32(&extents, Operand::new(x, a_offset, &a_strides), scalar, z, &out_strides)
-    })
-}
-
-/// `out[out_strides·c] += a[c]`; repeated output slots accumulate.
-#[pyfunction]
-#[pyo3(signature = (extents, a, a_offset, a_strides, out, out_strides))]
-fn scatter_add_f32(
-    py: Python<'_>,
-    extents: Vec<usize>,
-    a: &Bound<'_, HostStorage>,
-    a_offset: usize,
-    a_strides: Vec<usize>,
-    out: &Bound<'_, HostStorage>,
-    out_strides: Vec<usize>,
-) -> PyResult<()> {
-    run_unary(py, a, out, |x, z| {
-        kernels::scatter_add_f32(&extents, Operand::new(x, a_offset, &a_strides), z, &out_strides)
-    })
+    .map_err(error::kernel)
 }
 
 /// Total over every coordinate, accumulated in f64 and rounded to f32 (returned as a float).
 #[pyfunction]
-#[pyo3(signature = (extents, a, a_offset, a_strides))]
-fn sum_f32(
-    py: Python<'_>,
-    extents: Vec<usize>,
-    a: &Bound<'_, HostStorage>,
-    a_offset: usize,
-    a_strides: Vec<usize>,
-) -> PyResult<f64> {
-    let ab = f32_buffer("a", a)?;
+fn sum_f32(py: Python<'_>, extents: Vec<usize>, a: OperandArg<'_>) -> PyResult<f64> {
+    let (a, a_offset, a_strides) = a;
+    let ab = f32_buffer("a", &a)?;
     py.detach(|| {
         // SAFETY: `ab` passed `f32_buffer`; only shared views are made.
         let x = unsafe { read_view(&ab) };
         kernels::sum_f32(&extents, Operand::new(x, a_offset, &a_strides))
     })
     .map(|v| v as f64)
-    .map_err(kernel_err)
+    .map_err(error::kernel)
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(binary_f32, m)?)?;
-    m.add_function(wrap_pyfunction!(copy_f32, m)?)?;
-    m.add_function(wrap_pyfunction!(scale_f32, m)?)?;
-    m.add_function(wrap_pyfunction!(scatter_add_f32, m)?)?;
+    m.add_function(wrap_pyfunction!(unary_f32, m)?)?;
     m.add_function(wrap_pyfunction!(sum_f32, m)?)?;
     Ok(())
 }

@@ -5,9 +5,13 @@ use pyo3::prelude::*;
 mod access;
 mod block;
 mod buffer_copy;
+mod carrier_base;
+mod commit;
 mod dlpack;
 mod engine;
+mod error;
 mod file_slab;
+mod inline_move;
 mod jobs;
 mod kernels;
 mod layout;
@@ -23,6 +27,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     layout::register(m)?;
     storage::register(m)?;
     file_slab::register(m)?;
+    carrier_base::register(m)?;
     dlpack::register(m)?;
     engine::register(m)?;
     kernels::register(m)?;
@@ -30,6 +35,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     access::register(m)?;
     tensor_base::register(m)?;
     transfer::register(m)?;
+    inline_move::register(m)?;
+    commit::register(m)?;
     tiles::register(m)?;
     buffer_copy::register(m)?;
     Ok(())

@@ -9,6 +9,7 @@
 
 use std::path::PathBuf;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
@@ -152,13 +153,48 @@ pub(crate) fn slot_out_of_range(index: i64) -> impl FnOnce(usize) -> PyErr {
 pub struct HostStorage {
     kind: ElemKind,
     buffer: RwLock<Option<Arc<HostBuffer>>>,
+    /// The slot count plus one, 0 once released: the range check of a slot write reads it
+    /// without taking the lock (the count of a live buffer never changes).
+    slots_plus_one: AtomicUsize,
+    /// The buffer's address, 0 once released (for DLPack export, read without the lock).
+    address: AtomicUsize,
 }
 
 impl HostStorage {
+    fn holding(kind: ElemKind, buffer: HostBuffer) -> Self {
+        let slots = buffer.len() / kind.size();
+        let address = buffer.as_ptr() as usize;
+        Self {
+            kind,
+            buffer: RwLock::new(Some(Arc::new(buffer))),
+            slots_plus_one: AtomicUsize::new(slots + 1),
+            address: AtomicUsize::new(address),
+        }
+    }
+
+    /// Drops this storage's reference to the memory (freeing owned memory once no transfer
+    /// still holds it). Idempotent.
+    pub(crate) fn release_buffer(&self) {
+        if let Some(buffer) = self.take_buffer() {
+            // Unmapping a large buffer takes milliseconds that neither the caller nor the move
+            // commit needs to wait for: the carrier is already released.
+            if buffer.len() >= DEFERRED_FREE_BYTES {
+                engine::submit(move || drop(buffer));
+            }
+        }
+    }
+
     /// Releases the storage and hands its buffer to the caller (None if already released),
-    /// for a caller that frees many buffers together (`tiles.rs`).
+    /// who decides where it is freed (`tiles.rs` frees a request's tiles together).
     pub(crate) fn take_buffer(&self) -> Option<Arc<HostBuffer>> {
+        self.slots_plus_one.store(0, Ordering::Release);
+        self.address.store(0, Ordering::Release);
         self.buffer.write().take()
+    }
+
+    /// The address of slot 0 while live, 0 once released.
+    pub(crate) fn address(&self) -> usize {
+        self.address.load(Ordering::Acquire)
     }
 
     /// The live buffer, or `None` once released.
@@ -209,12 +245,16 @@ impl HostStorage {
         proceed: impl FnOnce() -> PyResult<bool>,
     ) -> PyResult<bool> {
         let size = self.kind.size();
-        let count = self.buffer.read().as_ref().ok_or_else(released)?.len() / size;
+        let count = self
+            .slots_plus_one
+            .load(Ordering::Acquire)
+            .checked_sub(1)
+            .ok_or_else(released)?;
         if slot < 0 || slot as u64 >= count as u64 {
             return Err(out_of_range(count));
         }
-        // The lock is not held across the conversion; the write below re-checks the range
-        // against the live buffer.
+        // The lock is not held across the conversion; the write below re-checks that the
+        // buffer is live and the range against it.
         let bytes = encode_slot(self.kind, value)?;
         if !proceed()? {
             return Ok(false);
@@ -243,7 +283,7 @@ impl HostStorage {
             .ok_or_else(|| PyOverflowError::new_err(format!("host storage size {count} overflows")))?;
         let buffer = HostBuffer::new(bytes, zeroed)
             .map_err(|_| PyMemoryError::new_err(format!("cannot allocate {bytes} bytes of host memory")))?;
-        Ok(Self { kind, buffer: RwLock::new(Some(Arc::new(buffer))) })
+        Ok(Self::holding(kind, buffer))
     }
 
     /// `number` fresh storages of `count` slots each in one call (a tiled tier's fresh
@@ -270,7 +310,7 @@ impl HostStorage {
         // address `count` slots that outlive the carrier; that is the contract of CPU(size,
         // pointer) and the same escape hatch the specification names for CPU.pointer().
         let buffer = unsafe { HostBuffer::wrap(ptr, bytes) };
-        Ok(Self { kind, buffer: RwLock::new(Some(Arc::new(buffer))) })
+        Ok(Self::holding(kind, buffer))
     }
 
     #[getter(kind)]
@@ -300,13 +340,7 @@ impl HostStorage {
     /// Drop this storage's reference to the memory (freeing owned memory once no transfer
     /// still holds it). Idempotent.
     fn release(&self) {
-        if let Some(buffer) = self.buffer.write().take() {
-            // Unmapping a large buffer takes milliseconds that neither the caller nor the move
-            // commit needs to wait for: the carrier is already released.
-            if buffer.len() >= DEFERRED_FREE_BYTES {
-                engine::submit(move || drop(buffer));
-            }
-        }
+        self.release_buffer();
     }
 
     fn get(&self, py: Python<'_>, index: i64) -> PyResult<Py<PyAny>> {
@@ -353,6 +387,27 @@ pub struct FileStorage {
 }
 
 impl FileStorage {
+    /// Deletes the file and drops the handle, without the GIL (never call it holding the
+    /// GIL: see `release`). Idempotent.
+    pub(crate) fn release_store(&self) -> std::io::Result<()> {
+        let taken = self.store.write().take();
+        if let Some(store) = taken {
+            store.unlink()?;
+            // The last close of an unlinked file frees its blocks and cached pages. For a
+            // large file that is a millisecond per 16 MiB nobody needs to wait for, so it
+            // happens on a worker; a small one is closed here, so its space is free when
+            // release returns (a caller that releases to make room can use the room at once).
+            // A running copy may still hold the file, and then the last of them closes it.
+            let small = store.len_bytes().map_or(true, |n| n < DEFERRED_FREE_BYTES as u64);
+            if small {
+                drop(store);
+            } else {
+                engine::submit(move || drop(store));
+            }
+        }
+        Ok(())
+    }
+
     pub fn store(&self) -> Option<Arc<FileStore>> {
         self.store.read().clone()
     }
@@ -469,24 +524,9 @@ impl FileStorage {
 
     /// Delete the file and drop the handle. Idempotent.
     fn release(&self, py: Python<'_>) -> PyResult<()> {
-        // Take the store out and drop the write lock before detaching: a thread holding the
-        // GIL may be waiting for that lock (any access), and would never give the GIL back.
-        let taken = self.store.write().take();
-        if let Some(store) = taken {
-            py.detach(|| store.unlink()).map_err(os_error)?;
-            // The last close of an unlinked file frees its blocks and cached pages. For a large
-            // file that is a millisecond per 16 MiB nobody needs to wait for, so it happens on
-            // a worker; a small one is closed here, so its space is free when release returns
-            // (a caller that releases to make room can use the room at once). A running copy
-            // may still hold the file, and then the last of them closes it.
-            let small = store.len_bytes().map_or(true, |n| n < DEFERRED_FREE_BYTES as u64);
-            if small {
-                py.detach(|| drop(store));
-            } else {
-                engine::submit(move || drop(store));
-            }
-        }
-        Ok(())
+        // Detached before the write lock is taken: a thread holding the GIL may be waiting
+        // for that lock (any access), and would never give the GIL back.
+        py.detach(|| self.release_store()).map_err(os_error)
     }
 
     fn get(&self, py: Python<'_>, index: i64) -> PyResult<Py<PyAny>> {

@@ -1,15 +1,18 @@
 //! `_native._TensorBase`: the native base class of `strideweave.Tensor`.
 //!
-//! It exists for one reason: so that `Tensor.__dlpack__` and `Tensor.__dlpack_device__` are
-//! native methods. A consumer such as NumPy calls `obj.__dlpack__(...)` with
-//! `PyObject_VectorcallMethod`; when the method found on the type is a native method
-//! descriptor, that call goes straight into Rust (no bound-method object, no Python frame, no
-//! forwarder re-packing the arguments). Everything the export reads still lives on the Python
-//! `Tensor` (its `__slots__`), so the base carries no Rust data and places no constraint on
-//! the Python class beyond inheriting from it.
+//! It holds the fields every Tensor has (carrier, offset, layout, dtype, subtensors, adjacent
+//! layouts, and the autograd state), so the native paths (`Tensor[key]`, DLPack export, the
+//! inline move) read them as struct fields, and it carries the native methods:
+//! `__getitem__`/`__setitem__` (`element.rs`), `__dlpack__` and `__dlpack_device__`. A
+//! consumer such as NumPy calls `obj.__dlpack__(...)` with `PyObject_VectorcallMethod`; when
+//! the method found on the type is a native method descriptor, that call goes straight into
+//! Rust (no bound-method object, no Python frame, no forwarder re-packing the arguments).
 //!
-//! The base declares neither `dict` nor `weakref`: the Python subclass keeps its own
-//! `__slots__`, including `"__weakref__"`.
+//! The view fields are set once (`_sw_init_view` or `_sw_init_multi`) and never change; the
+//! subtensor tuple of a one-subtensor view is built on first use, because most tensors never
+//! ask for it and building a `Subtensor` costs more than the rest of a Tensor.
+//!
+//! The base declares `weakref` and no `dict`: a Tensor has no instance dict.
 //!
 //! `__dlpack__` is installed as a raw `METH_FASTCALL | METH_KEYWORDS` method rather than a
 //! `#[pymethods]` one. Its keyword arguments are the hot part of the call: NumPy passes
@@ -27,15 +30,93 @@ use pyo3::exceptions::{PySystemError, PyTypeError};
 use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString, PyTuple};
+use pyo3::exceptions::{PyAttributeError, PyRuntimeError};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyDict, PyString, PyTuple, PyType};
+use pyo3::{PyTraverseError, PyVisit};
+use std::sync::OnceLock;
+
+use crate::carrier_base::Slot;
+use crate::layout::PyLayout;
 use pyo3::Borrowed;
 use pyo3::PyTypeInfo;
 
+use crate::access;
 use crate::dlpack;
 
-/// Native base of `strideweave.Tensor` (DLPack methods only; not public API).
-#[pyclass(subclass, frozen, module = "strideweave", name = "_TensorBase")]
-pub struct TensorBase;
+/// The view a Tensor is: set once, never changed.
+pub(crate) struct View {
+    pub(crate) carrier: Py<PyAny>,
+    pub(crate) offset: i64,
+    pub(crate) layout: Py<PyLayout>,
+    pub(crate) dtype: Py<PyAny>,
+    pub(crate) adjacent: Py<PyAny>,
+    /// False for a multi-subtensor representation, whose `carrier`/`offset`/`layout` are
+    /// its first subtensor's.
+    pub(crate) single: bool,
+    subtensors: OnceLock<Py<PyAny>>,
+}
+
+/// Native base of `strideweave.Tensor` (fields and native methods; not public API).
+#[pyclass(subclass, frozen, weakref, module = "strideweave", name = "_TensorBase")]
+pub struct TensorBase {
+    view: OnceLock<View>,
+    grad: Slot,
+    autograd_ctx: Slot,
+    retain_grad: Slot,
+}
+
+impl TensorBase {
+    fn empty() -> Self {
+        TensorBase {
+            view: OnceLock::new(),
+            grad: Slot::default(),
+            autograd_ctx: Slot::default(),
+            retain_grad: Slot::default(),
+        }
+    }
+
+    /// The view; AttributeError (as for an unset slot) on a Tensor whose `__init__` never ran.
+    pub(crate) fn view(&self) -> PyResult<&View> {
+        self.view
+            .get()
+            .ok_or_else(|| PyAttributeError::new_err("Tensor fields are not set (Tensor.__init__ was not run)"))
+    }
+
+    fn set_view(&self, view: View) -> PyResult<()> {
+        self.view
+            .set(view)
+            .map_err(|_| PyRuntimeError::new_err("a Tensor's fields are set once"))
+    }
+
+    /// A new instance of `tensor_type` (a subclass of `_TensorBase`, normally `Tensor`) viewing
+    /// `carrier[offset + layout(c)]`, without running its `__init__`: the caller vouches that
+    /// the view is valid (a live carrier of at least `offset + cosize` slots of `dtype`).
+    pub(crate) fn new_view<'py>(
+        tensor_type: &Bound<'py, PyType>,
+        carrier: Py<PyAny>,
+        offset: i64,
+        layout: Py<PyLayout>,
+        dtype: Py<PyAny>,
+    ) -> PyResult<Bound<'py, TensorBase>> {
+        let py = tensor_type.py();
+        let object = tensor_type.call_method1(intern!(py, "__new__"), (tensor_type,))?;
+        let tensor = object.cast_into::<TensorBase>()?;
+        tensor.get().set_view(View {
+            carrier,
+            offset,
+            layout,
+            dtype,
+            adjacent: PyTuple::empty(py).into_any().unbind(),
+            single: true,
+            subtensors: OnceLock::new(),
+        })?;
+        Ok(tensor)
+    }
+}
+
+/// `strideweave.core.representation.Subtensor`, looked up once.
+static SUBTENSOR: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
 #[pymethods]
 impl TensorBase {
@@ -45,12 +126,175 @@ impl TensorBase {
     #[new]
     #[pyo3(signature = (*_args, **_kwargs))]
     fn new(_args: &Bound<'_, PyTuple>, _kwargs: Option<&Bound<'_, PyDict>>) -> Self {
-        TensorBase
+        TensorBase::empty()
+    }
+
+    /// Sets a one-subtensor view (validated by the caller, `Tensor.__init__`).
+    fn _sw_init_view(
+        &self,
+        py: Python<'_>,
+        carrier: Py<PyAny>,
+        offset: i64,
+        layout: Py<PyLayout>,
+        dtype: Py<PyAny>,
+    ) -> PyResult<()> {
+        self.set_view(View {
+            carrier,
+            offset,
+            layout,
+            dtype,
+            adjacent: PyTuple::empty(py).into_any().unbind(),
+            single: true,
+            subtensors: OnceLock::new(),
+        })
+    }
+
+    /// Sets the view of a validated representation (`core.representation`): its subtensors,
+    /// logical dtype and adjacent layouts.
+    fn _sw_init_multi(
+        &self,
+        subtensors: &Bound<'_, PyTuple>,
+        dtype: Py<PyAny>,
+        adjacent: Py<PyAny>,
+    ) -> PyResult<()> {
+        let py = subtensors.py();
+        let first = subtensors.get_item(0)?;
+        let view = View {
+            carrier: first.getattr(intern!(py, "carrier"))?.unbind(),
+            offset: first.getattr(intern!(py, "offset"))?.extract()?,
+            layout: first.getattr(intern!(py, "layout"))?.extract()?,
+            dtype,
+            adjacent,
+            single: subtensors.len() == 1,
+            subtensors: OnceLock::new(),
+        };
+        let _ = view.subtensors.set(subtensors.clone().into_any().unbind());
+        self.set_view(view)
+    }
+
+    #[getter(_carrier)]
+    fn carrier_field(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(self.view()?.carrier.clone_ref(py))
+    }
+
+    #[getter(_offset)]
+    fn offset_field(&self) -> PyResult<i64> {
+        Ok(self.view()?.offset)
+    }
+
+    #[getter(_layout)]
+    fn layout_field(&self, py: Python<'_>) -> PyResult<Py<PyLayout>> {
+        Ok(self.view()?.layout.clone_ref(py))
+    }
+
+    #[getter(_dtype)]
+    fn dtype_field(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(self.view()?.dtype.clone_ref(py))
+    }
+
+    #[getter(_adjacent)]
+    fn adjacent_field(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(self.view()?.adjacent.clone_ref(py))
+    }
+
+    /// True for a multi-subtensor representation.
+    fn _is_multi(&self) -> PyResult<bool> {
+        Ok(!self.view()?.single)
+    }
+
+    #[getter(_subtensors)]
+    fn subtensors_field(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let view = self.view()?;
+        if let Some(tuple) = view.subtensors.get() {
+            return Ok(tuple.clone_ref(py));
+        }
+        let class = SUBTENSOR.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+            Ok(py
+                .import("strideweave.core.representation")?
+                .getattr("Subtensor")?
+                .unbind())
+        })?;
+        let sub = class.bind(py).call1((
+            view.dtype.clone_ref(py),
+            view.carrier.clone_ref(py),
+            view.offset,
+            view.layout.clone_ref(py),
+        ))?;
+        let tuple = PyTuple::new(py, [sub])?.into_any().unbind();
+        // Another thread may have built it meanwhile: either tuple is equally right, and the
+        // first one set is the one every caller sees from now on.
+        let _ = view.subtensors.set(tuple);
+        Ok(view.subtensors.get().expect("set above").clone_ref(py))
+    }
+
+    #[getter(_grad)]
+    fn grad_field(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.grad.get(py)
+    }
+
+    #[setter(_grad)]
+    fn set_grad_field(&self, value: Option<Bound<'_, PyAny>>) {
+        drop(self.grad.put(value.filter(|v| !v.is_none()).map(Bound::unbind)));
+    }
+
+    #[getter(_autograd_ctx)]
+    fn autograd_ctx_field(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.autograd_ctx.get(py)
+    }
+
+    #[setter(_autograd_ctx)]
+    fn set_autograd_ctx_field(&self, value: Option<Bound<'_, PyAny>>) {
+        drop(self.autograd_ctx.put(value.filter(|v| !v.is_none()).map(Bound::unbind)));
+    }
+
+    #[getter(_retain_grad)]
+    fn retain_grad_field(&self, py: Python<'_>) -> Py<PyAny> {
+        self.retain_grad
+            .get(py)
+            .unwrap_or_else(|| PyBool::new(py, false).to_owned().into_any().unbind())
+    }
+
+    #[setter(_retain_grad)]
+    fn set_retain_grad_field(&self, value: Option<Bound<'_, PyAny>>) {
+        drop(self.retain_grad.put(value.map(Bound::unbind)));
+    }
+
+    /// `t[key]`: the element of an int or hierarchical key, or the view of a slicing key.
+    fn __getitem__(slf: &Bound<'_, Self>, key: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        access::getitem(slf, key)
+    }
+
+    /// `t[key] = value`: write one element.
+    fn __setitem__(slf: &Bound<'_, Self>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        access::setitem(slf, key, value)
     }
 
     /// `__dlpack_device__()` → `(device_type, device_id)` of the carrier's DLPack device.
     fn __dlpack_device__(slf: &Bound<'_, Self>) -> PyResult<(u32, i32)> {
         dlpack::device(slf.as_any())
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        if let Some(view) = self.view.get() {
+            visit.call(&view.carrier)?;
+            visit.call(&view.layout)?;
+            visit.call(&view.dtype)?;
+            visit.call(&view.adjacent)?;
+            if let Some(subs) = view.subtensors.get() {
+                visit.call(subs)?;
+            }
+        }
+        self.grad.visit(&visit)?;
+        self.autograd_ctx.visit(&visit)?;
+        self.retain_grad.visit(&visit)
+    }
+
+    fn __clear__(&self) {
+        // The view is immutable once set (a OnceLock) and so cannot be cleared; the cycles a
+        // Tensor takes part in run through its autograd state (a node holding its inputs and
+        // results), which is cleared here.
+        let dropped = (self.grad.put(None), self.autograd_ctx.put(None), self.retain_grad.put(None));
+        drop(dropped);
     }
 }
 

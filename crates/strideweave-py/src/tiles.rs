@@ -33,8 +33,9 @@ use strideweave_core::engine;
 use strideweave_core::storage::{ElemKind, FileStore, HostBuffer};
 use strideweave_core::tiles::{self, Block, BlockGeometry, Span, SpanError, Store};
 
+use crate::error::{self, JobError};
 use crate::file_slab::{release_regions, FileRegion};
-use crate::jobs::{os_error, run_blocking, submit_job, JobError};
+use crate::jobs::{run_blocking, submit_job};
 use crate::storage::{FileStorage, HostStorage, DEFERRED_FREE_BYTES};
 
 /// A storage's bytes, kept alive for the request.
@@ -73,7 +74,7 @@ impl Request {
             Work::Spans(spans) => tiles::check_spans(&stores, self.elem, spans),
             Work::Blocks(geo, blocks) => tiles::check_blocks(&stores, self.elem, geo, blocks),
         }
-        .map_err(span_error)
+        .map_err(error::span)
     }
 
     /// How many spans or blocks, for error notes.
@@ -103,13 +104,6 @@ impl Request {
     }
 }
 
-fn span_error(e: SpanError) -> PyErr {
-    match e {
-        SpanError::Io(err) => os_error(err),
-        other => PyValueError::new_err(other.to_string()),
-    }
-}
-
 /// Where one end of a span or block lives: the request's store `index`, from slot `base` of
 /// it, and for a region at most `limit` slots (a whole storage is limited by its size, which
 /// the core checks).
@@ -128,7 +122,7 @@ impl End {
                 Some(end) if end <= limit => {}
                 end => {
                     let end = end.unwrap_or(u64::MAX);
-                    return Err(span_error(SpanError::OutOfRange { item, index: k, side, end, slots: limit }));
+                    return Err(error::span(SpanError::OutOfRange { item, index: k, side, end, slots: limit }));
                 }
             }
         }
@@ -260,7 +254,7 @@ fn parse_blocks(blocks: &Bound<'_, PyAny>, block_shape: &[i64], src_shape: &[i64
         &shape(src_shape, "src_shape")?,
         &shape(dst_shape, "dst_shape")?,
     )
-    .map_err(span_error)?;
+    .map_err(error::span)?;
     let mut interner = Interner::default();
     let mut parsed = Vec::new();
     for (k, item) in blocks.try_iter()?.enumerate() {
@@ -292,7 +286,7 @@ fn parse_placement(
     dst_shape: &[i64],
 ) -> PyResult<Request> {
     let block = shape(block_shape, "block_shape")?;
-    let geo = BlockGeometry::new(&block, &block, &shape(dst_shape, "dst_shape")?).map_err(span_error)?;
+    let geo = BlockGeometry::new(&block, &block, &shape(dst_shape, "dst_shape")?).map_err(error::span)?;
     let mut interner = Interner::default();
     let into = interner.intern(destination, Name { list: "destination", index: None, part: "" })?;
     let mut parsed = Vec::with_capacity(offsets.len());

@@ -21,9 +21,12 @@ use std::sync::Arc;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use strideweave_core::copy;
+use strideweave_core::layout::plan;
 use strideweave_core::storage::{ElemKind, FileStore, HostBuffer};
 
-use crate::jobs::{os_error, run_blocking, submit_job, JobError};
+use crate::commit::MoveCommit;
+use crate::error::{self, JobError};
+use crate::jobs::{run_blocking, submit_committing};
 use crate::storage::{FileStorage, HostStorage};
 
 // ---- progress ----
@@ -34,6 +37,13 @@ use crate::storage::{FileStorage, HostStorage};
 pub struct TransferProgress {
     done: AtomicU64,
     total: AtomicU64,
+}
+
+impl TransferProgress {
+    /// Done equals total (a committed transfer).
+    pub(crate) fn complete(&self) {
+        self.done.store(self.total.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
 }
 
 #[pymethods]
@@ -110,10 +120,19 @@ impl Endpoint {
         Ok(((src, dst), src_kind))
     }
 
+    /// Whether both ends are the same buffer or the same file.
+    fn same_storage(&self, other: &Endpoint) -> bool {
+        match (self, other) {
+            (Endpoint::Host(a), Endpoint::Host(b)) => Arc::ptr_eq(a, b),
+            (Endpoint::File(a), Endpoint::File(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
     fn len_bytes(&self) -> PyResult<u64> {
         match self {
             Endpoint::Host(b) => Ok(b.len() as u64),
-            Endpoint::File(f) => f.len_bytes().map_err(os_error),
+            Endpoint::File(f) => f.len_bytes().map_err(error::os),
         }
     }
 }
@@ -136,13 +155,7 @@ struct SpanJob {
 }
 
 impl SpanJob {
-    fn new(
-        src: &Bound<'_, PyAny>,
-        src_slot: i64,
-        dst: &Bound<'_, PyAny>,
-        dst_slot: i64,
-        count: i64,
-    ) -> PyResult<Self> {
+    fn new(src: &Bound<'_, PyAny>, src_slot: i64, dst: &Bound<'_, PyAny>, dst_slot: i64, count: i64) -> PyResult<Self> {
         let ((src, dst), kind) = Endpoint::resolve_pair(src, dst)?;
         let size = kind.size() as u64;
         let count = non_negative("count", count)?;
@@ -160,15 +173,8 @@ impl SpanJob {
             bytes[i] = slot * size;
         }
         let nbytes = count * size;
-        if let (Endpoint::Host(a), Endpoint::Host(b)) = (&src, &dst) {
-            if Arc::ptr_eq(a, b) && nbytes > 0 && bytes[0].abs_diff(bytes[1]) < nbytes {
-                return Err(PyValueError::new_err("src and dst spans overlap in one storage"));
-            }
-        }
-        if let (Endpoint::File(a), Endpoint::File(b)) = (&src, &dst) {
-            if Arc::ptr_eq(a, b) && nbytes > 0 && bytes[0].abs_diff(bytes[1]) < nbytes {
-                return Err(PyValueError::new_err("src and dst spans overlap in one storage"));
-            }
+        if src.same_storage(&dst) && nbytes > 0 && bytes[0].abs_diff(bytes[1]) < nbytes {
+            return Err(PyValueError::new_err("src and dst spans overlap in one storage"));
         }
         Ok(SpanJob { src, src_byte: bytes[0], dst, dst_byte: bytes[1], nbytes })
     }
@@ -227,7 +233,7 @@ impl SpanJob {
 }
 
 /// A checked layout copy between two host storages.
-struct LayoutJob {
+pub(crate) struct LayoutJob {
     src: Arc<HostBuffer>,
     src_offset: i64,
     dst: Arc<HostBuffer>,
@@ -238,22 +244,22 @@ struct LayoutJob {
 }
 
 impl LayoutJob {
-    fn new(
-        src: &Bound<'_, PyAny>,
-        src_offset: i64,
-        dst: &Bound<'_, PyAny>,
-        dst_offset: i64,
-        extents: Vec<i64>,
-        strides: Vec<i64>,
-    ) -> PyResult<Self> {
+    fn new(src: &Bound<'_, PyAny>, src_offset: i64, dst: &Bound<'_, PyAny>, dst_offset: i64, extents: Vec<i64>,
+           strides: Vec<i64>) -> PyResult<Self> {
         let ((src, dst), kind) = Endpoint::resolve_pair(src, dst)?;
         let host = |name: &str, end: Endpoint| match end {
             Endpoint::Host(b) => Ok(b),
             Endpoint::File(_) => Err(PyTypeError::new_err(format!("{name} must be a HostStorage"))),
         };
         let (src, dst) = (host("src", src)?, host("dst", dst)?);
-        let elem_size = kind.size();
-        let range = copy::addressed_range(&extents, &strides).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Self::between(src, src_offset, dst, dst_offset, extents, strides, kind.size())
+    }
+
+    /// A layout copy between two live host buffers of one element size, every addressed slot
+    /// checked inside both.
+    pub(crate) fn between(src: Arc<HostBuffer>, src_offset: i64, dst: Arc<HostBuffer>, dst_offset: i64,
+                          extents: Vec<i64>, strides: Vec<i64>, elem_size: usize) -> PyResult<Self> {
+        let range = plan::addressed_range(&extents, &strides).map_err(error::plan)?;
         if let Some((lo, hi)) = range {
             for (name, offset, buffer) in [("src_offset", src_offset, &src), ("dst_offset", dst_offset, &dst)] {
                 let slots = (buffer.len() / elem_size) as i64;
@@ -272,7 +278,7 @@ impl LayoutJob {
         Ok(LayoutJob { src, src_offset, dst, dst_offset, extents, strides, elem_size })
     }
 
-    fn run(self) -> Result<(), JobError> {
+    pub(crate) fn run(self) -> Result<(), JobError> {
         // SAFETY: every addressed slot was checked inside both live buffers, which this job
         // keeps alive through its `Arc`s; the buffers are distinct, and the move claims keep
         // other writers off both meanwhile.
@@ -287,7 +293,7 @@ impl LayoutJob {
                 self.elem_size,
             )
         }
-        .map_err(|e| JobError::Panic(e.to_string()))
+        .map_err(|e| JobError::Unchecked(e.to_string()))
     }
 }
 
@@ -296,14 +302,8 @@ impl LayoutJob {
 /// Copies `count` slots from `src` slot `src_slot` to `dst` slot `dst_slot` (host or file
 /// storages of one element kind), GIL released; OSError on an I/O failure.
 #[pyfunction]
-fn copy_span(
-    py: Python<'_>,
-    src: &Bound<'_, PyAny>,
-    src_slot: i64,
-    dst: &Bound<'_, PyAny>,
-    dst_slot: i64,
-    count: i64,
-) -> PyResult<()> {
+fn copy_span(py: Python<'_>, src: &Bound<'_, PyAny>, src_slot: i64, dst: &Bound<'_, PyAny>, dst_slot: i64,
+             count: i64) -> PyResult<()> {
     let job = SpanJob::new(src, src_slot, dst, dst_slot, count)?;
     run_blocking(py, move || job.run(None))
 }
@@ -311,52 +311,34 @@ fn copy_span(
 /// `copy_span` on an engine worker; then `then(None)` or `then(exc)` with the GIL. With
 /// `progress`, the bytes copied so far are counted into it chunk by chunk.
 #[pyfunction]
-#[pyo3(signature = (src, src_slot, dst, dst_slot, count, then, *, progress=None))]
+#[pyo3(signature = (src, src_slot, dst, dst_slot, count, then, *, progress=None, commit=None))]
 #[allow(clippy::too_many_arguments)]
-fn submit_span(
-    src: &Bound<'_, PyAny>,
-    src_slot: i64,
-    dst: &Bound<'_, PyAny>,
-    dst_slot: i64,
-    count: i64,
-    then: &Bound<'_, PyAny>,
-    progress: Option<Py<TransferProgress>>,
-) -> PyResult<()> {
+fn submit_span(src: &Bound<'_, PyAny>, src_slot: i64, dst: &Bound<'_, PyAny>, dst_slot: i64, count: i64,
+               then: &Bound<'_, PyAny>, progress: Option<Py<TransferProgress>>,
+               commit: Option<Py<MoveCommit>>) -> PyResult<()> {
     let job = SpanJob::new(src, src_slot, dst, dst_slot, count)?;
     let progress = progress.map(Arc::new);
-    submit_job(then, move || job.run(progress))
+    submit_committing(then, commit, move || job.run(progress))
 }
 
 /// Copies every slot the flattened layout (`leaf_extents`, `leaf_strides`) addresses,
 /// `src_offset + i` to `dst_offset + i`, between two host storages, GIL released.
 #[pyfunction]
-fn copy_layout(
-    py: Python<'_>,
-    src: &Bound<'_, PyAny>,
-    src_offset: i64,
-    dst: &Bound<'_, PyAny>,
-    dst_offset: i64,
-    leaf_extents: Vec<i64>,
-    leaf_strides: Vec<i64>,
-) -> PyResult<()> {
+fn copy_layout(py: Python<'_>, src: &Bound<'_, PyAny>, src_offset: i64, dst: &Bound<'_, PyAny>, dst_offset: i64,
+               leaf_extents: Vec<i64>, leaf_strides: Vec<i64>) -> PyResult<()> {
     let job = LayoutJob::new(src, src_offset, dst, dst_offset, leaf_extents, leaf_strides)?;
     run_blocking(py, move || job.run())
 }
 
 /// `copy_layout` on an engine worker; then `then(None)` or `then(exc)` with the GIL.
 #[pyfunction]
+#[pyo3(signature = (src, src_offset, dst, dst_offset, leaf_extents, leaf_strides, then, *, commit=None))]
 #[allow(clippy::too_many_arguments)]
-fn submit_layout(
-    src: &Bound<'_, PyAny>,
-    src_offset: i64,
-    dst: &Bound<'_, PyAny>,
-    dst_offset: i64,
-    leaf_extents: Vec<i64>,
-    leaf_strides: Vec<i64>,
-    then: &Bound<'_, PyAny>,
-) -> PyResult<()> {
+fn submit_layout(src: &Bound<'_, PyAny>, src_offset: i64, dst: &Bound<'_, PyAny>, dst_offset: i64,
+                 leaf_extents: Vec<i64>, leaf_strides: Vec<i64>, then: &Bound<'_, PyAny>,
+                 commit: Option<Py<MoveCommit>>) -> PyResult<()> {
     let job = LayoutJob::new(src, src_offset, dst, dst_offset, leaf_extents, leaf_strides)?;
-    submit_job(then, move || job.run())
+    submit_committing(then, commit, move || job.run())
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

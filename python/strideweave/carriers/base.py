@@ -15,6 +15,7 @@ import threading
 from types import TracebackType
 from typing import Any, Callable, Iterable, Self, TypeVar
 
+from strideweave import _native
 from strideweave.carriers.dtype import CompoundDType, DType
 
 __all__ = ["Carrier"]
@@ -174,8 +175,12 @@ def check_bool_argument(value: Any, name: str) -> bool:
     return value
 
 
-class Carrier:
+class Carrier(_native._CarrierBase):
     """Base class of every carrier. Subclass it and implement the storage hooks."""
+
+    # The framework state is held natively by `_native._CarrierBase` (so the Rust fast paths
+    # read it as fields): `_sw_version`, `_sw_released`, `_sw_owner`, `_sw_claim`, and for
+    # the built-ins `_storage` and `_mutable`.
 
     # The CarrierDefinition of a definition-backed instance, set by the extension module's
     # init_defined; the default hooks below delegate to it because a user's class
@@ -396,6 +401,24 @@ class Carrier:
             self[i] = v
         finally:
             self._sw_owner = saved
+
+    # ----- pickling ---------------------------------------------------------------------------
+    _SW_NATIVE_STATE = ("_sw_version", "_sw_released", "_sw_owner", "_sw_claim", "_storage", "_mutable")
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The instance dict plus the natively held state, so pickling sees what it saw when
+        all of it was in the dict (a built-in's native storage then refuses with TypeError)."""
+        state = dict(self.__dict__)
+        for name in self._SW_NATIVE_STATE:
+            try:
+                state[name] = getattr(self, name)
+            except AttributeError:  # `_storage`/`_mutable` of a carrier that has none
+                pass
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for name, value in state.items():
+            setattr(self, name, value)
 
     # ----- context manager ------------------------------------------------------------------
     def __enter__(self) -> Self:

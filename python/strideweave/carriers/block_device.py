@@ -1,5 +1,5 @@
 """BlockDevice and BlockDeviceCarrier: Float32 slots on a real block device
-(tensor-and-carriers.md §3.1).
+(docs/spec/tensor-and-carriers.md §3.1).
 
 `BlockDevice` opens a block-special node (a loop device, a partition) through the Rust layer
 (`_native.BlockDeviceHandle`: O_DIRECT with aligned bounce buffers, positioned I/O retried on

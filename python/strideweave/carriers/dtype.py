@@ -1,4 +1,4 @@
-"""Dtype descriptors: immutable identity singletons (layout-and-dtype.md §8).
+"""Dtype descriptors: immutable identity singletons (docs/spec/layout-and-dtype.md §8).
 
 Every descriptor is created once, here, and compared by identity. The metaclass forbids
 construction by users and any rebinding of class attributes, so `DType.Float32` is the same
@@ -219,11 +219,6 @@ def storage_zero(dtype: DType) -> _AnyType:
     if not isinstance(dtype, DType):
         raise TypeError(f"storage_zero() argument must be a DType, not {type(dtype).__name__}")
     return _ZEROS.get(dtype)
-
-
-def item_size(dtype: SimpleDType) -> int:
-    """Bytes per element of a simple dtype (`bits // 8`)."""
-    return dtype.bits // 8
 
 
 def check_dtype_argument(dtype: _AnyType, name: str = "dtype") -> DType:

@@ -17,7 +17,7 @@ _F32 = struct.Struct("f")
 
 
 def coerce_slot_value(dtype: DType, value: Any) -> Any:
-    """The carrier write rules (tensor-and-carriers.md §3) for a Python-held slot."""
+    """The carrier write rules (docs/spec/tensor-and-carriers.md §3) for a Python-held slot."""
     if dtype is DType.Float32:
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise TypeError(f"a Float32 slot takes a real number, not {type(value).__name__}")

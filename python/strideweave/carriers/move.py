@@ -26,6 +26,7 @@ from strideweave.carriers.cpu import CPU
 from strideweave.carriers.file_backed import FileBacked
 from strideweave.core.representation import Subtensor
 from strideweave.layout import Layout
+from strideweave.carriers.move_handle import INLINE_SLOTS, AwaitMove, AwaitResult, _NativeTransfer
 from strideweave.tensor import Tensor
 
 __all__ = [
@@ -34,31 +35,6 @@ __all__ = [
     "FileBackedToCpuMoveOperation", "CpuToBlockDeviceMoveOperation", "BlockDeviceToCpuMoveOperation",
     "dispatch_move", "register_move_operation", "unregister_move_operation", "registered_move_operation",
 ]
-
-AwaitResult = _native.AwaitResult
-
-
-class AwaitMove(AwaitResult[Tensor]):
-    """Completion handle of one `move_async` request; `wait()` returns the moved Tensor
-    (the same object every time) or raises the request's terminal failure.
-
-    `bytes_done` / `bytes_total` report progress: the moved span is `layout.cosize` slots of
-    the dtype's size. Bulk transfers on the engine count every 8 MiB chunk as it lands; other
-    transfers (hooks, providers, small inline copies) report 0 until they complete."""
-
-    __slots__ = ("_progress",)
-    _progress: _native.TransferProgress
-
-    @property
-    def bytes_done(self) -> int:
-        """Bytes of the moved span copied so far."""
-        return self._progress.done
-
-    @property
-    def bytes_total(self) -> int:
-        """Bytes of the moved span (`layout.cosize` times the dtype's slot size)."""
-        return self._progress.total
-
 
 # ===== move operations ==========================================================================
 
@@ -227,33 +203,6 @@ class BlockDeviceToCpuMoveOperation(WorkerMove):
 
 _BLOCK_OPERATIONS = (CpuToBlockDeviceMoveOperation, BlockDeviceToCpuMoveOperation)
 
-# A transfer of at most this many slots runs on the caller's thread (GIL released for the
-# copy) and commits there: handing a 4 KiB memcpy to a worker costs ~50 µs of thread wake-up
-# and GIL hand-over for a copy of well under 1 µs. Larger ones go to the engine, so that
-# move_async returns at once.
-INLINE_SLOTS = 1 << 14
-
-
-class _NativeTransfer:
-    """A framework transfer in Rust: `blocking(*args)` on this thread, or `submit(*args, then)`
-    on an engine worker. `slots` (None: never inline) decides which."""
-
-    __slots__ = ("blocking", "submit", "slots", "args")
-
-    def __init__(self, blocking: Callable | None, submit: Callable, slots: int | None, args: tuple) -> None:
-        self.blocking = blocking
-        self.submit = submit
-        self.slots = slots
-        self.args = args
-
-    def runs_inline(self) -> bool:
-        return self.slots is not None and self.slots <= INLINE_SLOTS
-
-    def progress_argument(self, progress: Any) -> dict:
-        """`progress=` for the submit functions that count chunks (the span copies)."""
-        return {"progress": progress} if self.submit is _native.submit_span else {}
-
-
 # ===== the legacy registry ======================================================================
 
 _registry_lock = threading.RLock()
@@ -296,7 +245,7 @@ def register_move_operation(source_class: type, destination_class: type, operati
             raise ValueError(f"a move operation is already registered for {_pair_name(*key)}: "
                              f"{_REGISTRY[key].__name__}")
         _REGISTRY[key] = operation_class
-        _ROUTES.clear()
+        _forget_routes()
     return None
 
 
@@ -320,7 +269,7 @@ def unregister_move_operation(source_class: type, destination_class: type) -> ty
         except KeyError:
             raise KeyError(f"no move operation is registered for "
                            f"{_pair_name(source_class, destination_class)}") from None
-        _ROUTES.clear()
+        _forget_routes()
         return removed
 
 
@@ -384,7 +333,17 @@ def _lookup_route(source_class: type, destination_class: type) -> _Route:
         route = _resolve_uncached(source_class, destination_class)
         with _registry_lock:
             _ROUTES[key] = route
+            if key == (CPU, CPU):
+                # The native move handles (CPU, CPU) only while its route is the default.
+                _native.set_inline_route(route.operation_class is ElementwiseMoveOperation
+                                         and route.decision is None and route.refusal is None)
     return route
+
+
+def _forget_routes() -> None:
+    """The registry changed: every cached route, and the native move's, is stale."""
+    _ROUTES.clear()
+    _native.set_inline_route(False)
 
 
 def _resolve_uncached(source_class: type, destination_class: type) -> _Route:
@@ -609,8 +568,11 @@ def _submit(request: _MoveRequest, op: MoveOperation, prepared: Any) -> None:
             blocking = cast(Callable[..., None], transfer.blocking)  # set whenever it runs inline
             _commit(request, _run_claimed(request, lambda: blocking(*transfer.args)))
         else:
-            transfer.submit(*transfer.args, lambda error: _commit(request, error),
-                            **transfer.progress_argument(request.handle._progress))
+            extra = transfer.progress_argument(request.handle._progress)
+            commit = _worker_commit(request, transfer)
+            if commit is not None:
+                extra["commit"] = commit  # success commits on the worker; `then` hears failures
+            transfer.submit(*transfer.args, lambda error: _commit(request, error), **extra)
         return
 
     def copy() -> None:
@@ -621,6 +583,25 @@ def _submit(request: _MoveRequest, op: MoveOperation, prepared: Any) -> None:
             raise TypeError(f"{type(op).__name__}._copy must return None, not {type(returned).__name__}")
 
     _commit(request, _run_claimed(request, copy))
+
+
+# Source classes whose release is exactly their storage's, so a worker can commit their moves.
+_WORKER_COMMITTED = (CPU, FileBacked)
+
+
+def _worker_commit(request: _MoveRequest, transfer: _NativeTransfer) -> Any:
+    """The GIL-free success commit (`_native.MoveCommit`, crates/strideweave-py/src/commit.rs)
+    of an engine-run transfer, when nothing else has to happen at its end: no profiling event
+    to close, no composite owner, a built-in source. The autograd node is attached to the
+    result now (nobody can reach the result before the handle completes; a failure clears
+    the node in `_commit`). None: the Python commit runs, as for every other request."""
+    if (request.token is not None or request.between_tiers or type(request.source) not in _WORKER_COMMITTED
+            or transfer.submit not in (_native.submit_span, _native.submit_layout)):
+        return None
+    if request.node is not None:
+        _autograd.attach_result(request.node, request.output, request.recorded)
+    return _native.MoveCommit(request.source, request.destination, request.handle, request.output,
+                              request.handle._progress)
 
 
 def _run_claimed(request: _MoveRequest, fn: Callable) -> Any:
@@ -707,6 +688,12 @@ def move_async(tensor: Tensor, destination: Carrier) -> AwaitMove:
 
 def move(tensor: Tensor, destination: Carrier) -> Tensor:
     """Blocking move: exactly `move_async(tensor, destination).wait()`."""
+    # A small move between exact CPU carriers runs whole in one native call (see
+    # crates/strideweave-py/src/inline_move.rs); it returns None, having changed nothing,
+    # whenever the request below must decide.
+    moved = _native.move_inline(tensor, destination)
+    if moved is not None:
+        return cast(Tensor, moved)
     return move_async(tensor, destination).wait()
 
 
@@ -714,3 +701,4 @@ def _move_between_tiers(tensor: Tensor, destination: Carrier) -> Tensor:
     """Framework-internal move for composite carriers (Evictable residency transitions): the
     same route and transfer, no autograd node, no profiling, ownership handled by the owner."""
     return _initiate(tensor, destination, between_tiers=True).handle.wait()
+

@@ -1,4 +1,4 @@
-"""Multi-subtensor representations (tensor-and-carriers.md §1.1).
+"""Multi-subtensor representations (docs/spec/tensor-and-carriers.md §1.1).
 
 A representation is a logical dtype over one `Subtensor` per storage-schema plane, linked by
 adjacent layouts that map level-i coordinates to level i+1. `tensor_from_subtensors` is the

@@ -12,12 +12,13 @@
 //!   `dst_offset + index` — the elementwise fallback, where the moved result keeps the same
 //!   Layout at offset 0 in the destination.
 
-use std::fmt;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 
-use crate::layout::plan::{self, LoopPlan, PlanError};
+use thiserror::Error;
+
+use crate::layout::plan::{addressed_range, check_modes, LoopPlan, PlanError};
 
 mod streaming;
 mod vectored;
@@ -230,57 +231,14 @@ fn bounce_copy(
 }
 
 /// Why a layout copy was refused before touching memory.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum LayoutCopyError {
-    /// `extents` and a stride list differ in length.
-    RankMismatch { extents: usize, strides: usize },
-    /// A leaf extent is negative.
-    NegativeExtent { leaf: usize, extent: i64 },
+    /// The loop planner refused the modes (rank mismatch, negative extent, overflow).
+    #[error(transparent)]
+    Plan(#[from] PlanError),
     /// `elem_size` is zero.
+    #[error("elem_size must be positive")]
     ZeroElementSize,
-    /// Some addressed slot index or byte offset does not fit the address space.
-    Overflow,
-}
-
-impl fmt::Display for LayoutCopyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::RankMismatch { extents, strides } => {
-                write!(
-                    f,
-                    "leaf_strides has {strides} entries but leaf_extents has {extents}"
-                )
-            }
-            Self::NegativeExtent { leaf, extent } => {
-                write!(f, "leaf_extents[{leaf}] is negative ({extent})")
-            }
-            Self::ZeroElementSize => write!(f, "elem_size must be positive"),
-            Self::Overflow => write!(f, "addressed slots overflow the address space"),
-        }
-    }
-}
-
-impl std::error::Error for LayoutCopyError {}
-
-impl From<PlanError> for LayoutCopyError {
-    fn from(e: PlanError) -> Self {
-        match e {
-            PlanError::RankMismatch { extents, strides } => Self::RankMismatch { extents, strides },
-            PlanError::NegativeExtent { leaf, extent } => Self::NegativeExtent { leaf, extent },
-            PlanError::Overflow => Self::Overflow,
-        }
-    }
-}
-
-/// The smallest and largest slot index, relative to the offset, that a layout with these
-/// flattened leaf `extents` and `strides` addresses; `None` when it addresses nothing
-/// ([`plan::addressed_range`], with this module's error type).
-pub fn addressed_range(extents: &[i64], strides: &[i64]) -> Result<Option<(i64, i64)>, LayoutCopyError> {
-    Ok(plan::addressed_range(extents, strides)?)
-}
-
-fn check_modes(extents: &[i64], strides: &[i64]) -> Result<(), LayoutCopyError> {
-    Ok(plan::check_modes(extents, strides)?)
 }
 
 /// Copies every slot the layout addresses: slot `src_offset + index` of `src_base` to slot
@@ -351,7 +309,7 @@ pub unsafe fn copy_strided(
                 hi.and_then(|v| isize::try_from(v).ok()),
             ) {
                 (Some(l), Some(h)) => Ok(Some((l, h))),
-                _ => Err(LayoutCopyError::Overflow),
+                _ => Err(PlanError::AddressOverflow.into()),
             }
         };
     let Some(_) = byte_span(src_offset, src_strides)? else {

@@ -113,17 +113,17 @@ fn bad_modes_are_refused_before_copying() {
     unsafe {
         assert_eq!(
             copy_layout_elements(p.0, 0, p.1, 0, &[2], &[1, 2], 4),
-            Err(LayoutCopyError::RankMismatch {
+            Err(LayoutCopyError::Plan(PlanError::RankMismatch {
                 extents: 1,
                 strides: 2
-            })
+            }))
         );
         assert_eq!(
             copy_layout_elements(p.0, 0, p.1, 0, &[2, -1], &[1, 2], 4),
-            Err(LayoutCopyError::NegativeExtent {
+            Err(LayoutCopyError::Plan(PlanError::NegativeExtent {
                 leaf: 1,
                 extent: -1
-            })
+            }))
         );
         assert_eq!(
             copy_layout_elements(p.0, 0, p.1, 0, &[2], &[1], 0),
@@ -131,7 +131,7 @@ fn bad_modes_are_refused_before_copying() {
         );
         assert_eq!(
             copy_layout_elements(p.0, 0, p.1, 0, &[3], &[i64::MAX / 2], 4),
-            Err(LayoutCopyError::Overflow)
+            Err(LayoutCopyError::Plan(PlanError::AddressOverflow))
         );
     }
     assert_eq!(dst, [0; 8]);

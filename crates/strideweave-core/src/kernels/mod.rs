@@ -26,55 +26,31 @@
 //! 2^-29 of the `f32` ulp per element: for any realistic element count the result is the
 //! correctly rounded `f32` sum or one ulp from it, far better than naive `f32` accumulation.
 
-use std::fmt;
+use thiserror::Error;
 
 use crate::layout::plan::LoopPlan;
 
 /// Why a kernel refused to run. Nothing has been written when one is returned.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum KernelError {
     /// An operand's strides do not have one entry per leaf extent.
+    #[error("{operand}: {got} strides for {expected} leaf extents")]
     RankMismatch {
         operand: &'static str,
         expected: usize,
         got: usize,
     },
     /// An operand's greatest reachable index lies outside its buffer.
+    #[error("{operand}: layout reaches {needed} slots but the storage holds {len}")]
     OutOfBounds {
         operand: &'static str,
         needed: usize,
         len: usize,
     },
     /// The size or greatest index does not fit in `usize`.
-    Overflow { operand: &'static str },
+    #[error("{operand}: layout span overflows")]
+    SpanOverflow { operand: &'static str },
 }
-
-impl fmt::Display for KernelError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            KernelError::RankMismatch {
-                operand,
-                expected,
-                got,
-            } => {
-                write!(f, "{operand}: {got} strides for {expected} leaf extents")
-            }
-            KernelError::OutOfBounds {
-                operand,
-                needed,
-                len,
-            } => {
-                write!(
-                    f,
-                    "{operand}: layout reaches {needed} slots but the storage holds {len}"
-                )
-            }
-            KernelError::Overflow { operand } => write!(f, "{operand}: layout span overflows"),
-        }
-    }
-}
-
-impl std::error::Error for KernelError {}
 
 /// A read-only operand: a buffer, an element offset into it, and one stride per leaf.
 #[derive(Clone, Copy, Debug)]
@@ -142,12 +118,12 @@ fn reach(
         let step = e
             .saturating_sub(1)
             .checked_mul(s)
-            .ok_or(KernelError::Overflow { operand })?;
+            .ok_or(KernelError::SpanOverflow { operand })?;
         last = last
             .checked_add(step)
-            .ok_or(KernelError::Overflow { operand })?;
+            .ok_or(KernelError::SpanOverflow { operand })?;
     }
-    last.checked_add(1).ok_or(KernelError::Overflow { operand })
+    last.checked_add(1).ok_or(KernelError::SpanOverflow { operand })
 }
 
 fn check(
@@ -157,7 +133,7 @@ fn check(
     strides: &[usize],
     len: usize,
 ) -> Result<(), KernelError> {
-    if element_count(extents).ok_or(KernelError::Overflow { operand })? == 0 {
+    if element_count(extents).ok_or(KernelError::SpanOverflow { operand })? == 0 {
         return Ok(());
     }
     let needed = reach(operand, extents, offset, strides)?;
@@ -489,17 +465,27 @@ fn transpose8(r: [std::arch::x86_64::__m256; 8]) -> [std::arch::x86_64::__m256; 
     ]
 }
 
+/// Checks `a` and `out` against their buffers and plans their shared walk.
+fn plan_unary(
+    extents: &[usize],
+    a: &Operand<'_>,
+    out: &[f32],
+    out_strides: &[usize],
+) -> Result<Plan<2>, KernelError> {
+    check("a", extents, a.offset, a.strides, a.data.len())?;
+    check("out", extents, 0, out_strides, out.len())?;
+    Ok(Plan::new(extents, [a.strides, out_strides]))
+}
+
 /// `out[out_strides·c] = f(a[c])` for every coordinate `c`.
-fn unary_f32(
+fn map_f32(
     extents: &[usize],
     a: Operand<'_>,
     out: &mut [f32],
     out_strides: &[usize],
     f: impl Fn(f32) -> f32,
 ) -> Result<(), KernelError> {
-    check("a", extents, a.offset, a.strides, a.data.len())?;
-    check("out", extents, 0, out_strides, out.len())?;
-    let plan = Plan::new(extents, [a.strides, out_strides]);
+    let plan = plan_unary(extents, &a, out, out_strides)?;
     let ad = a.data;
     plan.walk([a.offset, 0], |[ia, io], n, [sa, so]| {
         if sa == 1 && so == 1 {
@@ -524,7 +510,7 @@ pub fn copy_f32(
     out: &mut [f32],
     out_strides: &[usize],
 ) -> Result<(), KernelError> {
-    unary_f32(extents, a, out, out_strides, |x| x)
+    map_f32(extents, a, out, out_strides, |x| x)
 }
 
 /// `out[...] = a[c]·scalar`, computed in `f64` and rounded once to `f32`, so the result is
@@ -536,7 +522,7 @@ pub fn scale_f32(
     out: &mut [f32],
     out_strides: &[usize],
 ) -> Result<(), KernelError> {
-    unary_f32(extents, a, out, out_strides, |x| (x as f64 * scalar) as f32)
+    map_f32(extents, a, out, out_strides, |x| (x as f64 * scalar) as f32)
 }
 
 /// `out[out_strides·c] += a[c]` for every coordinate. Output
@@ -551,9 +537,7 @@ pub fn scatter_add_f32(
     out: &mut [f32],
     out_strides: &[usize],
 ) -> Result<(), KernelError> {
-    check("a", extents, a.offset, a.strides, a.data.len())?;
-    check("out", extents, 0, out_strides, out.len())?;
-    let plan = Plan::new(extents, [a.strides, out_strides]);
+    let plan = plan_unary(extents, &a, out, out_strides)?;
     let ad = a.data;
     plan.walk([a.offset, 0], |[ia, io], n, [sa, so]| {
         for j in 0..n {
@@ -561,6 +545,32 @@ pub fn scatter_add_f32(
         }
     });
     Ok(())
+}
+
+/// The one-input kernels, for callers that choose one at run time (the Python binding).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum UnaryOp {
+    /// [`copy_f32`].
+    Copy,
+    /// [`scale_f32`] by the factor.
+    Scale(f64),
+    /// [`scatter_add_f32`].
+    ScatterAdd,
+}
+
+/// Runs the kernel `op` names on `a` into `out`.
+pub fn unary_f32(
+    op: UnaryOp,
+    extents: &[usize],
+    a: Operand<'_>,
+    out: &mut [f32],
+    out_strides: &[usize],
+) -> Result<(), KernelError> {
+    match op {
+        UnaryOp::Copy => copy_f32(extents, a, out, out_strides),
+        UnaryOp::Scale(scalar) => scale_f32(extents, a, scalar, out, out_strides),
+        UnaryOp::ScatterAdd => scatter_add_f32(extents, a, out, out_strides),
+    }
 }
 
 /// Total over every logical coordinate of `a` (see the module docs for the rounding rule).

@@ -90,6 +90,20 @@ fn scale_rounds_once() {
 }
 
 #[test]
+fn unary_op_runs_the_kernel_it_names() {
+    let a = [1.0f32, 2.0, 3.0];
+    let run = |op, init: f32| {
+        let mut out = [init; 2];
+        unary_f32(op, &[3], Operand::new(&a, 0, &[1]), &mut out, &[0]).unwrap();
+        out
+    };
+    // Every coordinate writes slot 0: copy and scale keep the last value, scatter-add sums.
+    assert_eq!(run(UnaryOp::Copy, 5.0), [3.0, 5.0]);
+    assert_eq!(run(UnaryOp::Scale(2.0), 5.0), [6.0, 5.0]);
+    assert_eq!(run(UnaryOp::ScatterAdd, 5.0), [11.0, 5.0]);
+}
+
+#[test]
 fn sum_counts_each_coordinate_and_accumulates_in_f64() {
     // 4:0 reads one slot four times.
     assert_eq!(sum_f32(&[4], Operand::new(&[2.5], 0, &[0])).unwrap(), 10.0);
@@ -135,7 +149,7 @@ fn out_of_bounds_operands_are_refused_before_writing() {
         KernelError::RankMismatch { operand: "a", .. }
     ));
     let err = sum_f32(&[2], Operand::new(&a, usize::MAX, &[1])).unwrap_err();
-    assert_eq!(err, KernelError::Overflow { operand: "a" });
+    assert_eq!(err, KernelError::SpanOverflow { operand: "a" });
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! Injectivity of a layout, decided by the five steps of layout-and-dtype.md §6.
+//! Injectivity of a layout, decided by the five steps of docs/spec/layout-and-dtype.md §6.
 //!
 //! Steps 1–4 are O(m²) in the number `m` of leaves with extent > 1 and never enumerate, so
 //! a layout such as `[10**9,10**9]:[0,1]` answers at once. Only step 5 enumerates, and it

@@ -58,13 +58,11 @@ fn radix_index(extents: &[i64], strides: &[i64], mut k: i64) -> i64 {
 }
 
 impl Layout {
-    /// `Layout(shape, stride)`: `LayoutError::Value` unless congruent,
-    /// `LayoutError::Overflow` if the size or cosize exceeds `2**63 - 1`.
+    /// `Layout(shape, stride)`: `NotCongruent` unless congruent, `SizeOverflow` or
+    /// `CosizeOverflow` if the size or cosize exceeds `2**63 - 1`.
     pub fn new(shape: Shape, stride: Stride) -> Result<Layout, LayoutError> {
         if !shape.congruent(&stride) {
-            return Err(LayoutError::Value(format!(
-                "shape {shape} and stride {stride} are not congruent"
-            )));
+            return Err(LayoutError::NotCongruent { shape: Box::new(shape), stride: Box::new(stride) });
         }
         let size = shape.size()?;
         let cosize = shape
@@ -74,7 +72,7 @@ impl Layout {
             .try_fold(1i64, |acc, (&e, &s)| {
                 (e - 1).checked_mul(s).and_then(|t| acc.checked_add(t))
             })
-            .ok_or_else(|| LayoutError::Overflow("layout cosize exceeds 2**63-1".into()))?;
+            .ok_or(LayoutError::CosizeOverflow)?;
         Ok(Layout {
             shape,
             stride,
@@ -186,13 +184,11 @@ impl Layout {
         radix_index(self.leaf_extents(), self.leaf_strides(), k)
     }
 
-    /// [`Layout::index_of_int`] with the range check (`LayoutError::Value` outside `[0, size)`).
+    /// [`Layout::index_of_int`] with the range check (`IntegerKeyOutOfRange` outside
+    /// `[0, size)`).
     pub fn try_index_of_int(&self, k: i64) -> Result<i64, LayoutError> {
         if !(0..self.size).contains(&k) {
-            return Err(LayoutError::Value(format!(
-                "integer key {k} is outside [0, {})",
-                self.size
-            )));
+            return Err(LayoutError::IntegerKeyOutOfRange { key: k, size: self.size });
         }
         Ok(self.index_of_int(k))
     }
@@ -201,7 +197,7 @@ impl Layout {
     /// shape in which an integer may replace any subtree (it expands inside that subtree).
     ///
     /// Errors: a component out of range, missing or extra components, or a sequence where
-    /// a leaf belongs → `LayoutError::Value`; whatever `K::view` reports is passed through.
+    /// a leaf belongs, each by its own variant; whatever `K::view` reports is passed through.
     /// No allocation beyond what `K` itself does.
     pub fn index_of_key<K: KeyNode>(&self, key: &K) -> Result<i64, LayoutError> {
         match key.view()? {
@@ -225,11 +221,7 @@ impl Layout {
         pos: &mut usize,
     ) -> Result<i64, LayoutError> {
         if seq.len() != modes.len() {
-            return Err(LayoutError::Value(format!(
-                "key has {} components where the layout has {} modes",
-                seq.len(),
-                modes.len()
-            )));
+            return Err(LayoutError::ComponentCountMismatch { components: seq.len(), modes: modes.len() });
         }
         let (extents, strides) = (self.leaf_extents(), self.leaf_strides());
         let mut acc = 0i64;
@@ -238,26 +230,20 @@ impl Layout {
             match (mode, item.view()?) {
                 (Mode::Leaf(e), KeyView::Int(c)) => {
                     if !(0..*e).contains(&c) {
-                        return Err(LayoutError::Value(format!(
-                            "coordinate {c} is outside [0, {e})"
-                        )));
+                        return Err(LayoutError::CoordinateOutOfRange { coordinate: c, extent: *e });
                     }
                     acc += c * strides[*pos];
                     *pos += 1;
                 }
                 (Mode::Leaf(_), KeyView::Seq(_)) => {
-                    return Err(LayoutError::Value(
-                        "a sequence where a leaf coordinate belongs".into(),
-                    ));
+                    return Err(LayoutError::SequenceForLeaf);
                 }
                 (Mode::Nested(n), KeyView::Int(c)) => {
                     let range = *pos..*pos + n.leaf_count();
                     // The subtree's size divides the layout's size, so it cannot overflow.
                     let sub = checked_product(&extents[range.clone()]).expect("sub-size fits");
                     if !(0..sub).contains(&c) {
-                        return Err(LayoutError::Value(format!(
-                            "coordinate {c} is outside [0, {sub}) of its subtree"
-                        )));
+                        return Err(LayoutError::SubtreeOrdinalOutOfRange { coordinate: c, size: sub });
                     }
                     acc += radix_index(&extents[range.clone()], &strides[range], c);
                     *pos += n.leaf_count();
@@ -282,13 +268,13 @@ impl Layout {
 
     /// Broadcast to `target` (§6): same profile required; per leaf, an equal extent keeps
     /// its stride, an extent of 1 takes the target extent with stride 0, anything else is
-    /// `LayoutError::Value`.
+    /// `BroadcastExtentMismatch` (a different profile: `BroadcastStructureMismatch`).
     pub fn broadcast_to(&self, target: &Shape) -> Result<Layout, LayoutError> {
         if profile_of(target.tree()) != self.profile() {
-            return Err(LayoutError::Value(format!(
-                "cannot broadcast {} to {target}: the mode structure differs",
-                self.shape
-            )));
+            return Err(LayoutError::BroadcastStructureMismatch {
+                from: Box::new(self.shape.clone()),
+                to: Box::new(target.clone()),
+            });
         }
         let mut strides = Vec::with_capacity(self.leaf_strides().len());
         for ((&e, &s), &t) in self.infix_slices().zip(target.leaves()) {
@@ -297,10 +283,12 @@ impl Layout {
             } else if e == 1 {
                 0
             } else {
-                return Err(LayoutError::Value(format!(
-                    "cannot broadcast extent {e} to {t} in {} to {target}",
-                    self.shape
-                )));
+                return Err(LayoutError::BroadcastExtentMismatch {
+                    extent: e,
+                    target: t,
+                    from: Box::new(self.shape.clone()),
+                    to: Box::new(target.clone()),
+                });
             });
         }
         let stride = Stride::from_tree_unchecked(target.tree().with_leaves(&strides));
@@ -322,8 +310,8 @@ impl Layout {
         Layout::from_parts_unchecked(self.shape.select(indices), self.stride.select(indices))
     }
 
-    /// The top-level modes of `a`, then those of `b` (`LayoutError::Overflow` if the
-    /// result's size or cosize no longer fits).
+    /// The top-level modes of `a`, then those of `b` (`SizeOverflow` or `CosizeOverflow`
+    /// if the result's size or cosize no longer fits).
     pub fn concat(a: &Layout, b: &Layout) -> Result<Layout, LayoutError> {
         Layout::new(
             Shape::concat(&a.shape, &b.shape),
@@ -340,8 +328,8 @@ impl Layout {
         )
     }
 
-    /// `order[j]` is the source top-level mode placed at `j`; `LayoutError::Value` unless
-    /// `order` is a permutation of `0..rank`. Modes move intact.
+    /// `order[j]` is the source top-level mode placed at `j`; an error unless `order` is a
+    /// permutation of `0..rank`. Modes move intact.
     pub fn permute(&self, order: &[usize]) -> Result<Layout, LayoutError> {
         check_permutation(order, self.rank())?;
         Ok(self.select(order))
@@ -349,16 +337,14 @@ impl Layout {
 }
 
 /// Python-style top-level index: negatives count from the end; out of range is
-/// `LayoutError::Index`.
+/// `ModeIndexOutOfRange`.
 pub fn normalize_mode_index(i: i64, rank: usize) -> Result<usize, LayoutError> {
     let r = rank as i64;
     let j = if i < 0 { i + r } else { i };
     if (0..r).contains(&j) {
         Ok(j as usize)
     } else {
-        Err(LayoutError::Index(format!(
-            "mode index {i} out of range for rank {rank}"
-        )))
+        Err(LayoutError::ModeIndexOutOfRange { index: i, rank })
     }
 }
 
@@ -438,22 +424,22 @@ mod tests {
         .unwrap();
         assert_eq!(m.index_of_int(5), 14);
         assert_eq!(m.index_of_coord(&cs(vec![c(2), c(3)])), Ok(34));
-        for bad in [
-            cs(vec![c(3), c(0)]),
-            c(12),
-            c(-1),
-            cs(vec![c(1)]),
-            cs(vec![c(0), c(0), c(0)]),
+        let count = |components| LayoutError::ComponentCountMismatch { components, modes: 2 };
+        for (bad, why) in [
+            (cs(vec![c(3), c(0)]), LayoutError::CoordinateOutOfRange { coordinate: 3, extent: 3 }),
+            (c(12), LayoutError::IntegerKeyOutOfRange { key: 12, size: 12 }),
+            (c(-1), LayoutError::IntegerKeyOutOfRange { key: -1, size: 12 }),
+            (cs(vec![c(1)]), count(1)),
+            (cs(vec![c(0), c(0), c(0)]), count(3)),
+            (cs(vec![c(0), cs(vec![c(0)])]), LayoutError::SequenceForLeaf),
         ] {
-            assert!(
-                matches!(m.index_of_coord(&bad), Err(LayoutError::Value(_))),
-                "{bad}"
-            );
+            assert_eq!(m.index_of_coord(&bad), Err(why), "{bad}");
         }
-        assert!(matches!(
-            m.index_of_coord(&cs(vec![c(0), cs(vec![c(0)])])),
-            Err(LayoutError::Value(_))
-        ));
+        let nested_layout = Layout::canonical(&shape(vec![l(2), nested(vec![l(3), l(4)])])).unwrap();
+        assert_eq!(
+            nested_layout.index_of_coord(&cs(vec![c(0), c(12)])),
+            Err(LayoutError::SubtreeOrdinalOutOfRange { coordinate: 12, size: 12 })
+        );
     }
 
     #[test]
@@ -468,27 +454,27 @@ mod tests {
 
     #[test]
     fn construction_errors() {
-        assert!(matches!(Mode::nested(vec![]), Err(LayoutError::Value(_))));
-        assert!(matches!(Shape::flat(&[2, 0]), Err(LayoutError::Value(_))));
-        assert!(matches!(Stride::flat(&[-1]), Err(LayoutError::Value(_))));
+        assert!(matches!(Mode::nested(vec![]), Err(LayoutError::EmptyNestedMode)));
+        assert_eq!(Shape::flat(&[2, 0]), Err(LayoutError::NonPositiveExtent(0)));
+        assert_eq!(Stride::flat(&[-1]), Err(LayoutError::NegativeStride(-1)));
         // [2,[3,4]] with [1,2,6]: not congruent.
         let bad = Layout::new(
             shape(vec![l(2), nested(vec![l(3), l(4)])]),
             Stride::flat(&[1, 2, 6]).unwrap(),
         );
-        assert!(matches!(bad, Err(LayoutError::Value(_))));
+        assert!(matches!(bad, Err(LayoutError::NotCongruent { .. })));
         // Shape(2) with Stride([1]) is valid.
         assert!(Layout::new(Shape::flat(&[2]).unwrap(), Stride::flat(&[1]).unwrap()).is_ok());
         let big = Layout::new(
             Shape::flat(&[1 << 62, 4]).unwrap(),
             Stride::flat(&[0, 0]).unwrap(),
         );
-        assert!(matches!(big, Err(LayoutError::Overflow(_))));
+        assert_eq!(big, Err(LayoutError::SizeOverflow));
         let big = Layout::new(
             Shape::flat(&[3]).unwrap(),
             Stride::flat(&[i64::MAX / 2 + 1]).unwrap(),
         );
-        assert!(matches!(big, Err(LayoutError::Overflow(_))));
+        assert_eq!(big, Err(LayoutError::CosizeOverflow));
     }
 
     #[test]
@@ -498,8 +484,8 @@ mod tests {
         assert_eq!(coord.to_string(), "(4, (2, 2))");
         assert_eq!(s.encode(&&coord), Ok(214));
         assert_eq!(s.encode(&&cs(vec![c(4), c(42)])), Ok(214));
-        assert!(matches!(s.decode(400), Err(LayoutError::Value(_))));
-        assert!(matches!(s.decode(-1), Err(LayoutError::Value(_))));
+        assert_eq!(s.decode(400), Err(LayoutError::OrdinalOutOfRange(400)));
+        assert_eq!(s.decode(-1), Err(LayoutError::OrdinalOutOfRange(-1)));
     }
 
     #[test]
@@ -578,7 +564,7 @@ mod tests {
         .unwrap();
         assert!(matches!(
             flat.broadcast_to(&Shape::flat(&[2, 4]).unwrap()),
-            Err(LayoutError::Value(_))
+            Err(LayoutError::BroadcastExtentMismatch { extent: 3, target: 4, .. })
         ));
         let flat3 = Layout::new(
             Shape::flat(&[2, 1, 3]).unwrap(),
@@ -587,7 +573,7 @@ mod tests {
         .unwrap();
         assert!(matches!(
             flat3.broadcast_to(&shape(vec![l(2), nested(vec![l(4), l(3)])])),
-            Err(LayoutError::Value(_))
+            Err(LayoutError::BroadcastStructureMismatch { .. })
         ));
     }
 
@@ -610,11 +596,11 @@ mod tests {
         assert_eq!(normalize_mode_index(-3, 3), Ok(0));
         assert!(matches!(
             normalize_mode_index(3, 3),
-            Err(LayoutError::Index(_))
+            Err(LayoutError::ModeIndexOutOfRange { index: 3, rank: 3 })
         ));
         assert!(matches!(
             normalize_mode_index(-4, 3),
-            Err(LayoutError::Index(_))
+            Err(LayoutError::ModeIndexOutOfRange { index: -4, rank: 3 })
         ));
 
         let mk = |sh: &[i64], st: &[i64]| {
@@ -641,8 +627,8 @@ mod tests {
             "Layout(Shape<((3, 4), 2, 5)>, Stride<((2, 6), 1, 24)>)"
         );
         assert_eq!(q.permute(&[1, 0, 2]).unwrap(), p);
-        assert!(matches!(p.permute(&[0, 0, 1]), Err(LayoutError::Value(_))));
-        assert!(matches!(p.permute(&[0, 1]), Err(LayoutError::Value(_))));
-        assert!(matches!(p.permute(&[0, 1, 3]), Err(LayoutError::Value(_))));
+        assert!(matches!(p.permute(&[0, 0, 1]), Err(LayoutError::NotAPermutation { .. })));
+        assert_eq!(p.permute(&[0, 1]), Err(LayoutError::PermutationLength { entries: 2, rank: 3 }));
+        assert!(matches!(p.permute(&[0, 1, 3]), Err(LayoutError::NotAPermutation { .. })));
     }
 }

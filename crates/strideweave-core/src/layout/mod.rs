@@ -1,5 +1,5 @@
 //! Hierarchical (CuTe-style) layouts: `Shape` and `Stride` trees and the `Layout` algebra
-//! of layout-and-dtype.md §2–§7.
+//! of docs/spec/layout-and-dtype.md §2–§7.
 //!
 //! * [`tree`]: the immutable integer tree shared by `Shape` and `Stride`.
 //! * [`Shape`], [`Stride`]: validated trees (extents ≥ 1, strides ≥ 0).
@@ -20,35 +20,83 @@ mod proptests;
 use std::fmt;
 use std::ops::Deref;
 
+use thiserror::Error;
+
 pub use layout::{Layout, ProfileNode};
 pub use tree::{IntTree, Mode, Nested};
 
-/// Why a layout operation failed. The variants map one-to-one onto the Python exception
-/// classes the spec names (ValueError, TypeError, OverflowError, IndexError).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Why a layout operation failed, by cause.
+///
+/// The variants say what was wrong, not which Python exception it becomes: the binding maps
+/// them in one place (`strideweave-py/src/error.rs`). The last four variants are reported by
+/// a [`KeyNode`] while it reads a key (the binding's Python keys), the rest by the algebra.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum LayoutError {
-    /// Bad value (or, at construction, bad type): ValueError.
-    Value(String),
-    /// Bad key type (bool, float, str, None, …): TypeError.
-    Type(String),
-    /// A size, cosize or integer beyond signed 64 bits: OverflowError.
-    Overflow(String),
-    /// Top-level selection out of range: IndexError.
-    Index(String),
+    /// A Shape leaf below 1.
+    #[error("extent must be >= 1, got {0}")]
+    NonPositiveExtent(i64),
+    /// A Stride leaf below 0.
+    #[error("stride must be >= 0, got {0}")]
+    NegativeStride(i64),
+    /// A nested mode without children.
+    #[error("empty nested mode")]
+    EmptyNestedMode,
+    /// A shape and a stride whose trees differ in structure. (The trees are boxed, here and
+    /// below, so that every `Result<_, LayoutError>` stays small on the indexing path.)
+    #[error("shape {shape} and stride {stride} are not congruent")]
+    NotCongruent { shape: Box<Shape>, stride: Box<Stride> },
+    /// The product of the extents leaves signed 64 bits.
+    #[error("shape size exceeds 2**63-1")]
+    SizeOverflow,
+    /// One past the greatest index leaves signed 64 bits.
+    #[error("layout cosize exceeds 2**63-1")]
+    CosizeOverflow,
+    /// An ordinal to decode outside `[0, size)`.
+    #[error("ordinal {0} is outside [0, size)")]
+    OrdinalOutOfRange(i64),
+    /// An integer key outside `[0, size)`.
+    #[error("integer key {key} is outside [0, {size})")]
+    IntegerKeyOutOfRange { key: i64, size: i64 },
+    /// A key level with more or fewer components than the layout level has modes.
+    #[error("key has {components} components where the layout has {modes} modes")]
+    ComponentCountMismatch { components: usize, modes: usize },
+    /// A leaf coordinate outside `[0, extent)`.
+    #[error("coordinate {coordinate} is outside [0, {extent})")]
+    CoordinateOutOfRange { coordinate: i64, extent: i64 },
+    /// An integer standing for a nested mode, outside `[0, size of that subtree)`.
+    #[error("coordinate {coordinate} is outside [0, {size}) of its subtree")]
+    SubtreeOrdinalOutOfRange { coordinate: i64, size: i64 },
+    /// A sequence where the layout has an integer mode.
+    #[error("a sequence where a leaf coordinate belongs")]
+    SequenceForLeaf,
+    /// A broadcast target whose mode structure (profile) differs from the layout's shape.
+    #[error("cannot broadcast {from} to {to}: the mode structure differs")]
+    BroadcastStructureMismatch { from: Box<Shape>, to: Box<Shape> },
+    /// A broadcast leaf whose extent is neither the target's nor 1.
+    #[error("cannot broadcast extent {extent} to {target} in {from} to {to}")]
+    BroadcastExtentMismatch { extent: i64, target: i64, from: Box<Shape>, to: Box<Shape> },
+    /// A permutation with more or fewer entries than the rank.
+    #[error("order has {entries} entries but the layout has rank {rank}")]
+    PermutationLength { entries: usize, rank: usize },
+    /// A permutation that repeats or leaves out a mode.
+    #[error("order {order:?} is not a permutation of range({rank})")]
+    NotAPermutation { order: Vec<usize>, rank: usize },
+    /// A top-level mode index outside `[-rank, rank)`.
+    #[error("mode index {index} out of range for rank {rank}")]
+    ModeIndexOutOfRange { index: i64, rank: usize },
+    /// A bool used as a key component (it is an int in Python, but never a coordinate).
+    #[error("a bool is not a valid coordinate")]
+    BoolCoordinate,
+    /// A key component that is neither an integer nor a sequence.
+    #[error("a key must be an int or a list/tuple of keys, got {type_name}")]
+    KeyComponentType { type_name: String },
+    /// An integer component beyond 64 bits, so outside every extent.
+    #[error("coordinate {coordinate} is out of range")]
+    CoordinateBeyond64Bits { coordinate: String },
+    /// A key sequence whose component could not be read (the reader's own message).
+    #[error("{0}")]
+    KeyComponentUnreadable(String),
 }
-
-impl fmt::Display for LayoutError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LayoutError::Value(m)
-            | LayoutError::Type(m)
-            | LayoutError::Overflow(m)
-            | LayoutError::Index(m) => f.write_str(m),
-        }
-    }
-}
-
-impl std::error::Error for LayoutError {}
 
 /// Checked product of `values`; `None` when it leaves signed 64 bits.
 pub(crate) fn checked_product(values: &[i64]) -> Option<i64> {
@@ -56,18 +104,17 @@ pub(crate) fn checked_product(values: &[i64]) -> Option<i64> {
 }
 
 macro_rules! tree_newtype {
-    ($(#[$doc:meta])* $name:ident, $what:literal, $min:literal) => {
+    ($(#[$doc:meta])* $name:ident, $min:literal, $below:path) => {
         $(#[$doc])*
         #[derive(Clone, Debug, PartialEq, Eq, Hash)]
         pub struct $name(IntTree);
 
         impl $name {
-            /// Validate `tree`: every leaf must be at least the minimum, else `LayoutError::Value`.
+            /// Validate `tree`: every leaf must be at least the minimum (else the error
+            /// naming the leaf below it).
             pub fn new(tree: IntTree) -> Result<$name, LayoutError> {
-                if let Some(bad) = tree.leaves().iter().find(|&&v| v < $min) {
-                    return Err(LayoutError::Value(format!(
-                        concat!($what, " must be >= ", $min, ", got {}"), bad
-                    )));
+                if let Some(&bad) = tree.leaves().iter().find(|&&v| v < $min) {
+                    return Err($below(bad));
                 }
                 Ok($name(tree))
             }
@@ -136,28 +183,25 @@ macro_rules! tree_newtype {
 
 tree_newtype!(
     /// A hierarchical tree of extents, each at least 1.
-    Shape, "extent", 1
+    Shape, 1, LayoutError::NonPositiveExtent
 );
 tree_newtype!(
     /// A hierarchical tree of strides, each at least 0.
-    Stride, "stride", 0
+    Stride, 0, LayoutError::NegativeStride
 );
 
 impl Shape {
-    /// Product of the extents (1 for rank 0); `LayoutError::Overflow` beyond signed 64 bits.
+    /// Product of the extents (1 for rank 0); `SizeOverflow` beyond signed 64 bits.
     pub fn size(&self) -> Result<i64, LayoutError> {
-        checked_product(self.leaves())
-            .ok_or_else(|| LayoutError::Overflow("shape size exceeds 2**63-1".into()))
+        checked_product(self.leaves()).ok_or(LayoutError::SizeOverflow)
     }
 
     /// Coordinate of ordinal `k`, mixed radix, first mode fastest, congruent with the
-    /// shape. `k` outside `[0, size)` is `LayoutError::Value`.
+    /// shape. `k` outside `[0, size)` is `OrdinalOutOfRange`.
     pub fn decode(&self, k: i64) -> Result<Coord, LayoutError> {
         let in_range = k >= 0 && checked_product(self.leaves()).is_none_or(|size| k < size);
         if !in_range {
-            return Err(LayoutError::Value(format!(
-                "ordinal {k} is outside [0, size)"
-            )));
+            return Err(LayoutError::OrdinalOutOfRange(k));
         }
         let mut rest = k;
         Ok(Coord::Seq(
@@ -207,8 +251,8 @@ pub enum KeyView<S> {
 
 /// A node of a hierarchical key that the index walker can inspect in place.
 ///
-/// `view` reports a component of the wrong type as `LayoutError::Type` and an integer that
-/// cannot be a valid component (e.g. beyond 64 bits) as `LayoutError::Value`.
+/// `view` reports a component of the wrong type (`BoolCoordinate`, `KeyComponentType`) and an
+/// integer that cannot be a valid component (`CoordinateBeyond64Bits`).
 pub trait KeyNode: Sized {
     /// The sequence type of this key representation.
     type Seq: KeySeq<Node = Self>;

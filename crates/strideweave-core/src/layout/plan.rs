@@ -17,32 +17,21 @@
 //! [`addressed_range`] is the bounds half: the lowest and highest slot a layout reaches, from
 //! which every caller checks its buffers before the first element is touched.
 
-use std::fmt;
+use thiserror::Error;
 
 /// Why a walk was refused before touching memory.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum PlanError {
     /// A stride list's length differs from the number of leaf extents.
+    #[error("leaf_strides has {strides} entries but leaf_extents has {extents}")]
     RankMismatch { extents: usize, strides: usize },
     /// A leaf extent is negative.
+    #[error("leaf_extents[{leaf}] is negative ({extent})")]
     NegativeExtent { leaf: usize, extent: i64 },
     /// Some addressed slot index does not fit 64 bits.
-    Overflow,
+    #[error("addressed slots overflow the address space")]
+    AddressOverflow,
 }
-
-impl fmt::Display for PlanError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::RankMismatch { extents, strides } => {
-                write!(f, "leaf_strides has {strides} entries but leaf_extents has {extents}")
-            }
-            Self::NegativeExtent { leaf, extent } => write!(f, "leaf_extents[{leaf}] is negative ({extent})"),
-            Self::Overflow => write!(f, "addressed slots overflow the address space"),
-        }
-    }
-}
-
-impl std::error::Error for PlanError {}
 
 /// Checks that `strides` matches `extents` in length and that no extent is negative.
 pub fn check_modes(extents: &[i64], strides: &[i64]) -> Result<(), PlanError> {
@@ -64,11 +53,11 @@ pub fn addressed_range(extents: &[i64], strides: &[i64]) -> Result<Option<(i64, 
     }
     let (mut lo, mut hi) = (0i64, 0i64);
     for (&e, &s) in extents.iter().zip(strides) {
-        let reach = (e - 1).checked_mul(s).ok_or(PlanError::Overflow)?;
+        let reach = (e - 1).checked_mul(s).ok_or(PlanError::AddressOverflow)?;
         if reach < 0 {
-            lo = lo.checked_add(reach).ok_or(PlanError::Overflow)?;
+            lo = lo.checked_add(reach).ok_or(PlanError::AddressOverflow)?;
         } else {
-            hi = hi.checked_add(reach).ok_or(PlanError::Overflow)?;
+            hi = hi.checked_add(reach).ok_or(PlanError::AddressOverflow)?;
         }
     }
     Ok(Some((lo, hi)))
@@ -200,7 +189,7 @@ mod tests {
     fn addressed_range_covers_negative_strides_and_refuses_overflow() {
         assert_eq!(addressed_range(&[3, 2], &[-1, 5]), Ok(Some((-2, 5))));
         assert_eq!(addressed_range(&[3, 0], &[1, 5]), Ok(None));
-        assert_eq!(addressed_range(&[2, 2], &[i64::MAX, 1]), Err(PlanError::Overflow));
+        assert_eq!(addressed_range(&[2, 2], &[i64::MAX, 1]), Err(PlanError::AddressOverflow));
         assert!(matches!(addressed_range(&[2], &[1, 2]), Err(PlanError::RankMismatch { .. })));
     }
 }

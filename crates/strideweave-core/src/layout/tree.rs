@@ -2,7 +2,7 @@
 //!
 //! A tree is a (possibly empty) sequence of top-level *modes*; a mode is either a leaf
 //! integer or a non-empty nested sequence of modes. Only the top level may be empty
-//! (layout-and-dtype.md §2). The depth-first sequence of leaves is cached when the tree is
+//! (docs/spec/layout-and-dtype.md §2). The depth-first sequence of leaves is cached when the tree is
 //! built because every hot path (integer indexing, copy and compute kernels) walks leaves,
 //! not the hierarchy.
 
@@ -55,10 +55,10 @@ impl Nested {
 }
 
 impl Mode {
-    /// A nested mode; an empty `children` is rejected with `LayoutError::Value`.
+    /// A nested mode; an empty `children` is rejected with `EmptyNestedMode`.
     pub fn nested(children: Vec<Mode>) -> Result<Mode, LayoutError> {
         if children.is_empty() {
-            return Err(LayoutError::Value("empty nested mode".into()));
+            return Err(LayoutError::EmptyNestedMode);
         }
         let leaf_count = children.iter().map(Mode::leaf_count).sum();
         let depth = 1 + children.iter().map(Mode::depth).max().unwrap_or(0);
@@ -235,7 +235,8 @@ impl IntTree {
     }
 
     /// `order[j]` is the source top-level mode placed at position `j`.
-    /// `order` must be a permutation of `0..rank`, else `LayoutError::Value`.
+    /// `order` must be a permutation of `0..rank`, else `PermutationLength` or
+    /// `NotAPermutation`.
     pub fn permute(&self, order: &[usize]) -> Result<IntTree, LayoutError> {
         check_permutation(order, self.rank())?;
         Ok(self.select(order))
@@ -250,17 +251,12 @@ impl IntTree {
 /// Validate that `order` is a permutation of `0..rank`.
 pub(crate) fn check_permutation(order: &[usize], rank: usize) -> Result<(), LayoutError> {
     if order.len() != rank {
-        return Err(LayoutError::Value(format!(
-            "order has {} entries but the layout has rank {rank}",
-            order.len()
-        )));
+        return Err(LayoutError::PermutationLength { entries: order.len(), rank });
     }
     let mut seen = vec![false; rank];
     for &i in order {
         if i >= rank || std::mem::replace(&mut seen[i], true) {
-            return Err(LayoutError::Value(format!(
-                "order {order:?} is not a permutation of range({rank})"
-            )));
+            return Err(LayoutError::NotAPermutation { order: order.to_vec(), rank });
         }
     }
     Ok(())

@@ -4,14 +4,15 @@
 //! binding crate maps causes to exception classes in one place. For reference, the
 //! specification's classes are: `Released`, `Owned`, `Claimed`, `NotMutable` →
 //! RuntimeError; `DTypeMismatch` → TypeError; `SameCarrier`, `TooSmall`, `WindowOutOfRange`,
-//! `Layout` → ValueError; `SlotOutOfRange` → IndexError; `NotExportable` → BufferError;
+//! `Layout`, `NoSubtensors`, `SubtensorShapesDiffer` → ValueError; `SlotOutOfRange` → IndexError; `NotExportable` → BufferError;
 //! `NoRoute` → NotImplementedError.
 
 use std::sync::Arc;
 
 use thiserror::Error;
 
-use crate::layout::LayoutError;
+use crate::copy::LayoutCopyError;
+use crate::layout::{LayoutError, Shape};
 use crate::storage::{ElemKind, Scalar};
 
 /// Why an object-model operation failed. Nothing changed when one is returned (no value,
@@ -45,6 +46,15 @@ pub enum ModelError {
     /// Layout algebra refused a key or a construction.
     #[error(transparent)]
     Layout(#[from] LayoutError),
+    /// A tensor was built from an empty list of subtensors.
+    #[error("a tensor needs at least one subtensor")]
+    NoSubtensors,
+    /// The subtensors of one tensor have different shapes.
+    #[error("subtensor shapes differ: {first} and {other}")]
+    SubtensorShapesDiffer { first: Box<Shape>, other: Box<Shape> },
+    /// A layout copy refused its operands (the move checked them first, so a defect).
+    #[error(transparent)]
+    LayoutCopy(#[from] LayoutCopyError),
     /// The destination's element kind differs from the tensor's dtype.
     #[error("destination {carrier} carrier holds {found:?} but the tensor's dtype is {expected:?}")]
     DTypeMismatch { carrier: String, expected: ElemKind, found: ElemKind },

@@ -93,16 +93,14 @@ impl Tensor {
     /// subtensor must have the same shape; at least one is required.
     pub fn from_subtensors(dtype: ElemKind, subtensors: Vec<Subtensor>) -> Result<Self> {
         let Some(first) = subtensors.first() else {
-            return Err(ModelError::Layout(crate::layout::LayoutError::Value(
-                "a tensor needs at least one subtensor".into(),
-            )));
+            return Err(ModelError::NoSubtensors);
         };
         let shape = first.layout.shape().clone();
         if let Some(bad) = subtensors.iter().find(|s| *s.layout.shape() != shape) {
-            return Err(ModelError::Layout(crate::layout::LayoutError::Value(format!(
-                "subtensor shapes differ: {shape} and {}",
-                bad.layout.shape()
-            ))));
+            return Err(ModelError::SubtensorShapesDiffer {
+                first: Box::new(shape),
+                other: Box::new(bad.layout.shape().clone()),
+            });
         }
         Ok(Tensor { dtype, subtensors: subtensors.into() })
     }

@@ -96,7 +96,7 @@ fn ownership_guards_writes_release_and_moves_but_lets_the_owner_write() {
     c.release().unwrap();
 }
 
-/// Each row of interop-movement.md's validation table, with every earlier row satisfied;
+/// Each row of docs/spec/interop-movement.md's validation table, with every earlier row satisfied;
 /// a refused move changes nothing on either side.
 #[test]
 fn move_validation_follows_the_table_order_and_changes_nothing() {
@@ -145,7 +145,15 @@ fn a_multi_subtensor_tensor_is_refused_first() {
     assert!(matches!(move_tensor(&t, &ints), Err(ModelError::MultiSubtensor { count: 2, .. })));
     assert!(matches!(t.to_dlpack(), Err(ModelError::MultiSubtensor { .. })));
     assert!(matches!(t.get(0), Err(ModelError::MultiSubtensor { .. })));
-    assert!(matches!(Tensor::from_subtensors(ElemKind::F32, vec![]), Err(ModelError::Layout(_))));
+    assert!(matches!(Tensor::from_subtensors(ElemKind::F32, vec![]), Err(ModelError::NoSubtensors)));
+    let mixed = vec![
+        Subtensor::new(host(&[1.0, 2.0]), 0, layout(&[2], &[1])).unwrap(),
+        Subtensor::new(host(&[1.0]), 0, layout(&[1], &[1])).unwrap(),
+    ];
+    assert!(matches!(
+        Tensor::from_subtensors(ElemKind::F32, mixed),
+        Err(ModelError::SubtensorShapesDiffer { .. })
+    ));
 }
 
 #[test]

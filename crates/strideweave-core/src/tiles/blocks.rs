@@ -227,21 +227,8 @@ unsafe fn run_each(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::{FileStore, HostBuffer};
-
-    fn host_with(values: &[u32]) -> HostBuffer {
-        let mut b = HostBuffer::new(values.len() * 4, true).unwrap();
-        for (k, v) in values.iter().enumerate() {
-            b.write_mut(k * 4, &v.to_ne_bytes()).unwrap();
-        }
-        b
-    }
-
-    fn host_values(b: &HostBuffer) -> Vec<u32> {
-        let mut bytes = vec![0u8; b.len()];
-        b.read(0, &mut bytes).unwrap();
-        bytes.chunks_exact(4).map(|c| u32::from_ne_bytes(c.try_into().unwrap())).collect()
-    }
+    use crate::storage::HostBuffer;
+    use crate::tiles::test_support::{file_values, host_values, host_with, temp_file};
 
     fn run(stores: &[Store<'_>], geo: &BlockGeometry, blocks: &[Block]) -> Result<(), SpanError> {
         check_blocks(stores, 4, geo, blocks)?;
@@ -275,25 +262,20 @@ mod tests {
 
     #[test]
     fn file_tiles_gather_and_scatter_through_one_positioned_call_each() {
-        let dir = std::env::temp_dir().join(format!("sw-blocks-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir(&dir).unwrap();
-        let file = FileStore::create_new(&dir.join("tile")).unwrap();
+        let (file, path) = temp_file("blocks");
         file.set_len(16).unwrap();
         let src = host_with(&logical());
         let out = HostBuffer::new(64, true).unwrap();
         let stores = [Store::Host(&src), Store::File(&file), Store::Host(&out)];
         // Cut tile (1, 1) into the file (dense destination), then place it at tile (0, 0).
         run(&stores, &BlockGeometry::new(&[2, 2], &[4, 4], &[2, 2]).unwrap(), &[Block { src: 0, src_off: 10, dst: 1, dst_off: 0 }]).unwrap();
-        let mut bytes = [0u8; 16];
-        file.read_at(0, &mut bytes).unwrap();
-        assert_eq!(bytes.chunks_exact(4).map(|c| u32::from_ne_bytes(c.try_into().unwrap())).collect::<Vec<_>>(), [10, 11, 14, 15]);
+        assert_eq!(file_values(&file), [10, 11, 14, 15]);
         run(&stores, &BlockGeometry::new(&[2, 2], &[2, 2], &[4, 4]).unwrap(), &[Block { src: 1, src_off: 0, dst: 2, dst_off: 0 }]).unwrap();
         assert_eq!(&host_values(&out)[..6], [10, 11, 0, 0, 14, 15]);
         // A sub-block of the file's array (not dense): read row by row.
         run(&stores, &BlockGeometry::new(&[1, 2], &[2, 2], &[4, 4]).unwrap(), &[Block { src: 1, src_off: 1, dst: 2, dst_off: 2 }]).unwrap();
         assert_eq!(&host_values(&out)[..8], [10, 11, 11, 0, 14, 15, 15, 0]);
-        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]

@@ -18,13 +18,16 @@
 //! Stores are borrowed: the caller (the Python binding) keeps them alive, by `Arc`, for the
 //! whole request.
 
-use std::fmt;
 use std::io;
+
+use thiserror::Error;
 
 use crate::copy;
 use crate::storage::{FileStore, HostBuffer};
 
 mod blocks;
+#[cfg(test)]
+mod test_support;
 
 pub use blocks::{check_blocks, run_blocks, Block, BlockGeometry};
 
@@ -61,43 +64,24 @@ pub struct Span {
 }
 
 /// Why a request was refused before anything was written, or failed while running.
-#[derive(Debug)]
+#[derive(Debug, Error)]
 pub enum SpanError {
     /// A span names a store index the request does not have.
+    #[error("span {span} names store {index}, which the request does not have")]
     NoStore { span: usize, index: usize },
     /// A span or block (`item`) reaches past its store's end (`side` is "source" or
     /// "destination").
+    #[error("{item} {index} reaches {side} slot {end}, past the storage's {slots} slots")]
     OutOfRange { item: &'static str, index: usize, side: &'static str, end: u64, slots: u64 },
     /// A span's or block's source and destination overlap in one store.
+    #[error("{item} {index} copies between overlapping slots of one storage")]
     Overlap { item: &'static str, index: usize },
     /// Block geometry that cannot describe dense arrays.
+    #[error("{0}")]
     Geometry(String),
     /// The operating system refused a read or write.
-    Io(io::Error),
-}
-
-impl fmt::Display for SpanError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::NoStore { span, index } => write!(f, "span {span} names store {index}, which the request does not have"),
-            Self::OutOfRange { item, index, side, end, slots } => {
-                write!(f, "{item} {index} reaches {side} slot {end}, past the storage's {slots} slots")
-            }
-            Self::Overlap { item, index } => {
-                write!(f, "{item} {index} copies between overlapping slots of one storage")
-            }
-            Self::Geometry(msg) => f.write_str(msg),
-            Self::Io(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl std::error::Error for SpanError {}
-
-impl From<io::Error> for SpanError {
-    fn from(e: io::Error) -> Self {
-        Self::Io(e)
-    }
+    #[error(transparent)]
+    Io(#[from] io::Error),
 }
 
 /// Checks every span against the stores' current sizes (in `elem`-byte slots) and refuses
@@ -270,34 +254,8 @@ pub unsafe fn run_spans(stores: &[Store<'_>], elem: usize, spans: &[Span]) -> io
 
 #[cfg(test)]
 mod tests {
+    use super::test_support::{file_values, host_values, host_with, temp_file};
     use super::*;
-    use std::path::PathBuf;
-
-    fn temp_file(tag: &str) -> (FileStore, PathBuf) {
-        let path = std::env::temp_dir().join(format!("sw-tiles-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_file(&path);
-        (FileStore::create_new(&path).unwrap(), path)
-    }
-
-    fn host_with(values: &[u32]) -> HostBuffer {
-        let mut b = HostBuffer::new(values.len() * 4, true).unwrap();
-        for (k, v) in values.iter().enumerate() {
-            b.write_mut(k * 4, &v.to_ne_bytes()).unwrap();
-        }
-        b
-    }
-
-    fn host_values(b: &HostBuffer) -> Vec<u32> {
-        let mut bytes = vec![0u8; b.len()];
-        b.read(0, &mut bytes).unwrap();
-        bytes.chunks_exact(4).map(|c| u32::from_ne_bytes(c.try_into().unwrap())).collect()
-    }
-
-    fn file_values(f: &FileStore) -> Vec<u32> {
-        let mut bytes = vec![0u8; f.len_bytes().unwrap() as usize];
-        f.read_at(0, &mut bytes).unwrap();
-        bytes.chunks_exact(4).map(|c| u32::from_ne_bytes(c.try_into().unwrap())).collect()
-    }
 
     fn run(stores: &[Store<'_>], spans: &[Span]) -> Result<(), SpanError> {
         check_spans(stores, 4, spans)?;

@@ -25,7 +25,7 @@ fn name(c: &dyn Carrier) -> String {
     c.state().class_name().to_string()
 }
 
-/// Validates `tensor` → `destination` in interop-movement.md's table order (the rows a
+/// Validates `tensor` → `destination` in docs/spec/interop-movement.md's table order (the rows a
 /// Rust type cannot violate — "not a Tensor", "not a Carrier" — are the type system's),
 /// then claims both carriers and grows an empty allocatable destination.
 pub(crate) fn initiate(tensor: &Tensor, destination: &Arc<dyn Carrier>) -> Result<Pending> {

@@ -169,7 +169,7 @@ pub(crate) fn execute(route: &Route, job: &Job<'_>) -> Result<()> {
                     es,
                 )
             }
-            .map_err(|e| ModelError::Layout(crate::layout::LayoutError::Value(e.to_string())))
+            .map_err(ModelError::from)
         }
         Route::Elementwise => {
             let (src_size, dst_size) = (job.src.size(), job.dst.size());

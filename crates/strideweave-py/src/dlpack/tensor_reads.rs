@@ -1,0 +1,241 @@
+//! Reading the exported Tensor and asking whether the framework's own methods are in place.
+//!
+//! An export reads five Tensor fields and up to three `is_mutable` levels. For an instance of
+//! exactly `Tensor` whose methods are the framework's own, these reads happen here without a
+//! Python frame (the native view's fields, the predicates evaluated from the same state);
+//! anything overridden goes through Python, so overrides always run.
+
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyString;
+use pyo3::ffi;
+use strideweave_core::dlpack::ExportDType;
+
+use crate::carrier_base::{CarrierBase, Hooks};
+use crate::layout::PyLayout;
+use crate::tensor_base::{TensorBase, View};
+
+/// The framework objects the fast paths compare against, imported on first use (the Python
+/// package imports this extension, so they cannot be fetched at load time). `None` when the
+/// package is not importable, in which case every call takes the general path.
+struct Builtins {
+    /// `CPU.dlpack_info` and `CPU.pointer`, the plain functions.
+    cpu_dlpack_info: Py<PyAny>,
+    cpu_pointer: Py<PyAny>,
+    /// `Tensor.is_mutable`, `Carrier.is_mutable`, `RustBackedCarrier._is_mutable`.
+    tensor_is_mutable: Py<PyAny>,
+    carrier_is_mutable: Py<PyAny>,
+    builtin_is_mutable: Py<PyAny>,
+    /// `DType.Float32`, `DType.Int32`.
+    float32: Py<PyAny>,
+    int32: Py<PyAny>,
+    /// `Tensor`, whose instances are read natively.
+    tensor_type: Py<PyAny>,
+}
+
+/// The Tensor fields an export reads (ARCHITECTURE.md, "Tensor fields").
+#[derive(Clone, Copy)]
+pub(super) enum Field {
+    Subtensors,
+    Carrier,
+    Layout,
+    DType,
+    Offset,
+}
+
+/// The view of exactly a `Tensor` (a subclass could shadow a field name, so its instances
+/// are read through `getattr`).
+pub(super) fn native_view<'a>(tensor: &'a Bound<'_, PyAny>) -> Option<&'a View> {
+    let b = builtins(tensor.py())?;
+    if !tensor.get_type().is(&b.tensor_type) {
+        return None;
+    }
+    tensor.cast::<TensorBase>().ok()?.get().view().ok()
+}
+
+/// `tensor.<field>`: a native field read for a `Tensor`, `getattr` for anything else.
+pub(super) fn field<'py>(tensor: &Bound<'py, PyAny>, which: Field) -> PyResult<Bound<'py, PyAny>> {
+    let py = tensor.py();
+    if let Some(view) = native_view(tensor) {
+        match which {
+            Field::Carrier => return Ok(view.carrier.bind(py).clone()),
+            Field::Layout => return Ok(view.layout.bind(py).clone().into_any()),
+            Field::DType => return Ok(view.dtype.bind(py).clone()),
+            Field::Offset => return Ok(view.offset.into_pyobject(py)?.into_any()),
+            Field::Subtensors => {}
+        }
+    }
+    let name = match which {
+        Field::Subtensors => intern!(py, "_subtensors"),
+        Field::Carrier => intern!(py, "_carrier"),
+        Field::Layout => intern!(py, "_layout"),
+        Field::DType => intern!(py, "_dtype"),
+        Field::Offset => intern!(py, "_offset"),
+    };
+    tensor.getattr(name)
+}
+
+static BUILTINS: PyOnceLock<Option<Builtins>> = PyOnceLock::new();
+
+fn builtins(py: Python<'_>) -> Option<&'static Builtins> {
+    BUILTINS
+        .get_or_init(py, || {
+            let load = || -> PyResult<Builtins> {
+                let cpu = py.import("strideweave.carriers.cpu")?.getattr("CPU")?;
+                let tensor = py.import("strideweave.tensor")?.getattr("Tensor")?;
+                let carrier = py.import("strideweave.carriers.base")?.getattr("Carrier")?;
+                let builtin = py
+                    .import("strideweave.carriers._builtin")?
+                    .getattr("RustBackedCarrier")?;
+                let dtype = py.import("strideweave.carriers.dtype")?.getattr("DType")?;
+                Ok(Builtins {
+                    cpu_dlpack_info: cpu.getattr("dlpack_info")?.unbind(),
+                    cpu_pointer: cpu.getattr("pointer")?.unbind(),
+                    tensor_is_mutable: tensor.getattr("is_mutable")?.unbind(),
+                    carrier_is_mutable: carrier.getattr("is_mutable")?.unbind(),
+                    builtin_is_mutable: builtin.getattr("_is_mutable")?.unbind(),
+                    float32: dtype.getattr("Float32")?.unbind(),
+                    int32: dtype.getattr("Int32")?.unbind(),
+                    tensor_type: tensor.unbind(),
+                })
+            };
+            load().ok()
+        })
+        .as_ref()
+}
+
+/// Whether `carrier`'s class inherits both `dlpack_info` and `pointer` from the built-in
+/// `CPU` unchanged (then their answers can be computed without calling them).
+pub(super) fn inherits_cpu_hooks(carrier: &Bound<'_, PyAny>) -> bool {
+    let py = carrier.py();
+    builtins(py).is_some_and(|b| {
+        class_hooks_are(carrier, Hooks::CpuDlpack, || {
+            class_attr_is(carrier, intern!(py, "dlpack_info"), &b.cpu_dlpack_info)
+                && class_attr_is(carrier, intern!(py, "pointer"), &b.cpu_pointer)
+        })
+    })
+}
+
+/// Whether `type(obj).<name>` is exactly `function` (the attribute was not overridden).
+///
+/// This runs up to five times per export, so it is written against the C API directly: no
+/// new reference to the type, and a failed lookup (which only means "not the built-in") is
+/// cleared without materializing a `PyErr`.
+fn class_attr_is(obj: &Bound<'_, PyAny>, name: &Bound<'_, PyString>, function: &Py<PyAny>) -> bool {
+    // SAFETY: `obj` is a live object, so its type is live and borrowed for at least as long
+    // as `obj`; `name` is a live str. The GIL is held (we have a `Bound`).
+    // PyObject_GetAttr returns a new reference or NULL with an exception set.
+    let attr = unsafe { ffi::PyObject_GetAttr(ffi::Py_TYPE(obj.as_ptr()).cast(), name.as_ptr()) };
+    if attr.is_null() {
+        // SAFETY: an exception is set (GetAttr failed) and the GIL is held.
+        unsafe { ffi::PyErr_Clear() };
+        return false;
+    }
+    let same = std::ptr::eq(attr, function.as_ptr());
+    // SAFETY: `attr` is the new reference GetAttr returned; this releases it exactly once.
+    unsafe { ffi::Py_DECREF(attr) };
+    same
+}
+
+/// Whether a carrier's class keeps a group of the framework's own hooks (`check`, run once per
+/// carrier and remembered on it: a class decides its hooks when it is created, and the
+/// issue's rule is that the check is cached, not repeated per call). Objects that are not
+/// `_CarrierBase` instances are checked every time.
+fn class_hooks_are(carrier: &Bound<'_, PyAny>, which: Hooks, check: impl FnOnce() -> bool) -> bool {
+    match carrier.cast::<CarrierBase>() {
+        Ok(base) => base.get().hooks_are(which, check),
+        Err(_) => check(),
+    }
+}
+
+/// `Tensor.is_mutable` is the framework's own (decided once, for exactly `Tensor`).
+static TENSOR_IS_MUTABLE_BUILTIN: PyOnceLock<bool> = PyOnceLock::new();
+
+/// The layout's leaf extents and leaf strides, read from the native Layout without building
+/// tuples; any other layout object is read through its public `leaf_shape`/`leaf_stride`.
+pub(super) fn leaf_modes(layout: &Bound<'_, PyAny>) -> PyResult<(Vec<i64>, Vec<i64>)> {
+    if let Ok(native) = layout.cast::<PyLayout>() {
+        let native = native.borrow();
+        let core = native.core();
+        return Ok((core.leaf_extents().to_vec(), core.leaf_strides().to_vec()));
+    }
+    let py = layout.py();
+    Ok((
+        layout.getattr(intern!(py, "leaf_shape"))?.extract()?,
+        layout.getattr(intern!(py, "leaf_stride"))?.extract()?,
+    ))
+}
+
+/// The exportable element type of a logical dtype, or `None`. Identity with the DType
+/// singletons first; the name covers objects that are not those singletons.
+pub(super) fn export_dtype(dtype: &Bound<'_, PyAny>) -> PyResult<Option<ExportDType>> {
+    let py = dtype.py();
+    if let Some(b) = builtins(py) {
+        if dtype.is(&b.float32) {
+            return Ok(Some(ExportDType::Float32));
+        }
+        if dtype.is(&b.int32) {
+            return Ok(Some(ExportDType::Int32));
+        }
+    }
+    let name = dtype.getattr(intern!(py, "name"))?;
+    Ok(name.extract::<&str>().ok().and_then(ExportDType::from_name))
+}
+
+/// `tensor.is_mutable()`, the public predicate, for the read-only flag.
+///
+/// Each level is evaluated here only while its Python definition is the framework's own,
+/// checked by identity on the class (an override anywhere in a subclass changes what the
+/// class attribute resolves to):
+/// - `Tensor.is_mutable` is `len(self._subtensors) == 1 and self._carrier.is_mutable()`;
+/// - `Carrier.is_mutable` is `not self._sw_released and self._sw_owner is None and
+///   bool(self._is_mutable())`;
+/// - `RustBackedCarrier._is_mutable` (CPU, FileBacked, ...) is `self._mutable`.
+///
+/// The same attributes are read in the same short-circuit order, so the answer and any
+/// exception are the Python methods' own. The first overridden level is called through
+/// Python instead, and decides from there on. The checks run on every export (nothing is
+/// cached per class), so a method assigned to a class after its first export is honoured.
+/// As for `dlpack_info`, overrides are class attributes: a function stored on one carrier
+/// instance under a method's name is not a hook override.
+pub(super) fn is_mutable(
+    tensor: &Bound<'_, PyAny>,
+    carrier: &Bound<'_, PyAny>,
+    subtensors: usize,
+    released: Option<bool>,
+) -> PyResult<bool> {
+    let py = tensor.py();
+    let Some(b) = builtins(py) else {
+        return tensor.call_method0(intern!(py, "is_mutable"))?.is_truthy();
+    };
+    let exact_tensor = tensor.get_type().is(&b.tensor_type);
+    if !(exact_tensor && *TENSOR_IS_MUTABLE_BUILTIN.get_or_init(py, || {
+        class_attr_is(tensor, intern!(py, "is_mutable"), &b.tensor_is_mutable)
+    })) && !class_attr_is(tensor, intern!(py, "is_mutable"), &b.tensor_is_mutable)
+    {
+        return tensor.call_method0(intern!(py, "is_mutable"))?.is_truthy();
+    }
+    if subtensors != 1 {
+        return Ok(false);
+    }
+    let builtin = class_hooks_are(carrier, Hooks::BuiltinMutable, || {
+        class_attr_is(carrier, intern!(py, "is_mutable"), &b.carrier_is_mutable)
+            && class_attr_is(carrier, intern!(py, "_is_mutable"), &b.builtin_is_mutable)
+    });
+    if !builtin {
+        return carrier.call_method0(intern!(py, "is_mutable"))?.is_truthy();
+    }
+    if let Ok(base) = carrier.cast::<CarrierBase>() {
+        let base = base.get();
+        let released = released.unwrap_or_else(|| base.released());
+        return Ok(!released && base.owner_is_none() && base.mutable_flag());
+    }
+    let released = match released {
+        Some(released) => released,
+        None => carrier.getattr(intern!(py, "_sw_released"))?.is_truthy()?,
+    };
+    Ok(!released
+        && carrier.getattr(intern!(py, "_sw_owner"))?.is_none()
+        && carrier.getattr(intern!(py, "_mutable"))?.is_truthy()?)
+}

@@ -1,0 +1,165 @@
+//! The one place where an error becomes a Python exception.
+//!
+//! The core's error enums name causes (`LayoutError::CoordinateOutOfRange`,
+//! `BlockError::NoSpace`, ...) and know nothing of Python. This file decides, per cause,
+//! which exception class the specification names, and keeps the message the core's
+//! `Display` writes; every other binding module calls these functions instead of picking an
+//! exception class for a core error itself. Each `match` is exhaustive, so a new core variant
+//! fails to compile here until someone decides its class.
+//!
+//! The binding's own argument checks (a wrong type passed to a `_native` function, a released
+//! storage) raise where they are made: they are not core errors.
+
+use std::io;
+
+use pyo3::exceptions::{
+    PyBufferError, PyIndexError, PyMemoryError, PyNotImplementedError, PyOSError,
+    PyOverflowError, PyRuntimeError, PyTypeError, PyValueError,
+};
+use pyo3::prelude::*;
+use strideweave_core::dlpack::DescError;
+use strideweave_core::kernels::KernelError;
+use strideweave_core::layout::plan::PlanError;
+use strideweave_core::layout::LayoutError;
+use strideweave_core::storage::block::BlockError;
+use strideweave_core::tiles::SpanError;
+
+/// Layout algebra (docs/spec/layout-and-dtype.md §2–§7): a bad key type is a TypeError, a size beyond
+/// 64 bits an OverflowError, a top-level mode index out of range an IndexError, and every
+/// other refusal (out-of-range coordinates, incongruent trees, bad permutations) a
+/// ValueError.
+pub fn layout(e: LayoutError) -> PyErr {
+    let msg = e.to_string();
+    match e {
+        LayoutError::BoolCoordinate | LayoutError::KeyComponentType { .. } => {
+            PyTypeError::new_err(msg)
+        }
+        LayoutError::SizeOverflow | LayoutError::CosizeOverflow => PyOverflowError::new_err(msg),
+        LayoutError::ModeIndexOutOfRange { .. } => PyIndexError::new_err(msg),
+        LayoutError::NonPositiveExtent(_)
+        | LayoutError::NegativeStride(_)
+        | LayoutError::EmptyNestedMode
+        | LayoutError::NotCongruent { .. }
+        | LayoutError::OrdinalOutOfRange(_)
+        | LayoutError::IntegerKeyOutOfRange { .. }
+        | LayoutError::ComponentCountMismatch { .. }
+        | LayoutError::CoordinateOutOfRange { .. }
+        | LayoutError::SubtreeOrdinalOutOfRange { .. }
+        | LayoutError::SequenceForLeaf
+        | LayoutError::BroadcastStructureMismatch { .. }
+        | LayoutError::BroadcastExtentMismatch { .. }
+        | LayoutError::PermutationLength { .. }
+        | LayoutError::NotAPermutation { .. }
+        | LayoutError::CoordinateBeyond64Bits { .. }
+        | LayoutError::KeyComponentUnreadable(_) => PyValueError::new_err(msg),
+    }
+}
+
+/// A `Shape(...)` or `Stride(...)` constructor refusing a leaf: ValueError, its message
+/// prefixed with the class name (`"Shape extent must be >= 1, got 0"`).
+pub fn tree_leaf(class: &str, e: LayoutError) -> PyErr {
+    PyValueError::new_err(format!("{class} {e}"))
+}
+
+/// A flattened layout the loop planner refuses (rank mismatch, negative extent, slots beyond
+/// 64 bits): ValueError.
+pub fn plan(e: PlanError) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+/// A compute kernel refusing its operands: ValueError.
+pub fn kernel(e: KernelError) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+/// A batched span or block copy: its OS error as [`os`], any refusal a ValueError.
+pub fn span(e: SpanError) -> PyErr {
+    match e {
+        SpanError::Io(err) => os(err),
+        SpanError::NoStore { .. }
+        | SpanError::OutOfRange { .. }
+        | SpanError::Overlap { .. }
+        | SpanError::Geometry(_) => PyValueError::new_err(e.to_string()),
+    }
+}
+
+/// A DLPack buffer description that cannot become a managed tensor: BufferError.
+pub fn dlpack_desc(e: DescError) -> PyErr {
+    PyBufferError::new_err(e.to_string())
+}
+
+/// A block-device operation on the device opened at `path` (docs/spec/tensor-and-carriers.md §3.1):
+///
+/// | cause | Python |
+/// | --- | --- |
+/// | NUL in path, not a block device, bad geometry, range outside a live extent, unknown extent | `ValueError` |
+/// | the open fails | `OSError` with errno, strerror and the path (so `FileNotFoundError` etc.) |
+/// | OS error during I/O (device now faulted) | `OSError` with errno |
+/// | zero-byte transfer (device now faulted), closed, already faulted | `RuntimeError` |
+/// | no room | `MemoryError` |
+/// | not Linux | `NotImplementedError` |
+pub fn block(e: BlockError, path: &str) -> PyErr {
+    let msg = e.to_string();
+    match e {
+        BlockError::Unsupported => PyNotImplementedError::new_err(msg),
+        BlockError::InvalidPath(_)
+        | BlockError::NotBlockDevice(_)
+        | BlockError::BadGeometry(_)
+        | BlockError::OutOfRange { .. }
+        | BlockError::UnknownExtent { .. } => PyValueError::new_err(msg),
+        // OSError(errno, strerror, filename) picks the errno's subclass (FileNotFoundError,
+        // PermissionError, ...) the way the built-in open() does.
+        BlockError::Open(io) => match io.raw_os_error() {
+            Some(errno) => PyOSError::new_err((errno, msg, path.to_owned())),
+            None => PyOSError::new_err(msg),
+        },
+        BlockError::Io(io) => match io.raw_os_error() {
+            Some(errno) => PyOSError::new_err((errno, msg)),
+            None => PyOSError::new_err(msg),
+        },
+        BlockError::ZeroTransfer { .. } | BlockError::Closed | BlockError::Faulted(_) => {
+            PyRuntimeError::new_err(msg)
+        }
+        BlockError::NoSpace { .. } => PyMemoryError::new_err(msg),
+    }
+}
+
+/// OSError(errno, strerror) for OS errors, so Python maps errno to the usual subclass and
+/// callers can test `e.errno` (ENOSPC stays errno 28); a plain OSError(message) for the rest
+/// (a short file, …).
+pub fn os(err: io::Error) -> PyErr {
+    match err.raw_os_error() {
+        Some(code) => {
+            let text = io::Error::from_raw_os_error(code).to_string();
+            let strerror = text.split(" (os error").next().unwrap_or(&text).to_owned();
+            PyOSError::new_err((code, strerror))
+        }
+        None => PyOSError::new_err(err.to_string()),
+    }
+}
+
+/// Why a copy job failed, carried from the worker (no GIL) to the GIL-holding side.
+pub enum JobError {
+    /// An I/O error, and what the job was doing when it happened.
+    Io { err: io::Error, context: String },
+    /// A panic in the job (a defect), with its message.
+    Panic(String),
+    /// The core refused work the entry point had already checked (a defect in that check).
+    Unchecked(String),
+}
+
+/// A failed copy job: an I/O error as [`os`] with a note saying what was being copied; a
+/// panic or an unchecked refusal (both defects) as RuntimeError.
+pub fn job(py: Python<'_>, e: JobError) -> PyErr {
+    match e {
+        JobError::Io { err, context } => {
+            let e = os(err);
+            // A note keeps OSError's (errno, strerror) shape intact while saying what failed.
+            let _ = e.add_note(py, context);
+            e
+        }
+        JobError::Panic(msg) | JobError::Unchecked(msg) => {
+            PyRuntimeError::new_err(format!("internal error in engine copy job: {msg}"))
+        }
+    }
+}

@@ -1,0 +1,269 @@
+//! `_native.move_inline`: a whole blocking `move` in one native call, for the commonest small
+//! move: a one-subtensor `Tensor` between two exact `CPU` carriers over the default route.
+//!
+//! A small move's copy takes well under a microsecond, so everything around it is the cost:
+//! validation, claims, the commit, the result Tensor. This path does all of it in Rust, with
+//! the same outcome as the Python request (`carriers/move.py`): the source released, its
+//! claim held until then, the destination holding the values at offset 0 under the same
+//! layout, no version change, the result a `Tensor` over the destination, and, for a
+//! differentiable tensor in grad mode, the same autograd node (made by a Python callback).
+//!
+//! It only ever *succeeds*. Whenever anything would need a decision of the reference path (a
+//! failed check, whose error and order the Python path owns; a profiler that must see the
+//! move; a route that is not the default; a carrier subclass; a busy state lock), it returns None having
+//! changed nothing, and `move()` runs the Python request.
+//!
+//! Atomicity: the checks and the claiming run under `carriers.base.STATE_LOCK` (taken without
+//! blocking; when another thread holds it the Python path waits for it instead), so no
+//! Python-level transition is half done meanwhile. The copy runs with the GIL released while
+//! both carriers are claimed, so every other write, release or move of either fails as the
+//! specification requires. The commit (release the source, then drop both claims) runs with
+//! the GIL held and no Python code in between.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
+
+use pyo3::exceptions::PyValueError;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyTuple, PyType};
+
+use crate::carrier_base::CarrierBase;
+use crate::jobs::run_blocking;
+use crate::storage::HostStorage;
+use crate::tensor_base::TensorBase;
+use crate::transfer::LayoutJob;
+
+/// What the Python layer registers once (`carriers/move.py`, at import).
+struct Config {
+    cpu: Py<PyType>,
+    tensor: Py<PyType>,
+    state_lock: Py<PyAny>,
+    /// The claim the carriers hold while the copy runs (reads as "a pending move").
+    claim: Py<PyAny>,
+    /// Dtypes whose tensors are differentiable (they need an autograd node in grad mode).
+    differentiable: Py<PyTuple>,
+    /// The largest cosize run on the caller's thread (`move.INLINE_SLOTS`).
+    max_slots: i64,
+    /// `record(tensor, output)`: the autograd node of a recorded move (`move._record_inline_move`).
+    record: Py<PyAny>,
+}
+
+static CONFIG: PyOnceLock<Config> = PyOnceLock::new();
+
+/// True while the route of (CPU, CPU) is known to be the default elementwise route: cleared
+/// whenever the route registry changes, set when the Python path resolves it to the default.
+static DEFAULT_ROUTE: AtomicBool = AtomicBool::new(false);
+
+/// Active profilers in the process: while any is active, moves take the Python path, which
+/// records their events.
+static PROFILERS: AtomicIsize = AtomicIsize::new(0);
+
+thread_local! {
+    /// Grad mode of this thread (autograd-and-profiling.md §6): every thread starts with
+    /// recording on. `strideweave._autograd` reads and sets it here, so there is one truth.
+    static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
+}
+
+#[pyfunction]
+fn configure_inline_move(
+    py: Python<'_>,
+    cpu: Py<PyType>,
+    tensor: Py<PyType>,
+    state_lock: Py<PyAny>,
+    claim: Py<PyAny>,
+    differentiable: Py<PyTuple>,
+    max_slots: i64,
+    record: Py<PyAny>,
+) -> PyResult<()> {
+    CONFIG
+        .set(py, Config { cpu, tensor, state_lock, claim, differentiable, max_slots, record })
+        .map_err(|_| PyValueError::new_err("the inline move is configured once"))
+}
+
+/// The route registry's word on (CPU, CPU): `True` once resolved to the default route,
+/// `False` whenever the registry changes.
+#[pyfunction]
+fn set_inline_route(default: bool) {
+    DEFAULT_ROUTE.store(default, Ordering::SeqCst);
+}
+
+/// A profiler became active (`+1`) or stopped being active (`-1`).
+#[pyfunction]
+fn count_active_profilers(delta: isize) {
+    PROFILERS.fetch_add(delta, Ordering::SeqCst);
+}
+
+/// Whether operations record autograd nodes on the calling thread.
+#[pyfunction]
+pub(crate) fn grad_enabled() -> bool {
+    GRAD_ENABLED.with(Cell::get)
+}
+
+/// Turn recording on or off for the calling thread; returns the previous state.
+#[pyfunction]
+fn set_grad_enabled(enabled: bool) -> bool {
+    GRAD_ENABLED.with(|mode| mode.replace(enabled))
+}
+
+/// Releases the state lock when dropped, on every path out of the checks.
+struct Held<'a, 'py>(&'a Bound<'py, PyAny>);
+
+impl Drop for Held<'_, '_> {
+    fn drop(&mut self) {
+        // Only fails if this thread does not hold the lock, which it does.
+        let _ = self.0.call_method0(intern!(self.0.py(), "release"));
+    }
+}
+
+/// The prepared copy, both carriers already claimed.
+struct Claimed<'py> {
+    source: Bound<'py, CarrierBase>,
+    destination: Bound<'py, CarrierBase>,
+    source_storage: Bound<'py, HostStorage>,
+    job: LayoutJob,
+}
+
+/// The validation table for the one case handled here, and the claims; None (nothing
+/// changed) whenever the Python path must decide.
+fn check_and_claim<'py>(
+    cfg: &Config,
+    view: &crate::tensor_base::View,
+    source: &Bound<'py, PyAny>,
+    destination: &Bound<'py, PyAny>,
+) -> PyResult<Option<Claimed<'py>>> {
+    let py = source.py();
+    let (Ok(src), Ok(dst)) = (source.cast::<CarrierBase>(), destination.cast::<CarrierBase>()) else {
+        return Ok(None);
+    };
+    let lock = cfg.state_lock.bind(py);
+    if !lock.call_method1(intern!(py, "acquire"), (false,))?.is_truthy()? {
+        return Ok(None);
+    }
+    let _held = Held(lock);
+    let (s, d) = (src.get(), dst.get());
+    if !s.is_free() || !d.is_free() || !d.mutable_flag() {
+        return Ok(None);
+    }
+    if !destination.getattr(intern!(py, "_dtype"))?.is(view.dtype.bind(py)) {
+        return Ok(None);
+    }
+    let (Some(src_storage), Some(dst_storage)) = (s.storage.get(py), d.storage.get(py)) else {
+        return Ok(None);
+    };
+    let (Ok(src_storage), Ok(dst_storage)) = (
+        src_storage.into_bound(py).cast_into::<HostStorage>(),
+        dst_storage.into_bound(py).cast_into::<HostStorage>(),
+    ) else {
+        return Ok(None);
+    };
+    let (sh, dh) = (src_storage.get(), dst_storage.get());
+    let (Some(src_buf), Some(dst_buf)) = (sh.buffer(), dh.buffer()) else {
+        return Ok(None);
+    };
+    if sh.kind() != dh.kind() {
+        return Ok(None);
+    }
+    let layout = view.layout.bind(py).get().core();
+    let elem = sh.kind().size();
+    if ((dst_buf.len() / elem) as i64) < layout.cosize() {
+        return Ok(None); // too small: the Python path raises ValueError
+    }
+    let Ok(job) = LayoutJob::between(
+        src_buf,
+        view.offset,
+        dst_buf,
+        0,
+        layout.leaf_extents().to_vec(),
+        layout.leaf_strides().to_vec(),
+        elem,
+    ) else {
+        return Ok(None);
+    };
+    drop(s.put_claim(Some(cfg.claim.clone_ref(py))));
+    drop(d.put_claim(Some(cfg.claim.clone_ref(py))));
+    Ok(Some(Claimed {
+        source: src.clone(),
+        destination: dst.clone(),
+        source_storage: src_storage,
+        job,
+    }))
+}
+
+/// The blocking move of `tensor` into `destination` when this path applies (see the module
+/// docs): the result Tensor, or None with nothing changed.
+#[pyfunction]
+fn move_inline(
+    py: Python<'_>,
+    tensor: &Bound<'_, PyAny>,
+    destination: &Bound<'_, PyAny>,
+) -> PyResult<Option<Py<PyAny>>> {
+    let Some(cfg) = CONFIG.get(py) else {
+        return Ok(None);
+    };
+    if PROFILERS.load(Ordering::SeqCst) > 0 || !DEFAULT_ROUTE.load(Ordering::SeqCst) {
+        return Ok(None);
+    }
+    let Ok(t) = tensor.cast::<TensorBase>() else {
+        return Ok(None);
+    };
+    let tensor_type = cfg.tensor.bind(py);
+    let cpu = cfg.cpu.bind(py);
+    if !t.get_type().is(tensor_type) {
+        return Ok(None);
+    }
+    let Ok(view) = t.get().view() else {
+        return Ok(None);
+    };
+    let source = view.carrier.bind(py);
+    if !view.single
+        || !source.get_type().is(cpu)
+        || !destination.get_type().is(cpu)
+        || source.is(destination)
+        || view.layout.bind(py).get().core().cosize() > cfg.max_slots
+    {
+        return Ok(None);
+    }
+    let recording = grad_enabled() && cfg.differentiable.bind(py).iter().any(|d| d.is(view.dtype.bind(py)));
+    let Some(claimed) = check_and_claim(cfg, view, source, destination)? else {
+        return Ok(None);
+    };
+    let Claimed { source: src, destination: dst, source_storage, job } = claimed;
+    let drop_claims = || {
+        drop(src.get().put_claim(None));
+        drop(dst.get().put_claim(None));
+    };
+    // The copy, GIL released; both carriers are claimed meanwhile.
+    if let Err(err) = run_blocking(py, move || job.run()) {
+        drop_claims();
+        return Err(err);
+    }
+    // The commit: release the source while it is still claimed, then drop both claims.
+    source_storage.get().release_buffer();
+    src.get().set_released();
+    drop_claims();
+    let output = TensorBase::new_view(
+        tensor_type,
+        dst.clone().into_any().unbind(),
+        0,
+        view.layout.clone_ref(py),
+        view.dtype.clone_ref(py),
+    )?;
+    if recording {
+        // The node the Python request records at initiation and attaches at its commit;
+        // recording reads the source's version, which the move does not change.
+        cfg.record.bind(py).call1((tensor, &output))?;
+    }
+    Ok(Some(output.into_any().unbind()))
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(configure_inline_move, m)?)?;
+    m.add_function(wrap_pyfunction!(set_inline_route, m)?)?;
+    m.add_function(wrap_pyfunction!(count_active_profilers, m)?)?;
+    m.add_function(wrap_pyfunction!(grad_enabled, m)?)?;
+    m.add_function(wrap_pyfunction!(set_grad_enabled, m)?)?;
+    m.add_function(wrap_pyfunction!(move_inline, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,66 @@
+"""The handle of a move request and the shape of a framework transfer in Rust.
+
+`AwaitMove` is what `move_async` returns; `_NativeTransfer` is how a framework operation hands
+its copy to a `_native` transfer function (on the caller's thread when small, else on the
+engine). Both sit below `carriers.move`, which re-exports the public names.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from strideweave import _native
+from strideweave.tensor import Tensor
+
+__all__ = ["AwaitResult", "AwaitMove"]
+
+AwaitResult = _native.AwaitResult
+
+
+class AwaitMove(AwaitResult[Tensor]):
+    """Completion handle of one `move_async` request; `wait()` returns the moved Tensor
+    (the same object every time) or raises the request's terminal failure.
+
+    `bytes_done` / `bytes_total` report progress: the moved span is `layout.cosize` slots of
+    the dtype's size. Bulk transfers on the engine count every 8 MiB chunk as it lands; other
+    transfers (hooks, providers, small inline copies) report 0 until they complete."""
+
+    __slots__ = ("_progress",)
+    _progress: _native.TransferProgress
+
+    @property
+    def bytes_done(self) -> int:
+        """Bytes of the moved span copied so far."""
+        return self._progress.done
+
+    @property
+    def bytes_total(self) -> int:
+        """Bytes of the moved span (`layout.cosize` times the dtype's slot size)."""
+        return self._progress.total
+
+
+
+# A transfer of at most this many slots runs on the caller's thread (GIL released for the
+# copy) and commits there: handing a 4 KiB memcpy to a worker costs ~50 µs of thread wake-up
+# and GIL hand-over for a copy of well under 1 µs. Larger ones go to the engine, so that
+# move_async returns at once.
+INLINE_SLOTS = 1 << 14
+
+
+class _NativeTransfer:
+    """A framework transfer in Rust: `blocking(*args)` on this thread, or `submit(*args, then)`
+    on an engine worker. `slots` (None: never inline) decides which."""
+
+    __slots__ = ("blocking", "submit", "slots", "args")
+
+    def __init__(self, blocking: Callable | None, submit: Callable, slots: int | None, args: tuple) -> None:
+        self.blocking = blocking
+        self.submit = submit
+        self.slots = slots
+        self.args = args
+
+    def runs_inline(self) -> bool:
+        return self.slots is not None and self.slots <= INLINE_SLOTS
+
+    def progress_argument(self, progress: Any) -> dict:
+        """`progress=` for the submit functions that count chunks (the span copies)."""
+        return {"progress": progress} if self.submit is _native.submit_span else {}

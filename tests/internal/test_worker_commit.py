@@ -1,0 +1,59 @@
+"""A built-in move run on an engine worker is committed there without the GIL (issue 10).
+
+The main thread keeps the GIL for as long as it spins (the switch interval is set far beyond
+the test's bound), polling `handle.done`, a native read that never releases it. A commit that
+needed the GIL could not happen before the spin ends; one that does not completes meanwhile.
+The Python commit path (an active profiler records the move) is the control: it needs the
+GIL, so the handle stays pending while the main thread spins.
+"""
+import sys
+import time
+
+import numpy as np
+
+import strideweave as sw
+from strideweave import CPU, FileBacked, Layout, Shape, Stride, Tensor
+
+N = 1 << 16
+
+
+def flat(n):
+    return Layout(Shape([n]), Stride([1]))
+
+
+def spin_until_done(handle, seconds):
+    """Hold the GIL (no blocking call, a huge switch interval) until done or `seconds`."""
+    saved = sys.getswitchinterval()
+    sys.setswitchinterval(60.0)
+    try:
+        end = time.perf_counter() + seconds
+        while not handle.done and time.perf_counter() < end:
+            pass
+        return handle.done
+    finally:
+        sys.setswitchinterval(saved)
+
+
+def source():
+    c = CPU(N)
+    np.from_dlpack(Tensor(c, 0, flat(N)))[:] = np.arange(N, dtype=np.float32)
+    return Tensor(c, 0, flat(N))
+
+
+def test_the_worker_commits_without_the_gil():
+    for destination in (CPU(N), FileBacked(dtype=sw.DType.Float32)):
+        t = source()
+        handle = sw.move_async(t, destination)
+        assert spin_until_done(handle, 3.0), "the commit waited for the GIL"
+        out = handle.wait()
+        assert out.carrier is destination and t.carrier.is_released()
+        assert handle.bytes_done == handle.bytes_total == 4 * N
+        destination.release()  # unclaimed
+
+
+def test_a_profiled_move_commits_in_python_with_the_gil():
+    t = source()
+    with sw.profile():
+        handle = sw.move_async(t, CPU(N))
+        assert not spin_until_done(handle, 0.5)  # its commit records the profiling event
+        handle.wait()

@@ -21,15 +21,18 @@ def flat(n):
     return Layout(Shape([n]), Stride([1]))
 
 
-def spin_until_done(handle, seconds):
-    """Hold the GIL (no blocking call, a huge switch interval) until done or `seconds`."""
+def submit_and_spin(submit, seconds):
+    """Submit (`submit()` returns a handle), then hold the GIL (no blocking call, a switch
+    interval far beyond `seconds`, set before the submission so the worker's wait for the GIL
+    uses it too) until the handle is done or `seconds` pass. Returns (handle, done)."""
     saved = sys.getswitchinterval()
     sys.setswitchinterval(60.0)
     try:
+        handle = submit()
         end = time.perf_counter() + seconds
         while not handle.done and time.perf_counter() < end:
             pass
-        return handle.done
+        return handle, handle.done
     finally:
         sys.setswitchinterval(saved)
 
@@ -43,8 +46,8 @@ def source():
 def test_the_worker_commits_without_the_gil():
     for destination in (CPU(N), FileBacked(dtype=sw.DType.Float32)):
         t = source()
-        handle = sw.move_async(t, destination)
-        assert spin_until_done(handle, 3.0), "the commit waited for the GIL"
+        handle, done = submit_and_spin(lambda: sw.move_async(t, destination), 3.0)
+        assert done, "the commit waited for the GIL"
         out = handle.wait()
         assert out.carrier is destination and t.carrier.is_released()
         assert handle.bytes_done == handle.bytes_total == 4 * N
@@ -54,6 +57,6 @@ def test_the_worker_commits_without_the_gil():
 def test_a_profiled_move_commits_in_python_with_the_gil():
     t = source()
     with sw.profile():
-        handle = sw.move_async(t, CPU(N))
-        assert not spin_until_done(handle, 0.5)  # its commit records the profiling event
+        handle, done = submit_and_spin(lambda: sw.move_async(t, CPU(N)), 0.5)
+        assert not done  # its commit records the profiling event, with the GIL
         handle.wait()

@@ -102,8 +102,9 @@ pub struct TensorDesc {
     data: *mut c_void,
     device: DLDevice,
     dtype: DLDataType,
-    shape: Vec<i64>,
-    strides: Vec<i64>,
+    /// The shape followed by the strides (`2 * ndim` values): one allocation for both, which
+    /// the export keeps as the arrays the `DLTensor` points into.
+    dims: Vec<i64>,
     byte_offset: u64,
 }
 
@@ -118,6 +119,18 @@ impl TensorDesc {
         dtype: ExportDType,
         shape: Vec<i64>,
         strides: Vec<i64>,
+        offset_elems: u64,
+    ) -> Result<Self, DescError> {
+        Self::from_modes(data, device, dtype, &shape, &strides, offset_elems)
+    }
+
+    /// [`TensorDesc::new`] from borrowed extents and strides (copied once, into one array).
+    pub fn from_modes(
+        data: usize,
+        device: DLDevice,
+        dtype: ExportDType,
+        shape: &[i64],
+        strides: &[i64],
         offset_elems: u64,
     ) -> Result<Self, DescError> {
         if shape.len() != strides.len() {
@@ -140,19 +153,21 @@ impl TensorDesc {
         let byte_offset = offset_elems
             .checked_mul(dtype.item_size())
             .ok_or(DescError::OffsetOverflow)?;
+        let mut dims = Vec::with_capacity(2 * shape.len());
+        dims.extend_from_slice(shape);
+        dims.extend_from_slice(strides);
         Ok(Self {
             data: data as *mut c_void,
             device,
             dtype: dtype.dl_dtype(),
-            shape,
-            strides,
+            dims,
             byte_offset,
         })
     }
 
     /// Number of exported dimensions.
     pub fn ndim(&self) -> usize {
-        self.shape.len()
+        self.dims.len() / 2
     }
 }
 
@@ -162,10 +177,9 @@ impl TensorDesc {
 #[repr(C)]
 struct Holder<M, O> {
     managed: M,
-    // The DLTensor's shape/strides pointers point into these boxed slices; moving the
-    // `Holder` (or the Box pointing at it) never moves the slices' heap storage.
-    _shape: Box<[i64]>,
-    _strides: Box<[i64]>,
+    // The DLTensor's shape/strides pointers point into this boxed slice (shape, then
+    // strides); moving the `Holder` (or the Box pointing at it) never moves its heap storage.
+    _dims: Box<[i64]>,
     _owner: O,
 }
 
@@ -276,26 +290,27 @@ impl<M: ManagedAbi> Drop for Exported<M> {
 
 /// Moves the shape and stride vectors into boxed slices and builds the `DLTensor` that points
 /// into them. Rank 0 uses null pointers, which DLPack allows for `ndim == 0`.
-fn plain_tensor(desc: TensorDesc) -> (DLTensor, Box<[i64]>, Box<[i64]>) {
-    let mut shape = desc.shape.into_boxed_slice();
-    let mut strides = desc.strides.into_boxed_slice();
-    let ndim = shape.len();
+fn plain_tensor(desc: TensorDesc) -> (DLTensor, Box<[i64]>) {
+    let mut dims = desc.dims.into_boxed_slice();
+    let ndim = dims.len() / 2;
     let (shape_ptr, strides_ptr) = if ndim == 0 {
         (ptr::null_mut(), ptr::null_mut())
     } else {
-        (shape.as_mut_ptr(), strides.as_mut_ptr())
+        // SAFETY: `dims` holds `2 * ndim` values, so `ndim` is in bounds (one past the
+        // shape, the first stride).
+        (dims.as_mut_ptr(), unsafe { dims.as_mut_ptr().add(ndim) })
     };
     let tensor = DLTensor {
         data: desc.data,
         device: desc.device,
-        // `TensorDesc::new` checked that the rank fits i32.
+        // `TensorDesc::from_modes` checked that the rank fits i32.
         ndim: ndim as i32,
         dtype: desc.dtype,
         shape: shape_ptr,
         strides: strides_ptr,
         byte_offset: desc.byte_offset,
     };
-    (tensor, shape, strides)
+    (tensor, dims)
 }
 
 /// The deleter of every export: frees the block behind a managed tensor and drops its owner.
@@ -316,16 +331,10 @@ unsafe extern "C" fn delete_holder<M: ManagedAbi, O: Send + 'static>(managed: *m
 
 /// Moves `managed` (whose deleter is `delete_holder::<M, O>`), the arrays it points into and
 /// `owner` into one heap block, and records the block in `manager_ctx`.
-fn leak_holder<M: ManagedAbi, O: Send + 'static>(
-    managed: M,
-    shape: Box<[i64]>,
-    strides: Box<[i64]>,
-    owner: O,
-) -> Exported<M> {
+fn leak_holder<M: ManagedAbi, O: Send + 'static>(managed: M, dims: Box<[i64]>, owner: O) -> Exported<M> {
     let raw = Box::into_raw(Box::new(Holder {
         managed,
-        _shape: shape,
-        _strides: strides,
+        _dims: dims,
         _owner: owner,
     }));
     // SAFETY: `raw` is the unique pointer to the block just leaked; writing its own address
@@ -341,13 +350,13 @@ fn leak_holder<M: ManagedAbi, O: Send + 'static>(
 
 /// Builds a legacy (`dltensor`) managed tensor owning its shape/stride arrays and `owner`.
 pub fn export_legacy<O: Send + 'static>(desc: TensorDesc, owner: O) -> Exported<DLManagedTensor> {
-    let (dl_tensor, shape, strides) = plain_tensor(desc);
+    let (dl_tensor, dims) = plain_tensor(desc);
     let managed = DLManagedTensor {
         dl_tensor,
         manager_ctx: ptr::null_mut(),
         deleter: Some(delete_holder::<DLManagedTensor, O>),
     };
-    leak_holder(managed, shape, strides, owner)
+    leak_holder(managed, dims, owner)
 }
 
 /// Builds a versioned (`dltensor_versioned`) managed tensor at version 1.0 with `flags`
@@ -357,7 +366,7 @@ pub fn export_versioned<O: Send + 'static>(
     flags: u64,
     owner: O,
 ) -> Exported<DLManagedTensorVersioned> {
-    let (dl_tensor, shape, strides) = plain_tensor(desc);
+    let (dl_tensor, dims) = plain_tensor(desc);
     let managed = DLManagedTensorVersioned {
         version: EXPORT_VERSION,
         manager_ctx: ptr::null_mut(),
@@ -365,7 +374,7 @@ pub fn export_versioned<O: Send + 'static>(
         flags: DlpackFlags::from_bits_retain(flags),
         dl_tensor,
     };
-    leak_holder(managed, shape, strides, owner)
+    leak_holder(managed, dims, owner)
 }
 
 #[cfg(test)]

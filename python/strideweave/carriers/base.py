@@ -113,6 +113,16 @@ def take_claims(claim: object, carriers: "Iterable[tuple[Carrier, str, str]]") -
             carrier._sw_check_unclaimed(action)
         for carrier, _, _ in carriers:
             carrier._sw_claim = claim
+        # An engine worker commits a finished move without this lock (or the GIL): it marks
+        # its source released, then drops its claims. A check above that ran just before
+        # that commit and the claim check just after it would both pass, so the release
+        # state is read again now that the claims are ours.
+        for carrier, role, _ in carriers:
+            if carrier._sw_released:
+                for taken, _, _ in carriers:
+                    if taken._sw_claim is claim:
+                        taken._sw_claim = None
+                raise RuntimeError(f"the {role} {type(carrier).__name__} carrier is released")
 
 
 def drop_claims(claim: object, carriers: "Iterable[Carrier]") -> None:

@@ -88,17 +88,39 @@ pub(crate) fn export(
     // Export does no work a stream could order (CPU storage, no pending writes).
     let _ = stream;
 
+    // Exactly a `Tensor`: its fields are read once, natively.
+    let view = native_view(tensor);
+
     // 1. multi-subtensor
-    let subtensors = require_single_subtensor(tensor, "__dlpack__")?;
+    let subtensors = match view {
+        Some(v) if v.single => 1,
+        _ => require_single_subtensor(tensor, "__dlpack__")?,
+    };
 
     // 2. carrier: hook, device, pointer; then the null-data check, which needs the extents.
-    let carrier = field(tensor, Field::Carrier)?;
+    let carrier = match view {
+        Some(v) => v.carrier.bind(py).clone(),
+        None => field(tensor, Field::Carrier)?,
+    };
     let CarrierInfo {
         device,
         pointer,
         released,
     } = carrier_info(&carrier, true)?;
-    let (shape, strides) = leaf_modes(&field(tensor, Field::Layout)?)?;
+    // The leaf modes: borrowed from exactly a Tensor's native layout, read otherwise.
+    let layout_object = match view {
+        Some(v) => v.layout.bind(py).clone().into_any(),
+        None => field(tensor, Field::Layout)?,
+    };
+    let native_layout = layout_object.cast::<crate::layout::PyLayout>().ok();
+    let read_modes;
+    let (shape, strides): (&[i64], &[i64]) = match &native_layout {
+        Some(native) => (native.get().core().leaf_extents(), native.get().core().leaf_strides()),
+        None => {
+            read_modes = leaf_modes(&layout_object)?;
+            (&read_modes.0, &read_modes.1)
+        }
+    };
     if pointer == 0 && shape.iter().all(|&e| e > 0) {
         return Err(PyBufferError::new_err(
             "the carrier reports a null data pointer for a tensor with elements; a DLPack \
@@ -118,7 +140,10 @@ pub(crate) fn export(
     }
 
     // 4. dtype
-    let dtype = field(tensor, Field::DType)?;
+    let dtype = match view {
+        Some(v) => v.dtype.bind(py).clone(),
+        None => field(tensor, Field::DType)?,
+    };
     let Some(export_dtype) = export_dtype(&dtype)? else {
         return Err(PyBufferError::new_err(format!(
             "DLPack export supports only the Float32 and Int32 dtypes, not {dtype}"
@@ -126,11 +151,11 @@ pub(crate) fn export(
     };
 
     // 5. build
-    let offset: u64 = match native_view(tensor) {
+    let offset: u64 = match view {
         Some(view) => u64::try_from(view.offset).map_err(|_| PyValueError::new_err("negative tensor offset"))?,
         None => field(tensor, Field::Offset)?.extract()?,
     };
-    let desc = TensorDesc::new(pointer, device, export_dtype, shape, strides, offset)
+    let desc = TensorDesc::from_modes(pointer, device, export_dtype, shape, strides, offset)
         .map_err(error::dlpack_desc)?;
     if versioned {
         // Advisory read-only bit: exactly when the tensor is not publicly mutable right now.
@@ -151,8 +176,13 @@ pub(crate) fn export(
 #[pyfunction]
 #[pyo3(name = "dlpack_device")]
 pub(crate) fn device(tensor: &Bound<'_, PyAny>) -> PyResult<(u32, i32)> {
-    require_single_subtensor(tensor, "__dlpack_device__")?;
-    let carrier = field(tensor, Field::Carrier)?;
+    let carrier = match native_view(tensor) {
+        Some(v) if v.single => v.carrier.bind(tensor.py()).clone(),
+        _ => {
+            require_single_subtensor(tensor, "__dlpack_device__")?;
+            field(tensor, Field::Carrier)?
+        }
+    };
     let CarrierInfo { device, .. } = carrier_info(&carrier, false)?;
     Ok((device.device_type.0, device.device_id))
 }

@@ -195,10 +195,11 @@ pub(super) fn export_dtype(dtype: &Bound<'_, PyAny>) -> PyResult<Option<ExportDT
 ///
 /// The same attributes are read in the same short-circuit order, so the answer and any
 /// exception are the Python methods' own. The first overridden level is called through
-/// Python instead, and decides from there on. The checks run on every export (nothing is
-/// cached per class), so a method assigned to a class after its first export is honoured.
-/// As for `dlpack_info`, overrides are class attributes: a function stored on one carrier
-/// instance under a method's name is not a hook override.
+/// Python instead, and decides from there on. Whether a level is overridden is decided once
+/// and remembered (for `Tensor` once per process, for a carrier once per carrier, from its
+/// class): a method assigned to a class later is seen by carriers created afterwards. As for
+/// `dlpack_info`, overrides are class attributes: a function stored on one carrier instance
+/// under a method's name is not a hook override.
 pub(super) fn is_mutable(
     tensor: &Bound<'_, PyAny>,
     carrier: &Bound<'_, PyAny>,

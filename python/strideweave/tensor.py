@@ -1,4 +1,4 @@
-"""The Tensor: a logical dtype over one or more subtensors (tensor-and-carriers.md §1).
+"""The Tensor: a logical dtype over one or more subtensors (docs/spec/tensor-and-carriers.md §1).
 
 A one-subtensor Tensor reads coordinate `c` at `carrier[offset + layout(c)]`. Views share
 carrier objects; nothing here copies storage. Autograd state is stored on the Tensor but its

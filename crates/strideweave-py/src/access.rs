@@ -26,7 +26,7 @@ use pyo3::types::{PySlice, PyTuple};
 
 use crate::carrier_base::CarrierBase;
 use crate::layout::PyLayout;
-use crate::storage::{FileStorage, HostStorage};
+use crate::storage::{FileStorage, HostStorage, SlotAccess};
 use crate::tensor_base::TensorBase;
 
 /// The same words as `carriers.base.check_index`, so both paths raise the same error.
@@ -53,19 +53,16 @@ fn slot_of(offset: i64, layout: &Bound<'_, PyLayout>, key: &Bound<'_, PyAny>) ->
         .ok_or_else(|| PyIndexError::new_err(format!("carrier index {offset} + {index} overflows")))
 }
 
-/// The slot of `key` of the view `(offset, layout)` read from `storage`.
-fn read_slot(
-    py: Python<'_>,
+/// `f(storage)` for a built-in storage object; TypeError for anything else.
+fn with_storage<R>(
     storage: &Bound<'_, PyAny>,
-    offset: i64,
-    layout: &Bound<'_, PyLayout>,
-    key: &Bound<'_, PyAny>,
-) -> PyResult<Py<PyAny>> {
-    let slot = slot_of(offset, layout, key)?;
-    if let Ok(host) = storage.cast::<HostStorage>() {
-        host.get().get_slot(py, slot, carrier_range_error(slot))
-    } else if let Ok(file) = storage.cast::<FileStorage>() {
-        file.get().get_slot(py, slot, carrier_range_error(slot))
+    host: impl FnOnce(&HostStorage) -> PyResult<R>,
+    file: impl FnOnce(&FileStorage) -> PyResult<R>,
+) -> PyResult<R> {
+    if let Ok(h) = storage.cast::<HostStorage>() {
+        host(h.get())
+    } else if let Ok(f) = storage.cast::<FileStorage>() {
+        file(f.get())
     } else {
         Err(not_storage(storage))
     }
@@ -101,15 +98,12 @@ fn write_slot(
     let Some(storage) = base.storage.get(py) else {
         return Ok(false);
     };
-    let storage = storage.bind(py);
     let proceed = || Ok(base.plainly_writable());
-    let attempt = if let Ok(host) = storage.cast::<HostStorage>() {
-        host.get().set_slot_if(slot, value, carrier_range_error(slot), proceed)
-    } else if let Ok(file) = storage.cast::<FileStorage>() {
-        file.get().set_slot_if(slot, value, carrier_range_error(slot), proceed)
-    } else {
-        return Err(not_storage(storage));
-    };
+    let attempt = with_storage(
+        storage.bind(py),
+        |h| Ok(h.set_slot_if(slot, value, carrier_range_error(slot), proceed)),
+        |f| Ok(f.set_slot_if(slot, value, carrier_range_error(slot), proceed)),
+    )?;
     match attempt {
         Ok(true) => {
             base.bump_version();
@@ -151,7 +145,7 @@ pub(crate) fn getitem(tensor: &Bound<'_, TensorBase>, key: &Bound<'_, PyAny>) ->
         if !carrier.released() {
             if let Some(storage) = carrier.storage.get(py) {
                 let view = tensor.get().view()?;
-                match read_slot(py, storage.bind(py), view.offset, view.layout.bind(py), key) {
+                match read_element(py, storage.bind(py), view.offset, view.layout.bind(py), key) {
                     Err(err) if err.is_instance_of::<PyTypeError>(py) && has_slice(key) => {}
                     outcome => return outcome,
                 }
@@ -187,7 +181,12 @@ fn read_element(
     layout: &Bound<'_, PyLayout>,
     key: &Bound<'_, PyAny>,
 ) -> PyResult<Py<PyAny>> {
-    read_slot(py, storage, offset, layout, key)
+    let slot = slot_of(offset, layout, key)?;
+    with_storage(
+        storage,
+        |h| h.get_slot(py, slot, carrier_range_error(slot)),
+        |f| f.get_slot(py, slot, carrier_range_error(slot)),
+    )
 }
 
 /// Write `value` to the element of `key` of the view `(offset, layout)` over the built-in

@@ -35,7 +35,10 @@ use crate::storage::HostStorage;
 use crate::tensor_base::TensorBase;
 use crate::transfer::LayoutJob;
 
-/// What the Python layer registers once (`carriers/move.py`, at import).
+/// What the Python layer registers once (`carriers/inline_move.py`, at import), as a dict
+/// with one item per field.
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
 struct Config {
     cpu: Py<PyType>,
     tensor: Py<PyType>,
@@ -46,7 +49,7 @@ struct Config {
     differentiable: Py<PyTuple>,
     /// The largest cosize run on the caller's thread (`move.INLINE_SLOTS`).
     max_slots: i64,
-    /// `record(tensor, output)`: the autograd node of a recorded move (`move._record_inline_move`).
+    /// `record(tensor, output)`: the autograd node of a recorded move (`inline_move._record_inline_move`).
     record: Py<PyAny>,
 }
 
@@ -61,24 +64,17 @@ static DEFAULT_ROUTE: AtomicBool = AtomicBool::new(false);
 static PROFILERS: AtomicIsize = AtomicIsize::new(0);
 
 thread_local! {
-    /// Grad mode of this thread (autograd-and-profiling.md §6): every thread starts with
+    /// Grad mode of this thread (docs/spec/autograd-and-profiling.md §6): every thread starts with
     /// recording on. `strideweave._autograd` reads and sets it here, so there is one truth.
     static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
 }
 
+/// `configure_inline_move({"cpu": CPU, "tensor": Tensor, "state_lock": ..., "claim": ...,
+/// "differentiable": (...), "max_slots": n, "record": f})`, once.
 #[pyfunction]
-fn configure_inline_move(
-    py: Python<'_>,
-    cpu: Py<PyType>,
-    tensor: Py<PyType>,
-    state_lock: Py<PyAny>,
-    claim: Py<PyAny>,
-    differentiable: Py<PyTuple>,
-    max_slots: i64,
-    record: Py<PyAny>,
-) -> PyResult<()> {
+fn configure_inline_move(py: Python<'_>, config: Config) -> PyResult<()> {
     CONFIG
-        .set(py, Config { cpu, tensor, state_lock, claim, differentiable, max_slots, record })
+        .set(py, config)
         .map_err(|_| PyValueError::new_err("the inline move is configured once"))
 }
 

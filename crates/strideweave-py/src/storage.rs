@@ -147,6 +147,120 @@ pub(crate) fn slot_out_of_range(index: i64) -> impl FnOnce(usize) -> PyErr {
     move |count| PyIndexError::new_err(format!("slot {index} is outside [0, {count})"))
 }
 
+/// Slot access of the built-in storages, as the element path uses it (`access.rs`): the
+/// caller words its own range error (`out_of_range(count)`). The order of checks is written
+/// once, here; a storage supplies its element kind, its live slot count, and the positioned
+/// read and write of one encoded slot.
+pub trait SlotAccess {
+    fn elem_kind(&self) -> ElemKind;
+
+    /// The number of slots, or "storage is released".
+    fn live_count(&self) -> PyResult<usize>;
+
+    /// Reads slot `slot` (in range when checked) into `bytes`.
+    fn read_encoded(&self, slot: usize, bytes: &mut [u8]) -> PyResult<()>;
+
+    /// Writes the encoded `bytes` to slot `slot` while the storage is still live, re-checking
+    /// the range against it (`out_of_range`).
+    fn write_encoded(&self, slot: usize, bytes: &[u8], out_of_range: impl FnOnce(usize) -> PyErr) -> PyResult<()>;
+
+    /// Slot `slot` as a Python value.
+    fn get_slot(&self, py: Python<'_>, slot: i64, out_of_range: impl FnOnce(usize) -> PyErr) -> PyResult<Py<PyAny>> {
+        let count = self.live_count()?;
+        if slot < 0 || slot as u64 >= count as u64 {
+            return Err(out_of_range(count));
+        }
+        let mut bytes = [0u8; 8];
+        let size = self.elem_kind().size();
+        self.read_encoded(slot as usize, &mut bytes[..size])?;
+        decode_slot(py, self.elem_kind(), &bytes)
+    }
+
+    /// `set_slot`, but `proceed()` is asked once the value is converted, right before the
+    /// store, with no Python code run in between: false writes nothing and returns false.
+    /// (Converting may run Python code, `__float__` or `__index__`, which may change the state
+    /// a caller checked before, or release the storage: the write re-checks both.)
+    fn set_slot_if(
+        &self,
+        slot: i64,
+        value: &Bound<'_, PyAny>,
+        out_of_range: impl FnOnce(usize) -> PyErr,
+        proceed: impl FnOnce() -> PyResult<bool>,
+    ) -> PyResult<bool> {
+        let count = self.live_count()?;
+        if slot < 0 || slot as u64 >= count as u64 {
+            return Err(out_of_range(count));
+        }
+        let bytes = encode_slot(self.elem_kind(), value)?;
+        if !proceed()? {
+            return Ok(false);
+        }
+        let size = self.elem_kind().size();
+        self.write_encoded(slot as usize, &bytes[..size], out_of_range)?;
+        Ok(true)
+    }
+
+    /// Convert `value` with the carrier write rules and store it in slot `slot`; the range
+    /// is checked before the value (the carrier's order), and nothing is written on error.
+    fn set_slot(&self, slot: i64, value: &Bound<'_, PyAny>, out_of_range: impl FnOnce(usize) -> PyErr) -> PyResult<()> {
+        self.set_slot_if(slot, value, out_of_range, || Ok(true)).map(|_| ())
+    }
+}
+
+impl SlotAccess for HostStorage {
+    fn elem_kind(&self) -> ElemKind {
+        self.kind
+    }
+
+    /// Read from an atomic, without the lock (the count of a live buffer never changes).
+    fn live_count(&self) -> PyResult<usize> {
+        self.slots_plus_one.load(Ordering::Acquire).checked_sub(1).ok_or_else(released)
+    }
+
+    fn read_encoded(&self, slot: usize, bytes: &mut [u8]) -> PyResult<()> {
+        // Under the lock instead of cloning the `Arc`: this is the per-element read path.
+        let guard = self.buffer.read();
+        let buf = guard.as_ref().ok_or_else(released)?;
+        // The count checked was this buffer's (a live buffer never changes size).
+        buf.read(slot * bytes.len(), bytes).expect("slot checked in range");
+        Ok(())
+    }
+
+    fn write_encoded(&self, slot: usize, bytes: &[u8], out_of_range: impl FnOnce(usize) -> PyErr) -> PyResult<()> {
+        let guard = self.buffer.read();
+        let buf = guard.as_ref().ok_or_else(released)?;
+        // SAFETY: HostBuffer's access contract. Public slot writes hold the GIL, so they are
+        // serialised with each other; the only writers that run without it are a pending
+        // move's copies, and the carrier layer refuses public writes to a claimed carrier.
+        unsafe { buf.write(slot * bytes.len(), bytes) }.ok_or_else(|| out_of_range(buf.len() / bytes.len()))
+    }
+}
+
+impl SlotAccess for FileStorage {
+    fn elem_kind(&self) -> ElemKind {
+        self.kind
+    }
+
+    /// One size query of the live file.
+    fn live_count(&self) -> PyResult<usize> {
+        let store = self.live()?;
+        self.slots(&store)
+    }
+
+    fn read_encoded(&self, slot: usize, bytes: &mut [u8]) -> PyResult<()> {
+        let store = self.live()?;
+        store.read_at((slot * bytes.len()) as u64, bytes).map_err(os_error)
+    }
+
+    fn write_encoded(&self, slot: usize, bytes: &[u8], _out_of_range: impl FnOnce(usize) -> PyErr) -> PyResult<()> {
+        // Under the lock that a release must take, so a file released meanwhile is never
+        // written. (A file is never memory, so a concurrent resize cannot make this unsafe.)
+        let guard = self.store.read();
+        let store = guard.as_ref().ok_or_else(released)?;
+        store.write_at((slot * bytes.len()) as u64, bytes).map_err(os_error)
+    }
+}
+
 /// Host memory of one element kind: owned (64-byte aligned, freed on release) or wrapped
 /// around a caller's pointer (never initialised or freed).
 #[pyclass(frozen, module = "strideweave._native")]
@@ -210,64 +324,6 @@ impl HostStorage {
         self.buffer().ok_or_else(released)
     }
 
-    /// Slot `slot` as a Python value, for callers that word their own range error
-    /// (`out_of_range(count)`). Reads under the lock instead of cloning the `Arc`: this is
-    /// the per-element hot path of `Tensor` reads.
-    pub fn get_slot(&self, py: Python<'_>, slot: i64, out_of_range: impl FnOnce(usize) -> PyErr) -> PyResult<Py<PyAny>> {
-        let guard = self.buffer.read();
-        let buf = guard.as_ref().ok_or_else(released)?;
-        let size = self.kind.size();
-        let count = buf.len() / size;
-        if slot < 0 || slot as u64 >= count as u64 {
-            return Err(out_of_range(count));
-        }
-        let mut bytes = [0u8; 8];
-        buf.read(slot as usize * size, &mut bytes[..size]).expect("slot checked in range");
-        drop(guard);
-        decode_slot(py, self.kind, &bytes)
-    }
-
-    /// Convert `value` with the carrier write rules and store it in slot `slot`; the range
-    /// is checked before the value (the carrier's order), and nothing is written on error.
-    pub fn set_slot(&self, slot: i64, value: &Bound<'_, PyAny>, out_of_range: impl FnOnce(usize) -> PyErr) -> PyResult<()> {
-        self.set_slot_if(slot, value, out_of_range, || Ok(true)).map(|_| ())
-    }
-
-    /// `set_slot`, but `proceed()` is asked once the value is converted, right before the
-    /// store, with no Python code run in between: false writes nothing and returns false.
-    /// (Converting may run Python code, `__float__` or `__index__`, which may change the state
-    /// a caller checked before.)
-    pub fn set_slot_if(
-        &self,
-        slot: i64,
-        value: &Bound<'_, PyAny>,
-        out_of_range: impl FnOnce(usize) -> PyErr,
-        proceed: impl FnOnce() -> PyResult<bool>,
-    ) -> PyResult<bool> {
-        let size = self.kind.size();
-        let count = self
-            .slots_plus_one
-            .load(Ordering::Acquire)
-            .checked_sub(1)
-            .ok_or_else(released)?;
-        if slot < 0 || slot as u64 >= count as u64 {
-            return Err(out_of_range(count));
-        }
-        // The lock is not held across the conversion; the write below re-checks that the
-        // buffer is live and the range against it.
-        let bytes = encode_slot(self.kind, value)?;
-        if !proceed()? {
-            return Ok(false);
-        }
-        let guard = self.buffer.read();
-        let buf = guard.as_ref().ok_or_else(released)?;
-        // SAFETY: HostBuffer's access contract. Public slot writes hold the GIL, so they are
-        // serialised with each other; the only writers that run without it are a pending
-        // move's copies, and the carrier layer refuses public writes to a claimed carrier.
-        unsafe { buf.write(slot as usize * size, &bytes[..size]) }
-            .ok_or_else(|| out_of_range(buf.len() / size))?;
-        Ok(true)
-    }
 }
 
 #[pymethods]
@@ -424,54 +480,6 @@ impl FileStorage {
         Ok(store.len_bytes().map_err(os_error)? as usize / self.kind.size())
     }
 
-    /// Slot `slot` as a Python value, for callers that word their own range error
-    /// (`out_of_range(count)`): one size query and one positioned read.
-    pub fn get_slot(&self, py: Python<'_>, slot: i64, out_of_range: impl FnOnce(usize) -> PyErr) -> PyResult<Py<PyAny>> {
-        let store = self.live()?;
-        let size = self.kind.size();
-        let count = self.slots(&store)?;
-        if slot < 0 || slot as u64 >= count as u64 {
-            return Err(out_of_range(count));
-        }
-        let mut bytes = [0u8; 8];
-        store.read_at(slot as u64 * size as u64, &mut bytes[..size]).map_err(os_error)?;
-        decode_slot(py, self.kind, &bytes)
-    }
-
-    /// Convert `value` with the carrier write rules and store it in slot `slot`; the range
-    /// is checked before the value (the carrier's order), and nothing is written on error.
-    pub fn set_slot(&self, slot: i64, value: &Bound<'_, PyAny>, out_of_range: impl FnOnce(usize) -> PyErr) -> PyResult<()> {
-        self.set_slot_if(slot, value, out_of_range, || Ok(true)).map(|_| ())
-    }
-
-    /// `set_slot` with a last `proceed()` check between conversion and store (see
-    /// `HostStorage::set_slot_if`).
-    pub fn set_slot_if(
-        &self,
-        slot: i64,
-        value: &Bound<'_, PyAny>,
-        out_of_range: impl FnOnce(usize) -> PyErr,
-        proceed: impl FnOnce() -> PyResult<bool>,
-    ) -> PyResult<bool> {
-        let store = self.live()?;
-        let size = self.kind.size();
-        let count = self.slots(&store)?;
-        if slot < 0 || slot as u64 >= count as u64 {
-            return Err(out_of_range(count));
-        }
-        drop(store);
-        // Converting may run Python code (`__float__`) that releases the storage: write only
-        // while it is still live, under the lock that a release must take. (A file is never
-        // memory, so a concurrent resize cannot make this write unsafe.)
-        let bytes = encode_slot(self.kind, value)?;
-        if !proceed()? {
-            return Ok(false);
-        }
-        let guard = self.store.read();
-        let store = guard.as_ref().ok_or_else(released)?;
-        store.write_at(slot as u64 * size as u64, &bytes[..size]).map_err(os_error)?;
-        Ok(true)
-    }
 }
 
 #[pymethods]

@@ -1,5 +1,5 @@
 """The Carrier base class: the storage contract every carrier honours
-(tensor-and-carriers.md §2, extension-and-tiling.md §4).
+(docs/spec/tensor-and-carriers.md §2, docs/spec/extension-and-tiling.md §4).
 
 A carrier is a flat array of slots. This class owns the framework state every carrier
 shares — version counter, release state, ownership by an Evictable, claims by a pending move —
@@ -13,12 +13,22 @@ from __future__ import annotations
 import operator
 import threading
 from types import TracebackType
-from typing import Any, Callable, Iterable, Self, TypeVar
+from typing import Any, Callable, Iterable, Protocol, Self, TypeVar, runtime_checkable
 
 from strideweave import _native
 from strideweave.carriers.dtype import CompoundDType, DType
 
 __all__ = ["Carrier"]
+
+
+@runtime_checkable
+class Allocatable(Protocol):
+    """The optional sizing hook of a carrier (docs/spec/tensor-and-carriers.md §4):
+    `_allocate(n)` makes the carrier exactly `n` slots. A move grows an empty destination that
+    has it to the moved span, and shrinks it back to 0 if the move fails. FileBacked has it;
+    definition-backed carriers size through their provider instead."""
+
+    def _allocate(self, size: int) -> None: ...
 
 # A facet type (a `CarrierFacet` subclass; the extension module, a layer above, defines it).
 _F = TypeVar("_F")

@@ -1,5 +1,5 @@
 """Evictable: one logical carrier over a fast primary tier and a slow secondary tier
-(tensor-and-carriers.md §3.2).
+(docs/spec/tensor-and-carriers.md §3.2).
 
 The values live in exactly one tier at a time. `evict()` moves them to the secondary and
 `promote()` back, each as one move between tiers (`move._move_between_tiers`: the ordinary route and

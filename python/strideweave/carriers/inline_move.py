@@ -33,5 +33,8 @@ def _record_inline_move(tensor: Tensor, output: Tensor) -> None:
     _autograd.attach_result(op, output, recorded)
 
 
-_native.configure_inline_move(CPU, Tensor, STATE_LOCK, _InlineMoveClaim(), (DType.Float32, DType.Floating),
-                              INLINE_SLOTS, _record_inline_move)
+_native.configure_inline_move({
+    "cpu": CPU, "tensor": Tensor, "state_lock": STATE_LOCK, "claim": _InlineMoveClaim(),
+    "differentiable": (DType.Float32, DType.Floating), "max_slots": INLINE_SLOTS,
+    "record": _record_inline_move,
+})

@@ -1,5 +1,5 @@
 """Movement between carriers: `move`, `move_async`, the MoveOperation family and the legacy
-exact-pair registry (interop-movement.md; extension-and-tiling.md §5).
+exact-pair registry (docs/spec/interop-movement.md; docs/spec/extension-and-tiling.md §5).
 
 One path serves every move. `move_async` validates in the specification's order, resolves
 the exact-pair route (and, when recording, the reverse route first), claims both carriers,
@@ -19,7 +19,7 @@ from typing import Any, Callable, cast
 from strideweave import _autograd, _native, profiler
 from strideweave._autograd import Operation
 from strideweave.carriers import extension
-from strideweave.carriers.base import (ACTIVE_CLAIM, STATE_LOCK, Carrier, drop_claims, not_a_carrier,
+from strideweave.carriers.base import (ACTIVE_CLAIM, Allocatable, STATE_LOCK, Carrier, drop_claims, not_a_carrier,
                                       take_claims)
 from strideweave.carriers.block_device import BlockDeviceCarrier
 from strideweave.carriers.cpu import CPU
@@ -358,7 +358,7 @@ def _resolve_uncached(source_class: type, destination_class: type) -> _Route:
 def _operation_route(operation_class: type, source_class: type, destination_class: type) -> _Route:
     """The route of one MoveOperation class for a pair, registered or called directly
     (`op.forward`): a block device pair only admits the block operations, whichever way the
-    operation was reached (tensor-and-carriers.md §4 refuses the rest before any effect)."""
+    operation was reached (docs/spec/tensor-and-carriers.md §4 refuses the rest before any effect)."""
     if (issubclass(source_class, BlockDeviceCarrier) or issubclass(destination_class, BlockDeviceCarrier)) \
             and operation_class not in _BLOCK_OPERATIONS:
         return _Route(operation_class, refusal=(
@@ -368,7 +368,7 @@ def _operation_route(operation_class: type, source_class: type, destination_clas
 
 
 def _grows_when_empty(carrier: Carrier) -> bool:
-    return hasattr(carrier, "_allocate") or extension.is_definition_backed(carrier)
+    return isinstance(carrier, Allocatable) or extension.is_definition_backed(carrier)
 
 
 # ===== one request ===============================================================================
@@ -422,7 +422,7 @@ def _slot_bytes(dtype: Any) -> int:
 
 
 def _validate(tensor: Any, destination: Any, between_tiers: bool) -> None:
-    """The validation table of interop-movement.md, in order, before any effect."""
+    """The validation table of docs/spec/interop-movement.md, in order, before any effect."""
     if isinstance(tensor, Tensor) and len(tensor.subtensors) != 1:
         raise NotImplementedError("move is not implemented for a multi-subtensor Tensor")
     if not isinstance(tensor, Tensor):
@@ -622,7 +622,7 @@ def _restore(request: _MoveRequest) -> None:
     request.open_destination = None
     request.prepared = None
     drop_claims(request, (request.source, request.destination))
-    if request.grown and hasattr(request.destination, "_allocate"):
+    if request.grown and isinstance(request.destination, Allocatable):
         with contextlib.suppress(Exception):
             request.destination._allocate(0)
 

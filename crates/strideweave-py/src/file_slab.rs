@@ -20,7 +20,7 @@ use strideweave_core::engine;
 use strideweave_core::storage::{ElemKind, FileSlab as SlabCore, FileStore};
 
 use crate::error;
-use crate::storage::{decode_all, decode_slot, encode_slot, parse_kind, released, slot_out_of_range, DEFERRED_FREE_BYTES};
+use crate::storage::{decode_all, parse_kind, released, slot_out_of_range, SlotAccess, DEFERRED_FREE_BYTES};
 
 /// A file cut into regions of `region_slots` slots of one element kind.
 #[pyclass(frozen, module = "strideweave._native")]
@@ -107,6 +107,32 @@ pub struct FileRegion {
     store: RwLock<Option<Arc<FileStore>>>,
 }
 
+/// A region's slots are a FileStorage's, shifted to the region's place in the file: the
+/// element rules and check order are the built-in storages' own (`SlotAccess`).
+impl SlotAccess for FileRegion {
+    fn elem_kind(&self) -> ElemKind {
+        self.kind
+    }
+
+    fn live_count(&self) -> PyResult<usize> {
+        if self.store.read().is_some() { Ok(self.slots as usize) } else { Err(released()) }
+    }
+
+    fn read_encoded(&self, slot: usize, bytes: &mut [u8]) -> PyResult<()> {
+        // Under the lock a release takes, so a released region's slots (which the slab may
+        // already have handed to another region) are never read.
+        let guard = self.store.read();
+        let store = guard.as_ref().ok_or_else(released)?;
+        store.read_at(self.byte_of(slot, bytes.len()), bytes).map_err(error::os)
+    }
+
+    fn write_encoded(&self, slot: usize, bytes: &[u8], _out_of_range: impl FnOnce(usize) -> PyErr) -> PyResult<()> {
+        let guard = self.store.read();
+        let store = guard.as_ref().ok_or_else(released)?;
+        store.write_at(self.byte_of(slot, bytes.len()), bytes).map_err(error::os)
+    }
+}
+
 impl FileRegion {
     /// The shared file, the region's first slot in it and its slot count; None once released.
     pub fn region(&self) -> Option<(Arc<FileStore>, u64, u64)> {
@@ -117,12 +143,9 @@ impl FileRegion {
         self.kind
     }
 
-    /// The byte offset of slot `slot` in the file, or the storage's IndexError.
-    fn byte_of(&self, slot: i64) -> PyResult<u64> {
-        if slot < 0 || slot as u64 >= self.slots {
-            return Err(slot_out_of_range(slot)(self.slots as usize));
-        }
-        Ok((self.cell * self.slots + slot as u64) * self.kind.size() as u64)
+    /// The byte offset in the file of slot `slot` (checked by the caller) of `size` bytes.
+    fn byte_of(&self, slot: usize, size: usize) -> u64 {
+        (self.cell * self.slots + slot as u64) * size as u64
     }
 }
 
@@ -168,30 +191,12 @@ impl FileRegion {
     }
 
     fn get(&self, py: Python<'_>, index: i64) -> PyResult<Py<PyAny>> {
-        let size = self.kind.size();
-        let mut bytes = [0u8; 8];
-        {
-            // Read under the lock a release takes, so a released region's slots (which the
-            // slab may already have handed to another region) are never read.
-            let guard = self.store.read();
-            let store = guard.as_ref().ok_or_else(released)?;
-            store.read_at(self.byte_of(index)?, &mut bytes[..size]).map_err(error::os)?;
-        }
-        decode_slot(py, self.kind, &bytes)
+        self.get_slot(py, index, slot_out_of_range(index))
     }
 
     /// Convert `value` with the carrier write rules and store it; the range is checked first.
     fn set(&self, index: i64, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        if self.store.read().is_none() {
-            return Err(released());
-        }
-        let byte = self.byte_of(index)?;
-        let bytes = encode_slot(self.kind, value)?;
-        // Converting may have run Python code that released the region: write only while it
-        // is live, under the lock a release takes.
-        let guard = self.store.read();
-        let store = guard.as_ref().ok_or_else(released)?;
-        store.write_at(byte, &bytes[..self.kind.size()]).map_err(error::os)
+        self.set_slot(index, value, slot_out_of_range(index))
     }
 
     fn to_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {

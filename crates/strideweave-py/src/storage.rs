@@ -110,7 +110,7 @@ pub fn scalar_to_py(py: Python<'_>, value: Scalar) -> PyResult<Py<PyAny>> {
 
 /// One slot of `kind` encoded from a Python value (the write rules of `scalar_from_py`);
 /// the first `kind.size()` bytes are meaningful.
-pub(crate) fn encode_slot(kind: ElemKind, value: &Bound<'_, PyAny>) -> PyResult<[u8; 8]> {
+fn encode_slot(kind: ElemKind, value: &Bound<'_, PyAny>) -> PyResult<[u8; 8]> {
     let mut bytes = [0u8; 8];
     kind.encode(scalar_from_py(kind, value)?, &mut bytes[..kind.size()]);
     Ok(bytes)
@@ -126,7 +126,7 @@ fn encode_all(kind: ElemKind, values: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
     Ok(encoded)
 }
 
-pub(crate) fn decode_slot(py: Python<'_>, kind: ElemKind, bytes: &[u8; 8]) -> PyResult<Py<PyAny>> {
+fn decode_slot(py: Python<'_>, kind: ElemKind, bytes: &[u8; 8]) -> PyResult<Py<PyAny>> {
     scalar_to_py(py, kind.decode(&bytes[..kind.size()]))
 }
 

@@ -3,7 +3,7 @@
 //! It holds the fields every Tensor has (carrier, offset, layout, dtype, subtensors, adjacent
 //! layouts, and the autograd state), so the native paths (`Tensor[key]`, DLPack export, the
 //! inline move) read them as struct fields, and it carries the native methods:
-//! `__getitem__`/`__setitem__` (`element.rs`), `__dlpack__` and `__dlpack_device__`. A
+//! `__getitem__`/`__setitem__` (`access.rs`), `__dlpack__` and `__dlpack_device__`. A
 //! consumer such as NumPy calls `obj.__dlpack__(...)` with `PyObject_VectorcallMethod`; when
 //! the method found on the type is a native method descriptor, that call goes straight into
 //! Rust (no bound-method object, no Python frame, no forwarder re-packing the arguments).

@@ -14,8 +14,8 @@ both sides see the same machine load and page-cache state; ratios are ours / the
                    every tile on secondary, read in place (no goal)
   tiled.to_cpu     move(full tensor, CPU) vs a CPU->CPU bulk move of the same size
                    (goal <= 1.5); fresh carriers each round, built outside the timing
-Also printed: the cost of creating one file in that directory, since every evicted tile is a
-fresh FileBacked carrier (one file) by specification.
+Also printed: the cost of creating one file in that directory, which is what a file per tile
+would cost per evicted tile (a FileBacked tier's tiles share one file instead).
 """
 from __future__ import annotations
 

@@ -19,48 +19,9 @@ import pytest
 import strideweave as sw
 from strideweave import _native
 from strideweave.carriers.tiled_evictable import TiledEvictable, TileSelection, TileSet
+from tiled_data import F32, I32, full, grid_tiles, logical_array, random_logical, run_threads, seeded
 
-F32, I32 = sw.DType.Float32, sw.DType.Int32
 TIMEOUT = 30
-NP = {F32: np.float32, I32: np.int32}
-
-
-def flat(carrier, n):
-    return sw.Tensor(carrier, 0, sw.Layout.canonical(sw.Shape(n)))
-
-
-def full(te):
-    return sw.Tensor(te, 0, sw.Layout.canonical(sw.Shape(list(te.logical_shape))))
-
-
-def random_logical(logical, dtype, seed):
-    rng = np.random.default_rng(seed)
-    if dtype is F32:
-        return rng.standard_normal(logical).astype(np.float32)
-    return rng.integers(-1000, 1000, size=logical).astype(np.int32)
-
-
-def seeded(cls, data, dtype):
-    """A `cls` carrier holding `data`'s slots first mode fastest (the logical order)."""
-    values = data.ravel(order="F").tolist()
-    return cls(0, dtype=dtype).new_like(values) if cls is sw.CPU else cls(dtype=dtype).new_like(values)
-
-
-def logical_array(te):
-    """Every slot of `te`, read through the carrier, as a logical (first mode fastest) array."""
-    values = [te[i] for i in range(te.size())]
-    return np.array(values, dtype=NP[te.dtype()]).reshape(te.logical_shape, order="F")
-
-
-def grid_tiles(grid):
-    out = []
-    for k in range(int(np.prod(grid))):
-        coord = []
-        for g in grid:
-            k, r = divmod(k, g)
-            coord.append(r)
-        out.append(tuple(coord))
-    return out
 
 
 def block_rows(per_axis, tile):
@@ -270,11 +231,7 @@ def test_racing_residency_requests_one_wins_the_others_see_pins(gate):
         except RuntimeError as exc:
             outcomes.append(exc)
 
-    threads = [threading.Thread(target=contender, args=(k,)) for k in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(TIMEOUT)
+    assert run_threads([lambda k=k: contender(k) for k in range(6)], TIMEOUT)
     assert len(outcomes) == 6 and all(isinstance(o, RuntimeError) and "pinned" in str(o) for o in outcomes)
     gate.gate.set()
     assert first.wait() is None and te.primary_tiles == TileSet(tiles)
@@ -294,11 +251,7 @@ def test_racing_residency_requests_one_wins_the_others_see_pins(gate):
                 continue
             results.append(h.wait())
 
-    threads = [threading.Thread(target=racer, args=(k,)) for k in range(5)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(TIMEOUT)
+    assert run_threads([lambda k=k: racer(k) for k in range(5)], TIMEOUT)
     assert len(results) == 20 and None in results
     assert all(r is None or (isinstance(r, RuntimeError) and "pinned" in str(r)) for r in results)
     assert te.version == 0 and not any(te.tile_state(c).pinned for c in tiles)
@@ -330,14 +283,15 @@ FAULT_CHILD = textwrap.dedent("""
                 te.secondary_tiles, [te.tile_state(c).pinned for c in tiles])
 
     # Evicting 64 tiles of 4 KiB (256 KiB) onto the tmpfs fails part-way: nothing changes and
-    # every staged tile file is gone.
+    # the staged tiles' file is gone.
     tiles = [(i, j) for j in range(8) for i in range(8)]
     te = TiledEvictable(sw.CPU(0).new_like(values), sw.FileBacked(dtype=F32), (8, 8), (32, 32))
     names, before = sorted(os.listdir(directory)), state(te, tiles)
     expect_enospc(lambda: te.evict(TileSet(tiles)))
     assert state(te, tiles) == before and sorted(os.listdir(directory)) == names
     te.evict(TileSet(tiles[:8]))                  # a request that fits still works
-    assert len(os.listdir(directory)) == len(names) + 8
+    (slab,) = set(os.listdir(directory)) - set(names)   # one file holds the tier's tiles
+    assert os.path.getsize(os.path.join(directory, slab)) == 8 * 4096
     te.promote(TileSet(tiles[:8]))
     assert state(te, tiles) == before and sorted(os.listdir(directory)) == names
     te.release()
@@ -478,11 +432,7 @@ def test_the_route_to_cpu_and_residency_requests_race_cleanly(gate):
         except BaseException as exc:  # noqa: BLE001 - checked below: only RuntimeError may lose
             outcomes[k] = exc
 
-    threads = [threading.Thread(target=mover)] + [threading.Thread(target=requester, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(TIMEOUT)
+    assert run_threads([mover] + [lambda k=k: requester(k) for k in range(4)], TIMEOUT)
     assert len(outcomes) == 5
     moved = outcomes["move"]
     for k in range(4):
@@ -494,3 +444,34 @@ def test_the_route_to_cpu_and_residency_requests_race_cleanly(gate):
         assert isinstance(moved, RuntimeError) and not te.is_released()
         np.testing.assert_array_equal(logical_array(te), data)
         assert not any(te.tile_state(c).pinned for c in tiles)
+
+
+def test_a_grid_of_more_tiles_than_the_coordinate_index_holds_maps_requests_the_same():
+    data = random_logical((257, 256), F32, seed=17)            # 65792 one-slot tiles
+    te = TiledEvictable(seeded(sw.CPU, data, F32), sw.FileBacked(dtype=F32), (257, 256), (1, 1))
+    chosen = [(256, 255), (0, 0), (3, 200)]
+    te.evict(TileSet(chosen))
+    assert te.secondary_tiles == TileSet(chosen) and te[256 + 257 * 255] == data[256, 255]
+    for bad in ([(257, 0)], [(0, 256)], [(1, 2, 3)]):
+        with pytest.raises(ValueError):
+            te.promote(TileSet(bad))
+    te.promote(TileSet(chosen))
+    assert te.secondary_tiles == TileSet() and te.version == 0
+    np.testing.assert_array_equal(logical_array(te), data)
+
+
+def test_gathers_of_many_megabytes_match_numpy():
+    """Projection and the route to CPU past 8 MiB, where host rows are written with streaming
+    stores."""
+    data = random_logical((1536, 1536), F32, seed=23)          # 9 MiB in 24 x 24 tiles
+    seed = sw.CPU(data.size, empty=True)
+    np.from_dlpack(sw.Tensor(seed, 0, sw.Layout.canonical(sw.Shape(data.size))))[:] = data.ravel(order="F")
+    te = TiledEvictable(seed, sw.FileBacked(dtype=F32), (24, 24), (64, 64))
+    te.evict(TileSet(grid_tiles((24, 24))[::5]))
+    every = [list(range(24))[::-1], list(range(24))]
+    with sw.no_grad():
+        out = te.project(full(te), every).wait()
+        got = np.from_dlpack(out).reshape((1536, 1536), order="F")
+        np.testing.assert_array_equal(got, data[np.ix_(*block_rows(every, (64, 64)))])
+        moved = sw.move(full(te), sw.CPU(data.size, empty=True))
+    np.testing.assert_array_equal(np.from_dlpack(moved).reshape((1536, 1536), order="F"), data)

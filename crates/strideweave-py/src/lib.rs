@@ -10,6 +10,7 @@ mod commit;
 mod dlpack;
 mod engine;
 mod error;
+mod file_slab;
 mod inline_move;
 mod jobs;
 mod kernels;
@@ -25,6 +26,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     install_logger(m.py());
     layout::register(m)?;
     storage::register(m)?;
+    file_slab::register(m)?;
     carrier_base::register(m)?;
     dlpack::register(m)?;
     engine::register(m)?;

@@ -22,8 +22,9 @@ use strideweave_core::storage::{ElemKind, FileStore, HostBuffer, Scalar};
 
 use crate::jobs::os_error;
 
-/// Released host buffers of at least this size are freed on an engine worker.
-const DEFERRED_FREE_BYTES: usize = 1 << 20;
+/// Released host buffers, and the unlinked files of released storages, of at least this size
+/// are freed on an engine worker.
+pub(crate) const DEFERRED_FREE_BYTES: usize = 1 << 20;
 
 pub fn parse_kind(kind: &str) -> PyResult<ElemKind> {
     ElemKind::from_name(kind)
@@ -129,7 +130,7 @@ fn decode_slot(py: Python<'_>, kind: ElemKind, bytes: &[u8; 8]) -> PyResult<Py<P
     scalar_to_py(py, kind.decode(&bytes[..kind.size()]))
 }
 
-fn decode_all<'py>(py: Python<'py>, kind: ElemKind, bytes: &[u8]) -> PyResult<Bound<'py, PyList>> {
+pub(crate) fn decode_all<'py>(py: Python<'py>, kind: ElemKind, bytes: &[u8]) -> PyResult<Bound<'py, PyList>> {
     let items = bytes
         .chunks_exact(kind.size())
         .map(|c| scalar_to_py(py, kind.decode(c)))
@@ -137,12 +138,12 @@ fn decode_all<'py>(py: Python<'py>, kind: ElemKind, bytes: &[u8]) -> PyResult<Bo
     PyList::new(py, items)
 }
 
-fn released() -> PyErr {
+pub(crate) fn released() -> PyErr {
     PyRuntimeError::new_err("storage is released")
 }
 
 /// The IndexError of a storage's own `get`/`set` for a slot outside `[0, count)`.
-fn slot_out_of_range(index: i64) -> impl FnOnce(usize) -> PyErr {
+pub(crate) fn slot_out_of_range(index: i64) -> impl FnOnce(usize) -> PyErr {
     move |count| PyIndexError::new_err(format!("slot {index} is outside [0, {count})"))
 }
 
@@ -288,15 +289,21 @@ impl HostStorage {
     /// Drops this storage's reference to the memory (freeing owned memory once no transfer
     /// still holds it). Idempotent.
     pub(crate) fn release_buffer(&self) {
-        self.slots_plus_one.store(0, Ordering::Release);
-        self.address.store(0, Ordering::Release);
-        if let Some(buffer) = self.buffer.write().take() {
+        if let Some(buffer) = self.take_buffer() {
             // Unmapping a large buffer takes milliseconds that neither the caller nor the move
             // commit needs to wait for: the carrier is already released.
             if buffer.len() >= DEFERRED_FREE_BYTES {
                 engine::submit(move || drop(buffer));
             }
         }
+    }
+
+    /// Releases the storage and hands its buffer to the caller (None if already released),
+    /// who decides where it is freed (`tiles.rs` frees a request's tiles together).
+    pub(crate) fn take_buffer(&self) -> Option<Arc<HostBuffer>> {
+        self.slots_plus_one.store(0, Ordering::Release);
+        self.address.store(0, Ordering::Release);
+        self.buffer.write().take()
     }
 
     /// The address of slot 0 while live, 0 once released.
@@ -333,6 +340,14 @@ impl HostStorage {
         let buffer = HostBuffer::new(bytes, zeroed)
             .map_err(|_| PyMemoryError::new_err(format!("cannot allocate {bytes} bytes of host memory")))?;
         Ok(Self::holding(kind, buffer))
+    }
+
+    /// `number` fresh storages of `count` slots each in one call (a tiled tier's fresh
+    /// tiles). MemoryError, with none made, when memory runs out.
+    #[staticmethod]
+    #[pyo3(signature = (kind, count, number, zeroed = true))]
+    fn many(kind: &str, count: usize, number: usize, zeroed: bool) -> PyResult<Vec<Self>> {
+        (0..number).map(|_| Self::new(kind, count, zeroed)).collect()
     }
 
     /// Wrap `count` slots at `pointer` without taking ownership.

@@ -1,17 +1,18 @@
 """The native data path of the tiled tier: when a tile copy may run as a batched span copy in
-Rust, and the span and block lists that describe it (`_native.copy_spans` and friends).
+Rust, and the placement of tiles in a dense array that block copies need
+(`_native.copy_spans`, `copy_blocks` and friends).
 
 A tile copy may bypass Python exactly when Python would have done nothing but move bytes
 between built-in storages:
-- each end is a `HostStorage` or `FileStorage` behind a class whose element path (reads,
-  writes, `_sw_fill`) is the built-in one, so no user hook is skipped;
+- each end is a bare tile storage (`tiled_tiles`), or a `HostStorage` or `FileStorage` behind
+  a class whose element path (reads, writes, `_sw_fill`) is the built-in one, so no user hook
+  is skipped;
 - for a residency request, the pair of tier classes resolves (§5, legacy registry) to a
   built-in bulk or elementwise operation, so no user MoveOperation or provider is skipped.
 Anything else, and every tier defined in Python, keeps the object-model path.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Sequence
 
 from strideweave import _native
@@ -48,19 +49,6 @@ def native_storage(carrier: Carrier) -> Any:
     return storage if type(storage) in _STORAGES else None
 
 
-def tile_blocks(tiles: Sequence[Carrier], indices: Sequence[int], origins: Sequence[int],
-                destination: Any) -> list[tuple[Any, int, Any, int]] | None:
-    """`(tile storage, 0, destination, origin)` for each tile `tiles[i]`; None unless every
-    tile is built-in."""
-    blocks: list[tuple[Any, int, Any, int]] = []
-    for i, origin in zip(indices, origins):
-        storage = native_storage(tiles[i])
-        if storage is None:
-            return None
-        blocks.append((storage, 0, destination, origin))
-    return blocks
-
-
 def placement(per_axis: Sequence[Sequence[int]], grid: Sequence[int], tile_shape: Sequence[int]) -> tuple[list[int], list[int]]:
     """For the Cartesian product of `per_axis` (first mode fastest): each selected tile's
     index in `grid` and the slot of its first element in the dense compact array."""
@@ -74,7 +62,7 @@ def placement(per_axis: Sequence[Sequence[int]], grid: Sequence[int], tile_shape
     return indices, origins
 
 
-def _builtin_factories(cls: type) -> bool:
+def builtin_factories(cls: type) -> bool:
     """`new_like` and `allocate_like` are those of the built-in base (a fresh tile of the
     class is then a plain storage of the same kind)."""
     for base, (new_like, allocate_like) in _FACTORIES.items():
@@ -99,7 +87,7 @@ def snapshot(tile: Carrier) -> Carrier | None:
     """A private dense copy of a built-in tile (same class), copied in Rust; None when the
     tile is not built-in and the caller must copy through its hooks."""
     storage = native_storage(tile)
-    if storage is None or not _builtin_factories(type(tile)):
+    if storage is None or not builtin_factories(type(tile)):
         return None
     n = tile.size()
     copy = tile.allocate_like(n, mutable=True, empty=True)
@@ -109,23 +97,6 @@ def snapshot(tile: Carrier) -> Carrier | None:
         copy.release()
         raise
     return copy
-
-
-def split(seed: Carrier, grid: Sequence[int], tile_shape: Sequence[int], tiles: list[Carrier]) -> bool:
-    """Split a built-in seeding tier into fresh tiles of its class, appended to `tiles`, with
-    one Rust block copy: what `new_like` of each tile's values would give. False (nothing
-    made) when the seed is not built-in."""
-    storage = native_storage(seed)
-    if storage is None or not _builtin_factories(type(seed)):
-        return False
-    size = math.prod(tile_shape)
-    for _ in range(math.prod(grid)):
-        tiles.append(seed.allocate_like(size, mutable=True, empty=True))
-    logical = [g * t for g, t in zip(grid, tile_shape)]
-    _, origins = placement([range(g) for g in grid], grid, tile_shape)
-    blocks = [(storage, origin, tile._sw_storage(), 0) for origin, tile in zip(origins, tiles)]
-    _native.copy_blocks(blocks, list(tile_shape), logical, list(tile_shape))
-    return True
 
 
 def dense_strides(shape: Sequence[int]) -> list[int]:

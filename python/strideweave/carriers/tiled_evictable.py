@@ -8,13 +8,16 @@ residency and projection operations. The class is final.
 
 Geometry: `logical_shape[a] = grid_shape[a] * tile_shape[a]`; slot `s` decodes first mode
 fastest to coordinate `x`, which lies in tile `x // tile_shape` at in-tile slot
-`encode(x mod tile_shape, tile_shape)`. Every tile is its own dense carrier of a tier class
-(made by `new_like` at construction, by `allocate_like` when it moves), owned by the
-TiledEvictable through an ownership token like Evictable's.
+`encode(x mod tile_shape, tile_shape)`. Every tile is its own dense storage of a tier: a
+carrier of the tier's class (made by `new_like` at construction, by `allocate_like` when it
+moves), owned by the TiledEvictable through an ownership token like Evictable's, or, for the
+exact built-in classes CPU and FileBacked, the bare Rust storage such a carrier would hold
+(`tiled_tiles.py` says why and how).
 
 This module holds the carrier, its storage provider, the facet and the definition; the value
 types live in `tiled_types.py`, the request machinery (pins, atomic commit, projection, the
-route's transfer) in `tiled_residency.py`, and the batched Rust data path in `tiled_bulk.py`.
+route's transfer) in `tiled_residency.py`, the tiles of each tier in `tiled_tiles.py`, and
+the batched Rust data path in `tiled_bulk.py`.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence, cast, final
 
-from strideweave.carriers import tiled_bulk, tiled_residency
+from strideweave.carriers import tiled_bulk, tiled_residency, tiled_tiles
 from strideweave.carriers.base import Carrier, check_size_argument, not_a_carrier
 from strideweave.carriers.cpu import CPU
 from strideweave.carriers.dtype import DType
@@ -44,6 +47,9 @@ __all__ = ["TiledEvictable", "TileSet", "TileSelection", "AwaitProjection", "Awa
 # The value types' documented home is this module.
 for _public in (TileSet, TileSelection, AwaitProjection, AwaitResidency, TileState):
     _public.__module__ = __name__
+
+
+_INDEXED_TILES = 1 << 16  # ~10 MB of index at most
 
 
 # ===== the carrier ==============================================================================
@@ -119,7 +125,13 @@ class TiledEvictable(Carrier):
         # Each tile's first slot in the logical array, by tile index (the route's gather).
         self._origins = tiled_bulk.placement([range(g) for g in grid], grid, tile)[1]
         self._seed: Carrier | None = primary if sizes[0] == full else secondary
-        self._tiles: list[Carrier] | None = None
+        self._makers = {PRIMARY: tiled_tiles.TierTiles(primary, self._tile_size, dtype),
+                        SECONDARY: tiled_tiles.TierTiles(secondary, self._tile_size, dtype)}
+        # Tile index by coordinate, so a request of thousands of tiles maps them in one pass;
+        # for a grid too large to hold that cheaply, `_coordinate_index` computes each.
+        self._index_of = ({self._coordinate_of(i): i for i in range(len(self._origins))}
+                          if len(self._origins) <= _INDEXED_TILES else {})
+        self._tiles: list[tiled_tiles.Tile] | None = None
         self._where: list[str] = []
         self._pins: list[int] = []
         self._pending = 0
@@ -131,8 +143,7 @@ class TiledEvictable(Carrier):
         ownership.take(primary)
         ownership.take(secondary)
         # The storage provider's allocate (run by Carrier.__init__, full > 0) built the tiles.
-        for t in cast("list[Carrier]", self._tiles):
-            ownership.take(t)
+        tiled_tiles.adopt_all(cast("list[tiled_tiles.Tile]", self._tiles), ownership)
         self._finalizer = weakref.finalize(self, ownership.disown_all)
 
     # ----- geometry ------------------------------------------------------------------------
@@ -187,6 +198,9 @@ class TiledEvictable(Carrier):
         return slots
 
     def _coordinate_index(self, coord: tuple[int, ...]) -> int:
+        index = self._index_of.get(coord)
+        if index is not None:
+            return index
         if len(coord) != len(self._grid):
             raise ValueError(f"tile coordinate {coord} has rank {len(coord)}, the grid has rank "
                              f"{len(self._grid)}")
@@ -324,15 +338,14 @@ def _provider_allocate(c: TiledEvictable, slots: int) -> None:
         raise ValueError(f"TiledEvictable storage holds exactly its full size {c._full}, not {slots}")
     seed = cast(Carrier, c._seed)  # set for the duration of __init__, which is what calls this
     location = PRIMARY if seed is c._primary else SECONDARY
-    tiles: list[Carrier] = []
+    tiles: list[tiled_tiles.Tile] = []
     try:
-        if not tiled_bulk.split(seed, c._grid, c._tile, tiles):
+        if not tiled_tiles.split(seed, c._grid, c._tile, c._makers[location], tiles):
             for index in range(math.prod(c._grid)):
                 values = [seed[s] for s in c._tile_slots(index)]
                 tiles.append(seed.new_like(values, mutable=True))
     except BaseException:
-        for t in tiles:
-            _release_quietly(t)
+        tiled_tiles.release_tiles(tiles)
         raise
     c._tiles = tiles
     c._where = [location] * len(tiles)
@@ -346,11 +359,12 @@ def _provider_release(c: TiledEvictable) -> None:
                                "projection is pending")
         ownership = c._ownership
         c._finalizer.detach()
-        carriers = [*cast("list[Carrier]", c._tiles), c._primary, c._secondary]
+        tiles = cast("list[tiled_tiles.Tile]", c._tiles)
         ownership.disown_all()
         c._tiles = None
-        for carrier in carriers:
-            carrier.release()
+        tiled_tiles.release_all(tiles)
+        c._primary.release()
+        c._secondary.release()
 
 
 def _provider_read(c: TiledEvictable, i: int) -> Any:
@@ -358,7 +372,7 @@ def _provider_read(c: TiledEvictable, i: int) -> Any:
     # Under the lock a commit swaps tiles with: a reader never holds a tile that the commit
     # has just released.
     with c._state_lock:
-        return cast("list[Carrier]", c._tiles)[tile][k]
+        return tiled_tiles.read_slot(cast("list[tiled_tiles.Tile]", c._tiles)[tile], k)
 
 
 def _provider_write(c: TiledEvictable, i: int, v: Any) -> None:
@@ -367,7 +381,7 @@ def _provider_write(c: TiledEvictable, i: int, v: Any) -> None:
         if c._pins[tile]:
             raise RuntimeError(f"cannot write to tile {c._coordinate_of(tile)} of a TiledEvictable: "
                                "it is pinned by a pending residency request or projection")
-        cast("list[Carrier]", c._tiles)[tile]._sw_write_as_owner(c._ownership, k, v)
+        tiled_tiles.write_slot(cast("list[tiled_tiles.Tile]", c._tiles)[tile], c._ownership, k, v)
     return None
 
 

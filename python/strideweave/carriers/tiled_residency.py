@@ -10,7 +10,8 @@ lock, and any failure releases what was staged and changes nothing.
 
 Old tiles stay readable until commit without any copy on the native path: the copy reads the
 current tiles in place, and they are pinned, so nothing writes them meanwhile. The object-
-model path moves a private copy instead, because a move releases its source.
+model path moves a private copy instead, because a move releases its source. Tiles are
+carriers or bare storages (`tiled_tiles`); every step below goes through that module.
 """
 from __future__ import annotations
 
@@ -19,11 +20,12 @@ import math
 from typing import Any, Iterable, Protocol, cast
 
 from strideweave import _autograd, _native
-from strideweave.carriers import tiled_bulk
+from strideweave.carriers import tiled_bulk, tiled_tiles
 from strideweave.carriers.base import Carrier, not_a_carrier
 from strideweave.carriers.dtype import DType
 from strideweave.carriers.extension import PreparedTransfer, Unsupported, is_definition_backed
 from strideweave.carriers.move import AwaitResult
+from strideweave.carriers.tiled_tiles import Tile
 from strideweave.carriers.tiled_types import (PRIMARY, AwaitProjection, AwaitResidency, TileSelection,
                                               TileSet, _release_quietly)
 from strideweave.layout import Layout, Shape
@@ -45,16 +47,6 @@ def _unpin(c: Any, indices: Iterable[int]) -> None:
         c._pending -= 1
 
 
-def _private_copy(tile: Carrier) -> Carrier:
-    """A dense copy of `tile` of the same class, so the move between tiers (which releases its
-    source) leaves the current tile readable until commit: in Rust for a built-in tile,
-    through the tile's hooks otherwise."""
-    copy = tiled_bulk.snapshot(tile)
-    if copy is not None:
-        return copy
-    return tile.new_like([tile[k] for k in range(tile.size())], mutable=True)
-
-
 def _flat(carrier: Carrier, size: int) -> Any:
     from strideweave.tensor import Tensor
     return Tensor(carrier, 0, Layout.canonical(Shape(size)))
@@ -70,7 +62,11 @@ def residency(c: Any, tiles: Any, target: str) -> AwaitResidency:
         tiles = tiles.tile_set
     elif not isinstance(tiles, TileSet):
         raise TypeError(f"tiles must be a TileSet or TileSelection, not {type(tiles).__name__}")
-    requested = [c._coordinate_index(coord) for coord in tiles.coordinates]
+    index_of = c._index_of
+    try:
+        requested = [index_of[coord] for coord in tiles.coordinates]
+    except KeyError:  # a coordinate outside the grid: the checked lookup words the error
+        requested = [c._coordinate_index(coord) for coord in tiles.coordinates]
     handle = _native.new_completion(AwaitResidency)
     with c._state_lock:
         c._check_live(action)  # again, atomically with the pins: a release may have run since
@@ -90,26 +86,22 @@ def residency(c: Any, tiles: Any, target: str) -> AwaitResidency:
               and tiled_bulk.native_storage(source_tier) is not None)
 
     def job() -> None:
-        staged: dict[int, Carrier] = {}
+        staged: list[Tile] = []
         copies: list[Carrier] = []
         try:
-            if native:
-                _stage_native(c, moving, prototype, staged, copies)
-            else:
-                _stage_moves(c, moving, prototype, staged, copies)
+            if not (native and _stage_native(c, moving, c._makers[target], staged)):
+                _stage_moves(c, moving, prototype, source_tier, staged, copies)
             # Commit: every swap at once, under the lock writers and readers of state take.
+            tiles, where, ownership = c._tiles, c._where, c._ownership
             with c._state_lock:
-                replaced = []
-                for i, fresh in staged.items():
-                    replaced.append(c._tiles[i])
-                    c._ownership.take(fresh)
-                    c._tiles[i] = fresh
-                    c._where[i] = target
-                for old in replaced:
-                    _release_quietly(old, c._ownership)
+                replaced = [tiles[i] for i in moving]
+                for i, fresh in zip(moving, staged):
+                    tiles[i] = fresh
+                    where[i] = target
+                tiled_tiles.adopt_all(staged, ownership)
+                tiled_tiles.release_tiles(replaced, ownership)
         except BaseException as exc:  # noqa: BLE001 - the request's terminal failure
-            for fresh in staged.values():
-                _release_quietly(fresh)
+            tiled_tiles.release_tiles(staged)
             for copy in copies:
                 _release_quietly(copy)
             _unpin(c, requested)
@@ -126,35 +118,34 @@ def residency(c: Any, tiles: Any, target: str) -> AwaitResidency:
     return handle
 
 
-def _stage_native(c: Any, moving: list[int], prototype: Carrier, staged: dict[int, Carrier], copies: list[Carrier]) -> None:
-    """Allocate every fresh tile, then copy every moving tile into its fresh tile in one
-    batched Rust copy (GIL released), reading the pinned current tiles in place. A tile whose
-    storage turns out not to be built-in sends the whole request down the object-model path."""
-    spans = []
-    for i in moving:
-        fresh = prototype.allocate_like(c._tile_size, mutable=True, empty=True)
-        staged[i] = fresh
-        src, dst = tiled_bulk.native_storage(c._tiles[i]), tiled_bulk.native_storage(fresh)
-        if src is None or dst is None:
-            for tile in staged.values():
-                _release_quietly(tile)
-            staged.clear()
-            _stage_moves(c, moving, prototype, staged, copies)
-            return
-        spans.append((src, 0, dst, 0, c._tile_size))
-    _native.copy_spans(spans)
+def _stage_native(c: Any, moving: list[int], maker: tiled_tiles.TierTiles, staged: list[Tile]) -> bool:
+    """Make every fresh tile, then copy every moving tile into its fresh tile in one batched
+    Rust copy (GIL released), reading the pinned current tiles in place. False, with nothing
+    staged, when a tile turns out to have no Rust storage: the caller takes the object-model
+    path for the whole request."""
+    maker.fresh(len(moving), staged)
+    tiles = c._tiles
+    sources = tiled_tiles.storages_of([tiles[i] for i in moving])
+    destinations = tiled_tiles.storages_of(staged)
+    if sources is None or destinations is None:
+        tiled_tiles.release_tiles(staged)
+        staged.clear()
+        return False
+    _native.copy_storages(sources, destinations, c._tile_size)
+    return True
 
 
-def _stage_moves(c: Any, moving: list[int], prototype: Carrier, staged: dict[int, Carrier], copies: list[Carrier]) -> None:
+def _stage_moves(c: Any, moving: list[int], prototype: Carrier, source_tier: Carrier, staged: list[Tile],
+                 copies: list[Carrier]) -> None:
     """The object-model path: each tile's private copy moves into a fresh target-tier tile
     through a move between tiers (§5 resolution, graph construction off)."""
     from strideweave.carriers.move import _move_between_tiers
     with _autograd.no_grad():
         for i in moving:
-            copy = _private_copy(c._tiles[i])
+            copy = tiled_tiles.carrier_copy(c._tiles[i], source_tier, c._tile_size)
             copies.append(copy)
             fresh = prototype.allocate_like(c._tile_size, mutable=True, empty=True)
-            staged[i] = fresh
+            staged.append(fresh)
             _move_between_tiers(_flat(copy, c._tile_size), fresh)
 
 
@@ -284,9 +275,9 @@ def project(c: Any, tensor: Any, selection: Any, destination: Carrier | None) ->
         handle._succeed(result)
 
     try:
-        blocks = _native_blocks(c, selection, destination)
-        if blocks is not None:
-            _native.submit_copy_blocks(blocks, list(c._tile), list(c._tile), list(compact), finish)
+        placed = _native_placement(c, selection, destination)
+        if placed is not None:
+            _native.submit_place_blocks(*placed, list(c._tile), list(compact), finish)
         else:
             def job() -> None:
                 try:
@@ -305,14 +296,15 @@ def project(c: Any, tensor: Any, selection: Any, destination: Carrier | None) ->
     return handle
 
 
-def _native_blocks(c: Any, selection: TileSelection, destination: Carrier) -> list[tuple[Any, int, Any, int]] | None:
-    """One `(tile storage, 0, destination storage, origin)` block per selected tile, each
-    placed at its block of the compact array; None unless every end is built-in."""
+def _native_placement(c: Any, selection: TileSelection, destination: Carrier) -> tuple[list[Any], Any, list[int]] | None:
+    """`(tile storages, destination storage, origins)`: each selected tile placed at its
+    block of the compact array; None unless every end has a Rust storage."""
     dst = tiled_bulk.native_storage(destination)
     if dst is None:
         return None
     indices, origins = tiled_bulk.placement(selection.per_axis, c._grid, c._tile)
-    return tiled_bulk.tile_blocks(c._tiles, indices, origins, dst)
+    sources = tiled_tiles.storages_of([c._tiles[i] for i in indices])
+    return None if sources is None else (sources, dst, origins)
 
 
 def _gather(c: Any, selection: TileSelection, destination: Carrier, compact: tuple[int, ...]) -> None:
@@ -328,7 +320,7 @@ def _gather(c: Any, selection: TileSelection, destination: Carrier, compact: tup
             block.append(r)
             coord.append(axis[r])
         tile = c._tiles[c._coordinate_index(tuple(coord))]
-        values = [tile[j] for j in range(c._tile_size)]
+        values = tiled_tiles.read_all(tile, c._tile_size)
         for j, v in enumerate(values):
             s, mul, rest = 0, 1, j
             for b, t, extent in zip(block, tile_shape, compact):
@@ -353,22 +345,24 @@ def prepare_to_cpu(request: Any) -> Any:
     destination = request.destination
 
     def submit() -> Any:
-        every = list(range(len(source._tiles)))
+        every = range(len(source._tiles))
         dst = tiled_bulk.native_storage(destination)
-        blocks = None if dst is None else tiled_bulk.tile_blocks(source._tiles, every, source._origins, dst)
-        if blocks is None:
-            for index, tile in enumerate(source._tiles):
-                for k, s in enumerate(source._tile_slots(index)):
-                    destination._sw_fill(s, tile[k])
-            return None
-        # One engine job; the move waits on the returned completion. The tiles stay pinned
-        # meanwhile, so no residency request swaps one out under the copy.
-        done = _native.new_completion(AwaitResult)
         with source._state_lock:
             if source._pending:  # a request started since prepare: refuse, as prepare does
                 raise RuntimeError("cannot move a TiledEvictable while a residency request or "
                                    "projection is pending")
-            _pin(source, every)
+            sources = None if dst is None else tiled_tiles.storages_of(source._tiles)
+            if sources is not None:
+                _pin(source, every)
+        if sources is None:
+            for index, tile in enumerate(source._tiles):
+                values = tiled_tiles.read_all(tile, source._tile_size)
+                for s, v in zip(source._tile_slots(index), values):
+                    destination._sw_fill(s, v)
+            return None
+        # One engine job; the move waits on the returned completion. The tiles stay pinned
+        # meanwhile, so no residency request swaps one out under the copy.
+        done = _native.new_completion(AwaitResult)
 
         def then(error: BaseException | None) -> None:
             _unpin(source, every)
@@ -377,8 +371,8 @@ def prepare_to_cpu(request: Any) -> Any:
             else:
                 done._fail(error)
         try:
-            _native.submit_copy_blocks(blocks, list(source._tile), list(source._tile),
-                                       list(source._logical), then)
+            _native.submit_place_blocks(sources, dst, source._origins, list(source._tile),
+                                        list(source._logical), then)
         except BaseException:
             _unpin(source, every)
             raise

@@ -4,7 +4,9 @@
 //! kernels stay independent of the storage types that own the bytes. Two families:
 //!
 //! * span copies: a contiguous byte range host↔host, host↔file, file↔file, moved in large
-//!   positioned chunks (the bulk routes of a move carry a layout's whole cosize span);
+//!   positioned chunks (the bulk routes of a move carry a layout's whole cosize span), and
+//!   gather writes / scatter reads of many host ranges against one file range (`vectored.rs`),
+//!   and host copies with streaming stores for large piecewise gathers (`streaming.rs`);
 //! * layout copies: every slot a hierarchical layout addresses, given as its flattened leaf
 //!   extents and strides (first leaf fastest), copied from `src_offset + index` to
 //!   `dst_offset + index` — the elementwise fallback, where the moved result keeps the same
@@ -17,6 +19,11 @@ use std::os::unix::fs::FileExt;
 use thiserror::Error;
 
 use crate::layout::plan::{addressed_range, check_modes, LoopPlan, PlanError};
+
+mod streaming;
+mod vectored;
+pub use streaming::{copy_span_streaming, stream_fence, STREAM_THRESHOLD};
+pub use vectored::{file_read_scatter, file_write_gather, MAX_RANGES};
 
 /// Bytes moved per positioned read or write. Large enough that syscall overhead vanishes
 /// next to the copy, small enough that one call never approaches the kernel's ~2 GiB cap.

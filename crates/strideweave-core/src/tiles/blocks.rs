@@ -6,7 +6,8 @@
 //! A block is copied row by row along mode 0 without building a span list: a projection of a
 //! thousand 64x64 tiles is 64k rows, and materialising them costs more than copying them.
 //! When a block's rows continue each other in a file (the whole tile), the file side is one
-//! positioned read or write through a bounce buffer.
+//! scatter read or gather write straight from or into the rows. A large host-to-host request
+//! writes its rows with streaming stores (`copy::streaming`).
 
 use std::io;
 
@@ -97,6 +98,18 @@ impl BlockGeometry {
     }
 }
 
+impl BlockGeometry {
+    /// Slots from a block's first to one past its last, in the source array.
+    pub fn src_reach(&self) -> u64 {
+        self.src_reach
+    }
+
+    /// Slots from a block's first to one past its last, in the destination array.
+    pub fn dst_reach(&self) -> u64 {
+        self.dst_reach
+    }
+}
+
 /// Checks every block's reach against the stores' current sizes and refuses a block whose
 /// source and destination ranges overlap in one store. Nothing is read or written.
 pub fn check_blocks(stores: &[Store<'_>], elem: usize, geo: &BlockGeometry, blocks: &[Block]) -> Result<(), SpanError> {
@@ -119,30 +132,57 @@ pub fn check_blocks(stores: &[Store<'_>], elem: usize, geo: &BlockGeometry, bloc
 /// alive, and no other thread writes any source or destination range during the call.
 pub unsafe fn run_blocks(stores: &[Store<'_>], elem: usize, geo: &BlockGeometry, blocks: &[Block]) -> io::Result<()> {
     let row_bytes = geo.row as usize * elem;
-    let block_bytes = row_bytes * geo.rows.len();
-    let mut bounce: Vec<u8> = Vec::new();
+    // A large gather streams its host-to-host rows (see copy::streaming): each row is a few
+    // hundred bytes of a destination far larger than the cache.
+    let streaming = row_bytes * geo.rows.len() * blocks.len() >= copy::STREAM_THRESHOLD;
+    let done = run_each(stores, elem, geo, blocks, row_bytes, streaming);
+    if streaming {
+        copy::stream_fence();
+    }
+    done
+}
+
+/// The body of [`run_blocks`]: every block in order.
+///
+/// # Safety
+/// As [`run_blocks`].
+unsafe fn run_each(
+    stores: &[Store<'_>],
+    elem: usize,
+    geo: &BlockGeometry,
+    blocks: &[Block],
+    row_bytes: usize,
+    streaming: bool,
+) -> io::Result<()> {
     for b in blocks {
         match (stores[b.src], stores[b.dst]) {
             (Store::Host(src), Store::Host(dst)) => {
                 for &(so, dso) in &geo.rows {
                     // SAFETY: every row lies inside the checked block reach of both stores,
-                    // the ranges do not overlap (check_blocks), and nobody else writes them.
+                    // the ranges do not overlap (check_blocks), and nobody else writes them;
+                    // run_blocks fences streamed stores before returning.
                     unsafe {
-                        let from = host_bytes(src, b.src_off + so, geo.row, elem);
-                        let to = host_bytes_mut(dst, b.dst_off + dso, geo.row, elem);
-                        copy::copy_span_host_to_host(from.as_ptr(), to.as_mut_ptr(), row_bytes);
+                        let from = host_bytes(src, b.src_off + so, geo.row, elem).as_ptr();
+                        let to = host_bytes_mut(dst, b.dst_off + dso, geo.row, elem).as_mut_ptr();
+                        if streaming {
+                            copy::copy_span_streaming(from, to, row_bytes);
+                        } else {
+                            copy::copy_span_host_to_host(from, to, row_bytes);
+                        }
                     }
                 }
             }
             (Store::File(file), Store::Host(dst)) if geo.src_dense => {
-                // The whole block is one file range: one read, then scatter the rows.
-                bounce.resize(block_bytes, 0);
-                copy::file_read_into_host(file.file(), b.src_off * elem as u64, &mut bounce)?;
-                for (k, &(_, dso)) in geo.rows.iter().enumerate() {
-                    // SAFETY: as above.
-                    let to = unsafe { host_bytes_mut(dst, b.dst_off + dso, geo.row, elem) };
-                    to.copy_from_slice(&bounce[k * row_bytes..(k + 1) * row_bytes]);
-                }
+                // The whole block is one file range: one scatter read straight into the rows.
+                let parts: Vec<(*mut u8, usize)> = geo
+                    .rows
+                    .iter()
+                    // SAFETY: every row lies inside the checked block reach of `dst`.
+                    .map(|&(_, dso)| (unsafe { dst.as_ptr().add((b.dst_off + dso) as usize * elem) }, row_bytes))
+                    .collect();
+                // SAFETY: the rows lie inside the live destination buffer (check_blocks) and
+                // nobody else touches it during the request (this function's contract).
+                unsafe { copy::file_read_scatter(file.file(), b.src_off * elem as u64, &parts) }?;
             }
             (Store::File(file), Store::Host(dst)) => {
                 for &(so, dso) in &geo.rows {
@@ -152,12 +192,14 @@ pub unsafe fn run_blocks(stores: &[Store<'_>], elem: usize, geo: &BlockGeometry,
                 }
             }
             (Store::Host(src), Store::File(file)) if geo.dst_dense => {
-                bounce.clear();
-                for &(so, _) in &geo.rows {
+                // The whole block is one file range: one gather write straight from the rows.
+                let parts: Vec<&[u8]> = geo
+                    .rows
+                    .iter()
                     // SAFETY: as above.
-                    bounce.extend_from_slice(unsafe { host_bytes(src, b.src_off + so, geo.row, elem) });
-                }
-                copy::file_write_from_host(file.file(), b.dst_off * elem as u64, &bounce)?;
+                    .map(|&(so, _)| unsafe { host_bytes(src, b.src_off + so, geo.row, elem) })
+                    .collect();
+                copy::file_write_gather(file.file(), b.dst_off * elem as u64, &parts)?;
             }
             (Store::Host(src), Store::File(file)) => {
                 for &(so, dso) in &geo.rows {
@@ -253,3 +295,4 @@ mod tests {
         assert_eq!(host_values(&a), [1, 2, 3, 4]);
     }
 }
+

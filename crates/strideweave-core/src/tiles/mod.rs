@@ -7,9 +7,10 @@
 //! to back on one thread ([`run_spans`]) with the span kernels of [`crate::copy`]:
 //!
 //! * adjacent spans that continue each other on both sides are merged first;
-//! * a run of spans reading consecutive slots of one file (a tile's rows) is one positioned
-//!   read into a bounce buffer, scattered from there, instead of a read per row;
-//! * a run of spans writing consecutive slots of one file is gathered and written once.
+//! * a run of spans reading consecutive slots of one file (a tile's rows, or tiles in
+//!   neighbouring regions of a slab) is one scatter read straight into the host ranges,
+//!   instead of a read per span;
+//! * a run of spans writing consecutive slots of one file is one gather write.
 //!
 //! Block gathers (`blocks.rs`) place dense tiles into a larger dense array, or cut them out
 //! of one, row by row without materialising a span per row.
@@ -137,11 +138,12 @@ fn coalesce(spans: &[Span]) -> Vec<Span> {
 }
 
 /// How many spans from `first` form one run: `same(prev, next)` holds between neighbours and
-/// the run's bytes stay within one I/O chunk (a single span may be larger).
+/// the run stays within one I/O chunk of bytes (a single span may be larger) and within the
+/// ranges one vectored call takes.
 fn run_length(spans: &[Span], first: usize, elem: usize, same: impl Fn(&Span, &Span) -> bool) -> usize {
     let mut bytes = spans[first].count as usize * elem;
     let mut end = first + 1;
-    while end < spans.len() && same(&spans[end - 1], &spans[end]) {
+    while end < spans.len() && end - first < copy::MAX_RANGES && same(&spans[end - 1], &spans[end]) {
         bytes += spans[end].count as usize * elem;
         if bytes > copy::IO_CHUNK {
             break;
@@ -178,7 +180,6 @@ pub(crate) unsafe fn host_bytes_mut(buf: &HostBuffer, off: u64, count: u64, elem
 /// thread writes any destination range or source range during the call.
 pub unsafe fn run_spans(stores: &[Store<'_>], elem: usize, spans: &[Span]) -> io::Result<()> {
     let spans = coalesce(spans);
-    let mut bounce: Vec<u8> = Vec::new();
     let mut i = 0;
     while i < spans.len() {
         let s = spans[i];
@@ -204,18 +205,19 @@ pub unsafe fn run_spans(stores: &[Store<'_>], elem: usize, spans: &[Span]) -> io
                     let dst = unsafe { host_bytes_mut(b, s.dst_off, s.count, elem) };
                     copy::file_read_into_host(f.file(), src_byte, dst)?;
                 } else {
-                    // One read for the run (a tile's rows), then scatter.
-                    let total: usize = spans[i..i + n].iter().map(|r| r.count as usize * elem).sum();
-                    bounce.resize(total, 0);
-                    copy::file_read_into_host(f.file(), src_byte, &mut bounce[..total])?;
-                    let mut at = 0;
-                    for r in &spans[i..i + n] {
-                        let len = r.count as usize * elem;
-                        let Store::Host(dst) = stores[r.dst] else { unreachable!("run keeps host destinations") };
-                        // SAFETY: as above.
-                        unsafe { host_bytes_mut(dst, r.dst_off, r.count, elem) }.copy_from_slice(&bounce[at..at + len]);
-                        at += len;
-                    }
+                    // One scatter read for the run, straight into every destination range.
+                    let parts: Vec<(*mut u8, usize)> = spans[i..i + n]
+                        .iter()
+                        .map(|r| {
+                            let Store::Host(dst) = stores[r.dst] else { unreachable!("run keeps host destinations") };
+                            // SAFETY: r.dst_off + r.count lies inside the buffer (check_spans).
+                            (unsafe { dst.as_ptr().add(r.dst_off as usize * elem) }, r.count as usize * elem)
+                        })
+                        .collect();
+                    // SAFETY: every range lies inside a live destination buffer (checked), and
+                    // no other thread touches destinations during the request (this
+                    // function's contract).
+                    unsafe { copy::file_read_scatter(f.file(), src_byte, &parts) }?;
                 }
                 i += n;
             }
@@ -228,13 +230,16 @@ pub unsafe fn run_spans(stores: &[Store<'_>], elem: usize, spans: &[Span]) -> io
                     let src = unsafe { host_bytes(a, s.src_off, s.count, elem) };
                     copy::file_write_from_host(f.file(), dst_byte, src)?;
                 } else {
-                    bounce.clear();
-                    for r in &spans[i..i + n] {
-                        let Store::Host(src) = stores[r.src] else { unreachable!("run keeps host sources") };
-                        // SAFETY: as above.
-                        bounce.extend_from_slice(unsafe { host_bytes(src, r.src_off, r.count, elem) });
-                    }
-                    copy::file_write_from_host(f.file(), dst_byte, &bounce)?;
+                    // One gather write for the run, straight from every source range.
+                    let parts: Vec<&[u8]> = spans[i..i + n]
+                        .iter()
+                        .map(|r| {
+                            let Store::Host(src) = stores[r.src] else { unreachable!("run keeps host sources") };
+                            // SAFETY: as above.
+                            unsafe { host_bytes(src, r.src_off, r.count, elem) }
+                        })
+                        .collect();
+                    copy::file_write_gather(f.file(), dst_byte, &parts)?;
                 }
                 i += n;
             }

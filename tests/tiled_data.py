@@ -1,0 +1,56 @@
+"""Shared by the TiledEvictable tests: random logical arrays, tiers seeded with them (first mode
+fastest, the carrier's slot order), a TiledEvictable's slots read back as an array, grid
+coordinates in tile-index order, and racing threads."""
+import threading
+
+import numpy as np
+
+import strideweave as sw
+
+F32, I32 = sw.DType.Float32, sw.DType.Int32
+NP = {F32: np.float32, I32: np.int32}
+
+
+def full(te):
+    return sw.Tensor(te, 0, sw.Layout.canonical(sw.Shape(list(te.logical_shape))))
+
+
+def random_logical(logical, dtype, seed):
+    rng = np.random.default_rng(seed)
+    if dtype is F32:
+        return rng.standard_normal(logical).astype(np.float32)
+    return rng.integers(-1000, 1000, size=logical).astype(np.int32)
+
+
+def seeded(cls, data, dtype):
+    """A `cls` carrier holding `data`'s slots first mode fastest (the logical order)."""
+    values = data.ravel(order="F").tolist()
+    return cls(0, dtype=dtype).new_like(values) if cls is sw.CPU else cls(dtype=dtype).new_like(values)
+
+
+def logical_array(te):
+    """Every slot of `te`, read through the carrier, as a logical (first mode fastest) array."""
+    values = [te[i] for i in range(te.size())]
+    return np.array(values, dtype=NP[te.dtype()]).reshape(te.logical_shape, order="F")
+
+
+def grid_tiles(grid):
+    out = []
+    for k in range(int(np.prod(grid))):
+        coord = []
+        for g in grid:
+            k, r = divmod(k, g)
+            coord.append(r)
+        out.append(tuple(coord))
+    return out
+
+
+def run_threads(targets, timeout=60):
+    """Start a thread for each callable of `targets`, join them all; True when all finished
+    within `timeout` seconds each."""
+    threads = [threading.Thread(target=target) for target in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    return not any(t.is_alive() for t in threads)

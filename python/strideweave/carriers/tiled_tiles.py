@@ -130,6 +130,10 @@ class TierTiles:
     carriers from the tier's `allocate_like` otherwise."""
 
     __slots__ = ("tier", "size", "kind", "bare", "_slab", "_slab_lock")
+    tier: Carrier
+    size: int
+    kind: str
+    bare: bool
 
     def __init__(self, tier: Carrier, tile_size: int, dtype: DType) -> None:
         self.tier = tier

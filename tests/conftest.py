@@ -1,11 +1,13 @@
 """Shared fixtures. Test modules import strideweave as `sw` and build what they need.
 
 The suite is laid out by purpose: `spec/` holds the specification's scenarios and the
-behaviours the issues ask for, through public API only; `internal/` tests the native pieces
-(`_native` functions, the element fast path, the engine); `typing/` the typed user script
-and stub checks; `interop/` third-party consumers (run by `make test-interop`); `stress/`
-and `wheel/` are scripts run by their own make targets. Shared helpers (`blockdev_fixture`,
-`dlpack_structs`) live here in `tests/`, which is put on `sys.path` for every test module."""
+behaviours the issues ask for, through public API only, one folder per document of docs/spec/
+and one file per section (`spec/tensor_and_carriers/test_s3_2_evictable.py`); `internal/`
+tests the native pieces (`_native` functions, the element fast path, the engine); `typing/`
+the typed user script and stub checks; `interop/` third-party consumers (run by `make
+test-interop`); `stress/` and `wheel/` are scripts run by their own make targets. Helpers
+several test files share (`blockdev_fixture`, `dlpack_structs`, `gated_moves`, ...) live here
+in `tests/`, which is put on `sys.path` for every test module."""
 import gc
 import pathlib
 import sys

@@ -2,9 +2,8 @@
 against NumPy on random data: residency requests, projections and the "tiled.to_cpu" route
 run as batched span copies in Rust and keep every §7 contract (values, versions and tile
 states; old tiles readable until commit; pins; a failure changes nothing).
-
-Also the native entry points themselves (`_native.copy_spans`, `copy_blocks` and their
-submitted forms): ranges are checked before anything is written.
+(The native entry points themselves, `_native.copy_spans`/`copy_blocks`, are tested in
+tests/internal/test_tiles_native.py.)
 """
 import os
 import subprocess
@@ -17,7 +16,6 @@ import numpy as np
 import pytest
 
 import strideweave as sw
-from strideweave import _native
 from strideweave.carriers.tiled_evictable import TiledEvictable, TileSelection, TileSet
 from tiled_data import F32, I32, full, grid_tiles, logical_array, random_logical, run_threads, seeded
 
@@ -340,63 +338,6 @@ def test_running_out_of_space_mid_request_changes_nothing(tiny_tmpfs):
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.strip() == "ok"
     assert os.listdir(tiny_tmpfs) == []
-
-
-# ----- the native entry points --------------------------------------------------------------------
-
-def host(values, kind="f32"):
-    s = _native.HostStorage(kind, len(values))
-    s.set_values(values)
-    return s
-
-
-def test_copy_spans_and_blocks_copy_between_host_and_file_storages(tmp_path):
-    a, b = host([1.0, 2.0, 3.0, 4.0]), host([0.0] * 4)
-    f = _native.FileStorage(str(tmp_path / "f.bin"), "f32")
-    f.resize(4)
-    _native.copy_spans([(a, 2, f, 0, 2), (a, 0, f, 2, 2)])
-    assert f.to_list() == [3.0, 4.0, 1.0, 2.0]
-    _native.copy_spans([(f, 0, b, 2, 2), (f, 2, b, 0, 2)])
-    assert b.to_list() == [1.0, 2.0, 3.0, 4.0]
-    # a 2x2 block of a dense 2x2 source, into the right half of a dense 2x4 destination
-    d = host([0.0] * 8)
-    _native.copy_blocks([(f, 0, d, 4)], [2, 2], [2, 2], [2, 4])
-    assert d.to_list() == [0.0, 0.0, 0.0, 0.0, 3.0, 4.0, 1.0, 2.0]
-    done, results = threading.Event(), []
-    _native.submit_copy_spans([(d, 4, a, 0, 4)], lambda err: (results.append(err), done.set()))
-    assert done.wait(TIMEOUT) and results == [None] and a.to_list() == [3.0, 4.0, 1.0, 2.0]
-    f.release()
-
-
-@pytest.mark.parametrize("spans,exc,word", [
-    (lambda a, b: [(a, 0, b, 0, 2), (a, 3, b, 0, 2)], ValueError, "span 1"),
-    (lambda a, b: [(a, 0, b, 3, 2)], ValueError, "destination"),
-    (lambda a, b: [(a, 0, a, 1, 2)], ValueError, "overlapping"),
-    (lambda a, b: [(a, -1, b, 0, 1)], ValueError, "src_slot"),
-    (lambda a, b: [(a, 0, 5, 0, 1)], TypeError, "HostStorage"),
-    (lambda a, b: [(a, 0, b)], TypeError, "spans\\[0\\]"),
-    (lambda a, b: [(a, 0, host([1, 2], "i32"), 0, 1)], TypeError, "i32"),
-])
-def test_bad_span_requests_are_refused_before_any_write(spans, exc, word):
-    a, b = host([1.0, 2.0, 3.0, 4.0]), host([9.0] * 4)
-    with pytest.raises(exc, match=word):
-        _native.copy_spans(spans(a, b))
-    called = []
-    with pytest.raises(exc, match=word):
-        _native.submit_copy_spans(spans(a, b), called.append)
-    assert b.to_list() == [9.0] * 4 and a.to_list() == [1.0, 2.0, 3.0, 4.0] and called == []
-
-
-def test_bad_block_requests_and_released_storages_are_refused():
-    a, b = host([1.0] * 4), host([9.0] * 4)
-    with pytest.raises(ValueError, match="block_shape"):
-        _native.copy_blocks([(a, 0, b, 0)], [4], [2], [4])
-    with pytest.raises(ValueError, match="past"):
-        _native.copy_blocks([(a, 0, b, 1)], [4], [4], [4])
-    a.release()
-    with pytest.raises(RuntimeError, match="released"):
-        _native.copy_spans([(a, 0, b, 0, 1)])
-    assert b.to_list() == [9.0] * 4
 
 
 def test_the_route_to_cpu_and_residency_requests_race_cleanly(gate):

@@ -9,8 +9,8 @@ bulk routes (CPU ↔ FileBacked is one positioned transfer on an engine thread).
 
 Ownership. While the Evictable is live it owns both tiers: they stay readable but refuse
 writes, release, moves and mutable DLPack export (the Carrier base class enforces that from
-`_sw_owner`). The tiers' `_sw_owner` is not the Evictable itself but a small `_Ownership`
-token: a tier the caller still holds must not keep the Evictable alive (that reference
+`_sw_owner`). The tiers' `_sw_owner` is not the Evictable itself but an `Ownership` token
+(carriers/ownership.py): a tier the caller still holds must not keep the Evictable alive (that reference
 would make "garbage-collected while unreleased → tiers disowned" unreachable for exactly the
 tiers somebody can still observe). A `weakref.finalize` on the Evictable disowns, without
 releasing, whatever tiers the token lists when the Evictable is collected unreleased.
@@ -28,46 +28,15 @@ import weakref
 from typing import Any, Iterable
 
 from strideweave.carriers.base import STATE_LOCK, Carrier, check_index, not_a_carrier
+from strideweave.carriers.ownership import Ownership
 from strideweave.carriers.block_device import BlockDeviceCarrier
 from strideweave.carriers.dtype import DType
 
 __all__ = ["Evictable"]
 
 
-class _Ownership:
-    """The owner recorded on an Evictable's tiers (`tier._sw_owner`).
-
-    It names the owning class in the base class's messages ("owned by Evictable") without
-    referencing the Evictable object, and lists the tiers it currently holds so the GC
-    finalizer can disown exactly those.
-    """
-
-    __slots__ = ("tiers", "__weakref__")
-
-    def __init__(self) -> None:
-        self.tiers: list[Carrier] = []
-
-    def take(self, tier: Carrier) -> None:
-        tier._sw_owner = self
-        if not any(t is tier for t in self.tiers):
-            self.tiers.append(tier)
-
-    def drop(self, tier: Carrier) -> None:
-        if tier._sw_owner is self:
-            tier._sw_owner = None
-        self.tiers = [t for t in self.tiers if t is not tier]
-
-    def disown_all(self) -> None:
-        """GC finalizer and release: every tier held goes back to being unowned."""
-        for tier in self.tiers:
-            if tier._sw_owner is self:
-                tier._sw_owner = None
-        self.tiers = []
-
-
 # Base-class messages print `type(owner).__name__`; the token stands for the Evictable there.
-_Ownership.__name__ = "Evictable"
-_Ownership.__qualname__ = "Evictable"
+_Ownership = Ownership.named("Evictable")
 
 
 class _TransitionClaim:
@@ -279,7 +248,7 @@ class Evictable(Carrier):
         # The base class has already refused an owned or claimed Evictable.
         ownership = self._ownership
         self._finalizer.detach()
-        tiers = list(ownership.tiers)
+        tiers = ownership.held
         ownership.disown_all()
         for tier in tiers:
             tier.release()

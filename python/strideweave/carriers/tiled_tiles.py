@@ -30,7 +30,8 @@ from strideweave.carriers.base import Carrier
 from strideweave.carriers.cpu import CPU
 from strideweave.carriers.dtype import STORAGE_KIND, DType
 from strideweave.carriers.file_backed import FileBacked
-from strideweave.carriers.tiled_types import _Ownership, _release_quietly
+from strideweave.carriers.ownership import Ownership
+from strideweave.carriers.tiled_types import _release_quietly
 
 __all__: list[str] = []
 
@@ -50,7 +51,7 @@ def read_slot(tile: Tile, k: int) -> Any:
     return tile[k] if isinstance(tile, Carrier) else tile.get(k)
 
 
-def write_slot(tile: Tile, ownership: _Ownership, k: int, v: Any) -> None:
+def write_slot(tile: Tile, ownership: Ownership, k: int, v: Any) -> None:
     if isinstance(tile, Carrier):
         tile._sw_write_as_owner(ownership, k, v)
     else:
@@ -72,14 +73,14 @@ def _split(tiles: Sequence[Tile]) -> tuple[list[Bare], list[Carrier]]:
     return bare, carriers
 
 
-def adopt_all(tiles: Sequence[Tile], ownership: _Ownership) -> None:
+def adopt_all(tiles: Sequence[Tile], ownership: Ownership) -> None:
     """Record the TiledEvictable as the owner of every carrier tile (a bare storage has none)."""
     for tile in tiles:
         if isinstance(tile, Carrier):
             ownership.take(tile)
 
 
-def release_tiles(tiles: Sequence[Tile], ownership: _Ownership | None = None) -> None:
+def release_tiles(tiles: Sequence[Tile], ownership: Ownership | None = None) -> None:
     """Release tiles quietly: bare ones in one native call (a slab's regions together),
     carriers one by one (disowned first when `ownership` is given)."""
     bare, carriers = _split(tiles)

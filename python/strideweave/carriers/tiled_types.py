@@ -10,7 +10,9 @@ import contextlib
 import math
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
+from strideweave.carriers._definition_values import FrozenValue
 from strideweave.carriers.base import Carrier
+from strideweave.carriers.ownership import Ownership
 from strideweave.carriers.move import AwaitResult
 
 if TYPE_CHECKING:  # annotations only: the projection's result type
@@ -42,17 +44,7 @@ def _added(seen: set[tuple[int, ...]], coordinate: tuple[int, ...]) -> bool:
     return False
 
 
-class _Immutable:
-    __slots__ = ()
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"{type(self).__name__} is immutable: cannot set attribute {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"{type(self).__name__} is immutable: cannot delete attribute {name!r}")
-
-
-class TileSet(_Immutable):
+class TileSet(FrozenValue):
     """An immutable, possibly empty set of tile coordinates, sorted first axis fastest.
 
     `TileSet([(1, 0), (0, 1), (0, 0)]).coordinates == ((0, 0), (1, 0), (0, 1))`. A component
@@ -114,7 +106,7 @@ class TileSet(_Immutable):
         return f"TileSet({list(self._coordinates)!r})"
 
 
-class TileSelection(_Immutable):
+class TileSelection(FrozenValue):
     """An ordered Cartesian product of per-axis tile indices.
 
     `per_axis` keeps the caller's order; `coordinates` enumerates the product first mode
@@ -198,7 +190,7 @@ class AwaitProjection(AwaitResult["Tensor"]):
     __slots__ = ()
 
 
-class TileState(_Immutable):
+class TileState(FrozenValue):
     """Where one tile lives (`location` is "primary" or "secondary") and whether a pending
     request pins it."""
 
@@ -219,36 +211,11 @@ class TileState(_Immutable):
 
 # ===== ownership ================================================================================
 
-class _Ownership:
-    """The owner recorded on a TiledEvictable's tiers and tiles (see evictable.py: a token,
-    so a tier the caller holds does not keep the TiledEvictable alive)."""
-
-    __slots__ = ("carriers", "__weakref__")
-
-    def __init__(self) -> None:
-        self.carriers: dict[int, Carrier] = {}
-
-    def take(self, carrier: Carrier) -> None:
-        carrier._sw_owner = self
-        self.carriers[id(carrier)] = carrier
-
-    def drop(self, carrier: Carrier) -> None:
-        if carrier._sw_owner is self:
-            carrier._sw_owner = None
-        self.carriers.pop(id(carrier), None)
-
-    def disown_all(self) -> None:
-        for carrier in self.carriers.values():
-            if carrier._sw_owner is self:
-                carrier._sw_owner = None
-        self.carriers = {}
+# The owner token of a TiledEvictable's tiers and tiles (see carriers/ownership.py).
+_Ownership = Ownership.named("TiledEvictable")
 
 
-_Ownership.__name__ = "TiledEvictable"
-_Ownership.__qualname__ = "TiledEvictable"
-
-
-def _release_quietly(carrier: Carrier, ownership: _Ownership | None = None) -> None:
+def _release_quietly(carrier: Carrier, ownership: Ownership | None = None) -> None:
     if ownership is not None:
         ownership.drop(carrier)
     with contextlib.suppress(Exception):

@@ -1,0 +1,53 @@
+"""The token a composite carrier (Evictable, TiledEvictable) records as its tiers' owner.
+
+A tier's `_sw_owner` is this token rather than the composite itself, so a tier the caller
+still holds does not keep the composite alive, and the composite's GC finalizer can disown
+exactly the carriers the token lists. The base class's messages print
+`type(owner).__name__` ("owned by Evictable"): `Ownership.named(name)` is the token class whose
+name stands for the composite.
+"""
+from __future__ import annotations
+
+from typing import ClassVar
+
+from strideweave.carriers.base import Carrier
+
+__all__: list[str] = []
+
+
+class Ownership:
+    """Which carriers one composite owns; taking and dropping set their `_sw_owner`."""
+
+    __slots__ = ("_held", "__weakref__")
+    _named: ClassVar[dict[str, type["Ownership"]]] = {}
+
+    def __init__(self) -> None:
+        self._held: dict[int, Carrier] = {}
+
+    @classmethod
+    def named(cls, owner_name: str) -> type["Ownership"]:
+        """The token class of the composite class called `owner_name` (one per name)."""
+        if owner_name not in cls._named:
+            cls._named[owner_name] = type(owner_name, (cls,), {"__slots__": (), "__qualname__": owner_name})
+        return cls._named[owner_name]
+
+    @property
+    def held(self) -> list[Carrier]:
+        """The carriers owned now, in the order they were taken."""
+        return list(self._held.values())
+
+    def take(self, carrier: Carrier) -> None:
+        carrier._sw_owner = self
+        self._held[id(carrier)] = carrier
+
+    def drop(self, carrier: Carrier) -> None:
+        if carrier._sw_owner is self:
+            carrier._sw_owner = None
+        self._held.pop(id(carrier), None)
+
+    def disown_all(self) -> None:
+        """GC finalizer and release: every carrier held goes back to being unowned."""
+        for carrier in self._held.values():
+            if carrier._sw_owner is self:
+                carrier._sw_owner = None
+        self._held = {}

@@ -7,25 +7,15 @@ exactly one side wins, the loser raises RuntimeError, the values are exact, noth
 crashes, and no claim is left behind (checked through public API: a carrier that is still
 claimed refuses `release()` and writes). Grad mode on and off both run here, because a
 recorded move makes its autograd node on the same native path."""
-import sys
-import threading
 
 import numpy as np
 import pytest
 
 import strideweave as sw
+from racing import THREADS, frequent_thread_switches, run_together, unclaimed  # noqa: F401 (autouse fixture)
 from strideweave import CPU, Layout, Shape, Stride, Tensor
 
-THREADS = 8
 ROUNDS = 300
-
-
-@pytest.fixture(autouse=True)
-def frequent_thread_switches():
-    saved = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    yield
-    sys.setswitchinterval(saved)
 
 
 @pytest.fixture(params=[True, False], ids=["grad-on", "grad-off"])
@@ -42,34 +32,6 @@ def filled(values):
     c = CPU(len(values))
     np.from_dlpack(Tensor(c, 0, flat(len(values))))[:] = values
     return Tensor(c, 0, flat(len(values)))
-
-
-def unclaimed(carrier):
-    carrier.release()
-    return carrier.is_released()
-
-
-def run_together(actions, grad):
-    """Each zero-argument callable on its own thread with grad mode `grad`, started together;
-    (kind, value) each."""
-    barrier = threading.Barrier(len(actions))
-    outcomes = [None] * len(actions)
-
-    def run(k):
-        sw.set_grad_enabled(grad)
-        barrier.wait()
-        try:
-            outcomes[k] = ("ok", actions[k]())
-        except BaseException as exc:  # noqa: BLE001 - the outcome is what is checked
-            outcomes[k] = ("raised", exc)
-
-    threads = [threading.Thread(target=run, args=(k,)) for k in range(len(actions))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-        assert not t.is_alive(), "a racing action hung"
-    return outcomes
 
 
 def test_racing_blocking_moves_of_one_source_publish_exactly_once(grad_mode):

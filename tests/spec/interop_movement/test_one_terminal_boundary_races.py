@@ -9,7 +9,6 @@ a carrier that is still claimed refuses `release()` and writes).
 A definition-backed `Held` carrier whose route to CPU finishes only when the test opens a
 gate keeps a move pending for as long as a round needs, without timing assumptions."""
 import concurrent.futures
-import sys
 import threading
 import time
 
@@ -17,6 +16,7 @@ import numpy as np
 import pytest
 
 import strideweave as sw
+from racing import THREADS, frequent_thread_switches, run_together, unclaimed  # noqa: F401 (autouse fixture)
 from strideweave import CPU, Carrier, FileBacked, Layout, Shape, Stride, Tensor
 from strideweave.carriers.extension import (CarrierDefinition, PreparedTransfer,
                                             TransferProvider, TransferRoute, register_carrier_definition)
@@ -24,18 +24,7 @@ from strideweave.carriers.extension import (CarrierDefinition, PreparedTransfer,
 from cells_storage import cells_storage
 
 F32 = sw.DType.Float32
-THREADS = 8
 ROUNDS = 300
-
-
-@pytest.fixture(autouse=True)
-def frequent_thread_switches():
-    """Let the interpreter switch threads every microsecond instead of every 5 ms, so the
-    racing threads really interleave inside initiation, commit and release."""
-    saved = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    yield
-    sys.setswitchinterval(saved)
 
 
 def flat(n):
@@ -68,34 +57,6 @@ def filled(cls, values):
     for i, v in enumerate(values):
         c[i] = v
     return Tensor(c, 0, flat(len(values)))
-
-
-def unclaimed(carrier):
-    """A carrier nobody claims accepts release() (idempotent on a released one)."""
-    carrier.release()
-    return carrier.is_released()
-
-
-def run_together(actions):
-    """Run each zero-argument callable on its own thread, released together by a barrier;
-    return (result or exception) per action, in order."""
-    barrier = threading.Barrier(len(actions))
-    outcomes = [None] * len(actions)
-
-    def run(k):
-        barrier.wait()
-        try:
-            outcomes[k] = ("ok", actions[k]())
-        except BaseException as exc:  # noqa: BLE001 - the outcome is what is checked
-            outcomes[k] = ("raised", exc)
-
-    threads = [threading.Thread(target=run, args=(k,)) for k in range(len(actions))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-        assert not t.is_alive(), "a racing action hung"
-    return outcomes
 
 
 # ----- the reported crash: release() with a sleeping hook racing move_async -------------------

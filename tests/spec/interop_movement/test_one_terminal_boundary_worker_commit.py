@@ -7,27 +7,17 @@ values and the others raise RuntimeError; a release racing them either wins (eve
 raises) or loses to the one move that published; writes racing a pending move raise; no
 claim is left behind. (A failed worker transfer, e.g. ENOSPC, is in
 test_one_terminal_boundary.py.)"""
-import sys
-import threading
 
 import numpy as np
 import pytest
 
 import strideweave as sw
+from racing import THREADS, frequent_thread_switches, run_together, unclaimed  # noqa: F401 (autouse fixture)
 from strideweave import CPU, FileBacked, Layout, Shape, Stride, Tensor
 
 F32 = sw.DType.Float32
-THREADS = 8
 ROUNDS = 60
 N = (1 << 14) + 7  # above the caller-thread limit: the copy and the commit run on a worker
-
-
-@pytest.fixture(autouse=True)
-def frequent_thread_switches():
-    saved = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    yield
-    sys.setswitchinterval(saved)
 
 
 def flat(n):
@@ -45,31 +35,6 @@ def filled(values, cls=CPU):
 def values_of(t):
     return np.from_dlpack(sw.move(Tensor(t.carrier, t.offset, t.layout), CPU(t.layout.cosize))) \
         if type(t.carrier) is FileBacked else np.from_dlpack(t)
-
-
-def unclaimed(carrier):
-    carrier.release()
-    return carrier.is_released()
-
-
-def run_together(actions):
-    barrier = threading.Barrier(len(actions))
-    outcomes = [None] * len(actions)
-
-    def run(k):
-        barrier.wait()
-        try:
-            outcomes[k] = ("ok", actions[k]())
-        except BaseException as exc:  # noqa: BLE001 - the outcome is what is checked
-            outcomes[k] = ("raised", exc)
-
-    threads = [threading.Thread(target=run, args=(k,)) for k in range(len(actions))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-        assert not t.is_alive(), "a racing action hung"
-    return outcomes
 
 
 @pytest.mark.parametrize("source_cls, destination_cls", [(CPU, CPU), (CPU, FileBacked), (FileBacked, CPU)],

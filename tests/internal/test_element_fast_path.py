@@ -265,3 +265,17 @@ def test_multi_subtensor_is_refused_first():
         with pytest.raises(NotImplementedError):
             t[key] = "x"
     assert a.version == b.version == 0
+
+
+def test_a_reassigned_storage_is_the_one_read_and_written():
+    # The storage slot is read without a lock while it keeps its first value; an assignment
+    # afterwards (no built-in does that) must still be seen by every later access.
+    c = CPU(4)
+    t = Tensor(c, 0, L(4, 1))
+    t[1] = 1.5
+    other = _native.HostStorage("f32", 4)
+    other.set_values([7.0, 8.0, 9.0, 10.0])
+    c._storage = other
+    assert c._storage is other and t[1] == 8.0
+    t[2] = 2.5
+    assert other.to_list() == [7.0, 8.0, 2.5, 10.0]

@@ -19,6 +19,7 @@
 //! lock too (see `inline_move.rs`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::OnceLock;
 
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyAttributeError, PyTypeError};
@@ -52,6 +53,60 @@ impl Slot {
             visit.call(v)?;
         }
         Ok(())
+    }
+}
+
+/// The storage slot of a built-in carrier. A constructor sets it once and nothing changes it
+/// after, so a read is one atomic load (the element path reads it on every access). Should
+/// it ever be assigned again or deleted, it moves to a locked slot for good.
+#[derive(Default)]
+pub(crate) struct StorageSlot {
+    first: OnceLock<Py<PyAny>>,
+    later: Slot,
+    replaced: AtomicBool,
+}
+
+impl StorageSlot {
+    pub(crate) fn get(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        if self.replaced.load(Ordering::Acquire) {
+            self.later.get(py)
+        } else {
+            self.first.get().map(|v| v.clone_ref(py))
+        }
+    }
+
+    /// `f(value)` without taking a reference (no Python code may run in `f`).
+    pub(crate) fn with<R>(&self, py: Python<'_>, f: impl FnOnce(&Bound<'_, PyAny>) -> R) -> Option<R> {
+        if self.replaced.load(Ordering::Acquire) {
+            self.later.with(py, f)
+        } else {
+            self.first.get().map(|v| f(v.bind(py)))
+        }
+    }
+
+    /// Sets the slot; the previous value, if it can be given back, to drop after the call.
+    /// (The first value stays referenced by the slot until the carrier is freed.)
+    #[must_use = "drop the previous value after the lock is released"]
+    pub(crate) fn put(&self, value: Option<Py<PyAny>>) -> Option<Py<PyAny>> {
+        let value = match value {
+            Some(v) if !self.replaced.load(Ordering::Acquire) && self.first.get().is_none() => {
+                match self.first.set(v) {
+                    Ok(()) => return None,
+                    Err(v) => Some(v),
+                }
+            }
+            other => other,
+        };
+        let previous = self.later.put(value);
+        self.replaced.store(true, Ordering::Release);
+        previous
+    }
+
+    fn visit(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
+        if let Some(v) = self.first.get() {
+            visit.call(v)?;
+        }
+        self.later.visit(visit)
     }
 }
 
@@ -92,7 +147,7 @@ pub struct CarrierBase {
     /// The pending move holding this carrier, `RELEASING` while a release hook runs, or None.
     pub(crate) claim: Slot,
     /// The `_native` storage object of a built-in carrier (`HostStorage`, `FileStorage`, ...).
-    pub(crate) storage: Slot,
+    pub(crate) storage: StorageSlot,
     mutable: AtomicU8,
     busy: AtomicU8,
     fast_access: AtomicU8,
@@ -197,7 +252,7 @@ impl CarrierBase {
             released: AtomicBool::new(false),
             owner: Slot::default(),
             claim: Slot::default(),
-            storage: Slot::default(),
+            storage: StorageSlot::default(),
             mutable: AtomicU8::new(MUTABLE_UNSET),
             busy: AtomicU8::new(0),
             fast_access: AtomicU8::new(FAST_UNKNOWN),

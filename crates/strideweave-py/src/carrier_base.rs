@@ -19,13 +19,14 @@
 //! lock too (see `inline_move.rs`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::OnceLock;
 
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyAttributeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use pyo3::{PyTraverseError, PyVisit};
+
+use crate::set_once::SetOnce;
 
 /// One optional object field. `take`/`put` hand the previous value back so that the caller
 /// drops it after the lock is gone.
@@ -61,7 +62,7 @@ impl Slot {
 /// it ever be assigned again or deleted, it moves to a locked slot for good.
 #[derive(Default)]
 pub(crate) struct StorageSlot {
-    first: OnceLock<Py<PyAny>>,
+    first: SetOnce<Py<PyAny>>,
     later: Slot,
     replaced: AtomicBool,
 }

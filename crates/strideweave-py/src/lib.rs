@@ -14,6 +14,7 @@ mod file_slab;
 mod inline_move;
 mod jobs;
 mod kernels;
+mod set_once;
 mod layout;
 mod storage;
 mod tensor_base;

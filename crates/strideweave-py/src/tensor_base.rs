@@ -37,6 +37,7 @@ use pyo3::{PyTraverseError, PyVisit};
 use std::sync::OnceLock;
 
 use crate::carrier_base::Slot;
+use crate::set_once::SetOnce;
 use crate::layout::PyLayout;
 use pyo3::Borrowed;
 use pyo3::PyTypeInfo;
@@ -60,7 +61,7 @@ pub(crate) struct View {
 /// Native base of `strideweave.Tensor` (fields and native methods; not public API).
 #[pyclass(subclass, frozen, weakref, module = "strideweave", name = "_TensorBase")]
 pub struct TensorBase {
-    view: OnceLock<View>,
+    view: SetOnce<View>,
     grad: Slot,
     autograd_ctx: Slot,
     retain_grad: Slot,
@@ -69,7 +70,7 @@ pub struct TensorBase {
 impl TensorBase {
     fn empty() -> Self {
         TensorBase {
-            view: OnceLock::new(),
+            view: SetOnce::default(),
             grad: Slot::default(),
             autograd_ctx: Slot::default(),
             retain_grad: Slot::default(),
@@ -290,7 +291,7 @@ impl TensorBase {
     }
 
     fn __clear__(&self) {
-        // The view is immutable once set (a OnceLock) and so cannot be cleared; the cycles a
+        // The view is immutable once set (set once) and so cannot be cleared; the cycles a
         // Tensor takes part in run through its autograd state (a node holding its inputs and
         // results), which is cleared here.
         let dropped = (self.grad.put(None), self.autograd_ctx.put(None), self.retain_grad.put(None));

@@ -273,6 +273,16 @@ def record_inputs(node: Operation, inputs: Iterable[Any]) -> bool:
     return True
 
 
+def record_unary(node: Operation, tensor: Any, result: Any) -> None:
+    """`record_inputs(node, (tensor,))` then `attach_result(node, result, True)`, for a caller
+    that already knows recording is on on this thread and both tensors are differentiable
+    (the native inline move): the same saved inputs, version token and result link."""
+    node._sw_versions = (tensor.version_snapshot(),)
+    node._sw_inputs = (tensor,)
+    node._sw_released = False
+    result._autograd_ctx = node
+
+
 def attach_result(node: Operation, result: Any, recorded: bool) -> None:
     """§3 step 3: make `node` the result's autograd_ctx, or drop what was saved. May run on
     another thread than `record_inputs` (asynchronous moves): `recorded` carries the

@@ -28,9 +28,8 @@ def _record_inline_move(tensor: Tensor, output: Tensor) -> None:
     """The autograd node of a committed native inline move: what `_initiate` records and
     `_publish_and_release` attaches for a recorded CPU→CPU move over the default route."""
     op = ElementwiseMoveOperation()
-    recorded = _autograd.record_inputs(op, (tensor,))
     op._sw_move = _MoveState(tensor.carrier, output.carrier, tensor.layout, _lookup_route(CPU, CPU))
-    _autograd.attach_result(op, output, recorded)
+    _autograd.record_unary(op, tensor, output)  # the native side checked grad mode and dtype
 
 
 _native.configure_inline_move({

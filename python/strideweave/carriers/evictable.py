@@ -24,11 +24,10 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import weakref
 from typing import Any, Iterable
 
 from strideweave.carriers.base import STATE_LOCK, Carrier, check_index, not_a_carrier
-from strideweave.carriers.ownership import Ownership
+from strideweave.carriers.ownership import Ownership, TwoTiered
 from strideweave.carriers.block_device import BlockDeviceCarrier
 from strideweave.carriers.dtype import DType
 
@@ -56,7 +55,7 @@ def _describe(tier: Any) -> str:
     return type(tier).__name__
 
 
-class Evictable(Carrier):
+class Evictable(TwoTiered, Carrier):
     """A carrier whose values live either in `primary` (promoted) or in `secondary`
     (evicted); it starts promoted and owns both tiers.
 
@@ -116,22 +115,11 @@ class Evictable(Carrier):
         self._secondary = secondary
         self._evicted = False
         self._lock = threading.Lock()
-        ownership = _Ownership()
-        ownership.take(primary)
-        ownership.take(secondary)
-        self._ownership = ownership
-        self._finalizer = weakref.finalize(self, ownership.disown_all)
+        self._sw_own_tiers(_Ownership())
 
     # ----- queries ------------------------------------------------------------------------
-    @property
-    def primary(self) -> Carrier:
-        """The current primary tier (released while evicted: eviction releases it)."""
-        return self._primary
-
-    @property
-    def secondary(self) -> Carrier:
-        """The current secondary tier (released while promoted after a promotion)."""
-        return self._secondary
+    # `primary` / `secondary` (TwoTiered): the current tiers; eviction releases the primary,
+    # promotion the secondary.
 
     def is_evicted(self) -> bool:
         """True when the values live in the secondary tier."""

@@ -26,7 +26,7 @@ from strideweave.carriers.cpu import CPU
 from strideweave.carriers.file_backed import FileBacked
 from strideweave.core.representation import Subtensor
 from strideweave.layout import Layout
-from strideweave.carriers.move_handle import INLINE_SLOTS, AwaitMove, AwaitResult, _NativeTransfer
+from strideweave.carriers.move_handle import INLINE_SLOTS, AwaitMove, AwaitResult, _NativeTransfer, worker_commit
 from strideweave.tensor import Tensor
 
 __all__ = [
@@ -569,7 +569,7 @@ def _submit(request: _MoveRequest, op: MoveOperation, prepared: Any) -> None:
             _commit(request, _run_claimed(request, lambda: blocking(*transfer.args)))
         else:
             extra = transfer.progress_argument(request.handle._progress)
-            commit = _worker_commit(request, transfer)
+            commit = worker_commit(request, transfer)
             if commit is not None:
                 extra["commit"] = commit  # success commits on the worker; `then` hears failures
             transfer.submit(*transfer.args, lambda error: _commit(request, error), **extra)
@@ -583,25 +583,6 @@ def _submit(request: _MoveRequest, op: MoveOperation, prepared: Any) -> None:
             raise TypeError(f"{type(op).__name__}._copy must return None, not {type(returned).__name__}")
 
     _commit(request, _run_claimed(request, copy))
-
-
-# Source classes whose release is exactly their storage's, so a worker can commit their moves.
-_WORKER_COMMITTED = (CPU, FileBacked)
-
-
-def _worker_commit(request: _MoveRequest, transfer: _NativeTransfer) -> Any:
-    """The GIL-free success commit (`_native.MoveCommit`, crates/strideweave-py/src/commit.rs)
-    of an engine-run transfer, when nothing else has to happen at its end: no profiling event
-    to close, no composite owner, a built-in source. The autograd node is attached to the
-    result now (nobody can reach the result before the handle completes; a failure clears
-    the node in `_commit`). None: the Python commit runs, as for every other request."""
-    if (request.token is not None or request.between_tiers or type(request.source) not in _WORKER_COMMITTED
-            or transfer.submit not in (_native.submit_span, _native.submit_layout)):
-        return None
-    if request.node is not None:
-        _autograd.attach_result(request.node, request.output, request.recorded)
-    return _native.MoveCommit(request.source, request.destination, request.handle, request.output,
-                              request.handle._progress)
 
 
 def _run_claimed(request: _MoveRequest, fn: Callable) -> Any:

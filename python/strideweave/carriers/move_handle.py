@@ -2,13 +2,16 @@
 
 `AwaitMove` is what `move_async` returns; `_NativeTransfer` is how a framework operation hands
 its copy to a `_native` transfer function (on the caller's thread when small, else on the
-engine). Both sit below `carriers.move`, which re-exports the public names.
+engine); `worker_commit` is the GIL-free success commit of an engine-run request. All sit
+below `carriers.move`, which re-exports the public names.
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from strideweave import _native
+from strideweave import _autograd, _native
+from strideweave.carriers.cpu import CPU
+from strideweave.carriers.file_backed import FileBacked
 from strideweave.tensor import Tensor
 
 __all__ = ["AwaitResult", "AwaitMove"]
@@ -64,3 +67,22 @@ class _NativeTransfer:
     def progress_argument(self, progress: Any) -> dict:
         """`progress=` for the submit functions that count chunks (the span copies)."""
         return {"progress": progress} if self.submit is _native.submit_span else {}
+
+
+# Source classes whose release is exactly their storage's, so a worker can commit their moves.
+_WORKER_COMMITTED = (CPU, FileBacked)
+
+
+def worker_commit(request: Any, transfer: _NativeTransfer) -> Any:
+    """The GIL-free success commit (`_native.MoveCommit`, crates/strideweave-py/src/commit.rs)
+    of an engine-run transfer, when nothing else has to happen at its end: no profiling event
+    to close, no composite owner, a built-in source. The autograd node is attached to the
+    result now (nobody can reach the result before the handle completes; a failure clears
+    the node in `_commit`). None: the Python commit runs, as for every other request."""
+    if (request.token is not None or request.between_tiers or type(request.source) not in _WORKER_COMMITTED
+            or transfer.submit not in (_native.submit_span, _native.submit_layout)):
+        return None
+    if request.node is not None:
+        _autograd.attach_result(request.node, request.output, request.recorded)
+    return _native.MoveCommit(request.source, request.destination, request.handle, request.output,
+                              request.handle._progress)

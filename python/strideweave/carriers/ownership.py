@@ -8,7 +8,8 @@ name stands for the composite.
 """
 from __future__ import annotations
 
-from typing import ClassVar
+import weakref
+from typing import Any, ClassVar
 
 from strideweave.carriers.base import Carrier
 
@@ -51,3 +52,30 @@ class Ownership:
             if carrier._sw_owner is self:
                 carrier._sw_owner = None
         self._held = {}
+
+
+class TwoTiered:
+    """What both composites (Evictable, TiledEvictable) share: their two tiers, owned through
+    one `Ownership` token that a finalizer clears if the composite is collected unreleased."""
+
+    _primary: Carrier
+    _secondary: Carrier
+    _ownership: Ownership
+    _finalizer: Any
+
+    def _sw_own_tiers(self, ownership: Ownership) -> None:
+        """Own both tiers through `ownership`; disown them if this object is collected."""
+        ownership.take(self._primary)
+        ownership.take(self._secondary)
+        self._ownership = ownership
+        self._finalizer = weakref.finalize(self, ownership.disown_all)
+
+    @property
+    def primary(self) -> Carrier:
+        """The current primary tier."""
+        return self._primary
+
+    @property
+    def secondary(self) -> Carrier:
+        """The current secondary tier."""
+        return self._secondary

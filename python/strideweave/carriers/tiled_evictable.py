@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 import threading
-import weakref
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence, cast, final
 
 from strideweave.carriers import tiled_bulk, tiled_residency, tiled_tiles
@@ -31,6 +30,7 @@ from strideweave.carriers.base import Carrier, check_size_argument, not_a_carrie
 from strideweave.carriers.cpu import CPU
 from strideweave.carriers.dtype import DType
 from strideweave.carriers.evictable import Evictable
+from strideweave.carriers.ownership import TwoTiered
 from strideweave.carriers.extension import (CarrierDefinition, CarrierFacet, StorageProvider,
                                             TransferProvider, TransferRoute,
                                             _register_shipped_definition)
@@ -55,7 +55,7 @@ _INDEXED_TILES = 1 << 16  # ~10 MB of index at most
 # ===== the carrier ==============================================================================
 
 @final
-class TiledEvictable(Carrier):
+class TiledEvictable(TwoTiered, Carrier):
     """Tiles of one logical array, each resident in the primary or the secondary tier.
 
     `TiledEvictable(primary, secondary, grid_shape, tile_shape)`: exactly one tier holds the
@@ -139,22 +139,11 @@ class TiledEvictable(Carrier):
         self._ownership = _Ownership()
         super().__init__(full, dtype=dtype, mutable=primary.is_mutable())
         self._seed = None
-        ownership = self._ownership
-        ownership.take(primary)
-        ownership.take(secondary)
+        self._sw_own_tiers(self._ownership)
         # The storage provider's allocate (run by Carrier.__init__, full > 0) built the tiles.
-        tiled_tiles.adopt_all(cast("list[tiled_tiles.Tile]", self._tiles), ownership)
-        self._finalizer = weakref.finalize(self, ownership.disown_all)
+        tiled_tiles.adopt_all(cast("list[tiled_tiles.Tile]", self._tiles), self._ownership)
 
-    # ----- geometry ------------------------------------------------------------------------
-    @property
-    def primary(self) -> Carrier:
-        return self._primary
-
-    @property
-    def secondary(self) -> Carrier:
-        return self._secondary
-
+    # ----- geometry (`primary` / `secondary` come from TwoTiered) ---------------------------
     @property
     def grid_shape(self) -> tuple[int, ...]:
         return self._grid

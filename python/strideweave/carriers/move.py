@@ -26,7 +26,7 @@ from strideweave.carriers.cpu import CPU
 from strideweave.carriers.file_backed import FileBacked
 from strideweave.core.representation import Subtensor
 from strideweave.layout import Layout
-from strideweave.carriers.move_handle import INLINE_SLOTS, AwaitMove, AwaitResult, _NativeTransfer, worker_commit
+from strideweave.carriers.move_handle import INLINE_SLOTS, AwaitMove, AwaitResult, _NativeTransfer, _worker_commit
 from strideweave.tensor import Tensor
 
 __all__ = [
@@ -569,7 +569,7 @@ def _submit(request: _MoveRequest, op: MoveOperation, prepared: Any) -> None:
             _commit(request, _run_claimed(request, lambda: blocking(*transfer.args)))
         else:
             extra = transfer.progress_argument(request.handle._progress)
-            commit = worker_commit(request, transfer)
+            commit = _worker_commit(request, transfer)
             if commit is not None:
                 extra["commit"] = commit  # success commits on the worker; `then` hears failures
             transfer.submit(*transfer.args, lambda error: _commit(request, error), **extra)

@@ -2,7 +2,7 @@
 
 `AwaitMove` is what `move_async` returns; `_NativeTransfer` is how a framework operation hands
 its copy to a `_native` transfer function (on the caller's thread when small, else on the
-engine); `worker_commit` is the GIL-free success commit of an engine-run request. All sit
+engine); `_worker_commit` is the GIL-free success commit of an engine-run request. All sit
 below `carriers.move`, which re-exports the public names.
 """
 from __future__ import annotations
@@ -73,7 +73,7 @@ class _NativeTransfer:
 _WORKER_COMMITTED = (CPU, FileBacked)
 
 
-def worker_commit(request: Any, transfer: _NativeTransfer) -> Any:
+def _worker_commit(request: Any, transfer: _NativeTransfer) -> Any:
     """The GIL-free success commit (`_native.MoveCommit`, crates/strideweave-py/src/commit.rs)
     of an engine-run transfer, when nothing else has to happen at its end: no profiling event
     to close, no composite owner, a built-in source. The autograd node is attached to the

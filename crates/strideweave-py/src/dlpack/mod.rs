@@ -49,14 +49,15 @@ use pyo3::prelude::*;
 use strideweave_core::dlpack::{TensorDesc, FLAG_READ_ONLY};
 
 use crate::error;
+use crate::tensor_base::View;
 use arguments::{check_dl_device, wants_versioned};
 use carrier::{carrier_info, CarrierInfo};
 use tensor_reads::{export_dtype, field, is_mutable, leaf_modes, native_view, Field};
 
 /// Step 1: the one-subtensor requirement, before any carrier is touched. Returns the
 /// subtensor count (at most 1), which `Tensor.is_mutable` also tests.
-fn require_single_subtensor(tensor: &Bound<'_, PyAny>, what: &str) -> PyResult<usize> {
-    let n = match native_view(tensor) {
+fn require_single_subtensor(tensor: &Bound<'_, PyAny>, view: Option<&View>, what: &str) -> PyResult<usize> {
+    let n = match view {
         Some(view) if view.single => 1,
         _ => field(tensor, Field::Subtensors)?.len()?,
     };
@@ -92,10 +93,7 @@ pub(crate) fn export(
     let view = native_view(tensor);
 
     // 1. multi-subtensor
-    let subtensors = match view {
-        Some(v) if v.single => 1,
-        _ => require_single_subtensor(tensor, "__dlpack__")?,
-    };
+    let subtensors = require_single_subtensor(tensor, view, "__dlpack__")?;
 
     // 2. carrier: hook, device, pointer; then the null-data check, which needs the extents.
     let carrier = match view {
@@ -176,12 +174,11 @@ pub(crate) fn export(
 #[pyfunction]
 #[pyo3(name = "dlpack_device")]
 pub(crate) fn device(tensor: &Bound<'_, PyAny>) -> PyResult<(u32, i32)> {
-    let carrier = match native_view(tensor) {
-        Some(v) if v.single => v.carrier.bind(tensor.py()).clone(),
-        _ => {
-            require_single_subtensor(tensor, "__dlpack_device__")?;
-            field(tensor, Field::Carrier)?
-        }
+    let view = native_view(tensor);
+    require_single_subtensor(tensor, view, "__dlpack_device__")?;
+    let carrier = match view {
+        Some(v) => v.carrier.bind(tensor.py()).clone(),
+        None => field(tensor, Field::Carrier)?,
     };
     let CarrierInfo { device, .. } = carrier_info(&carrier, false)?;
     Ok((device.device_type.0, device.device_id))

@@ -210,11 +210,13 @@ pub(super) fn is_mutable(
     let Some(b) = builtins(py) else {
         return tensor.call_method0(intern!(py, "is_mutable"))?.is_truthy();
     };
-    let exact_tensor = tensor.get_type().is(&b.tensor_type);
-    if !(exact_tensor && *TENSOR_IS_MUTABLE_BUILTIN.get_or_init(py, || {
-        class_attr_is(tensor, intern!(py, "is_mutable"), &b.tensor_is_mutable)
-    })) && !class_attr_is(tensor, intern!(py, "is_mutable"), &b.tensor_is_mutable)
-    {
+    let builtin_hook = || class_attr_is(tensor, intern!(py, "is_mutable"), &b.tensor_is_mutable);
+    let tensor_hook_is_builtin = if tensor.get_type().is(&b.tensor_type) {
+        *TENSOR_IS_MUTABLE_BUILTIN.get_or_init(py, builtin_hook)
+    } else {
+        builtin_hook()
+    };
+    if !tensor_hook_is_builtin {
         return tensor.call_method0(intern!(py, "is_mutable"))?.is_truthy();
     }
     if subtensors != 1 {

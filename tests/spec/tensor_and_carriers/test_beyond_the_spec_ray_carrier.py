@@ -27,6 +27,7 @@ ray = pytest.importorskip("ray")
 
 import strideweave as sw  # noqa: E402
 from strideweave import CPU, DType as D, Layout, Shape, Stride, Tensor  # noqa: E402
+from strideweave.carriers.tiled_evictable import TiledEvictable, TileSelection  # noqa: E402
 from strideweave.ray import (  # noqa: E402
     CpuToRayObjectMoveOperation,
     RayObjectCarrier,
@@ -87,6 +88,19 @@ class Peer:
     def export(self, t):
         a = np.from_dlpack(t)
         return a.tolist(), a.flags.writeable
+
+    def fetch_tiled(self, boxed):
+        """A tiled tensor, sent directly or as a reference to a `ray.put` of it (boxed in a
+        list, so this worker resolves it), moved to this node's CPU."""
+        import strideweave as sw
+        t = boxed[0] if isinstance(boxed[0], Tensor) else ray.get(boxed[0])
+        c = t.carrier
+        shape = (c.grid_shape, c.tile_shape, c.primary_tiles.coordinates, type(c.primary), c.primary.size(),
+                 type(c.secondary), c.secondary.size())
+        with sw.no_grad():
+            back = sw.move(t, sw.CPU(c.size()))
+        assert c.is_released()
+        return back.tolist(), shape, self.node_id()
 
 
 @pytest.fixture(scope="module")
@@ -368,6 +382,14 @@ def test_factories_and_dtypes(cluster):
     assert fresh.size() == 0 and fresh.is_mutable() and fresh.dtype() is D.Int32
     made.release()
     assert made.allocate_like(0).dtype() is D.Int32  # factories still work after release
+    # empty=True: an unsealed carrier of that many slots, which a move of exactly as many seals.
+    landing = made.allocate_like(3, empty=True)
+    assert landing.size() == 3 and landing.is_mutable() and not landing.is_sealed() and landing[2] == 0
+    with pytest.raises(ValueError, match="sealing needs 3"):
+        sw.move(cpu_tensor([1, 2], dtype=D.Int32), landing)
+    assert landing.size() == 3 and not landing.is_sealed() and landing._sw_claim is None
+    sealed = sw.move(cpu_tensor([1, 2, 3], dtype=D.Int32), landing)
+    assert sealed.carrier is landing and landing.is_sealed() and [landing[k] for k in range(3)] == [1, 2, 3]
 
 
 def test_racing_moves_into_one_empty_carrier_have_one_winner(cluster):
@@ -449,3 +471,171 @@ def test_racing_release_and_move_out(cluster):
             assert outcome["release"] is None or "pending move" in str(outcome["release"])
         else:
             assert outcome["release"] is None and "released" in str(outcome["move"])
+
+
+# ----- a TiledEvictable whose secondary tier is a RayObjectCarrier ------------------------------
+# Grid (2, 3) of (2, 2) tiles: logical shape (4, 6), slot s at x = (s % 4, s // 4). Evicting the
+# selection [[0, 1], [0, 2]] leaves tiles (0, 1) (slots 8, 9, 12, 13) and (1, 1) (slots 10, 11,
+# 14, 15) resident on the CPU primary.
+TILED_VALUES = np.arange(24, dtype=np.float32) * np.float32(0.75) - np.float32(4.5)
+EVICTED = TileSelection([[0, 1], [0, 2]])
+
+
+def ray_tiled(values=TILED_VALUES, grid=(2, 3), tile=(2, 2), evicted=EVICTED):
+    """A full Float32 tensor on a TiledEvictable (CPU primary seeded with `values`, an empty
+    RayObjectCarrier secondary) with the `evicted` tiles moved to Ray."""
+    c = CPU(len(values))
+    np.copyto(np.from_dlpack(Tensor(c, 0, L(len(values), 1))), values)
+    carrier = TiledEvictable(c, RayObjectCarrier(), grid, tile)
+    carrier.evict(evicted)
+    logical = [g * t for g, t in zip(grid, tile)]
+    return Tensor(carrier, 0, Layout.canonical(Shape(logical)))
+
+
+def test_a_ray_tier_holds_evicted_tiles_read_in_place_and_immutable(cluster):
+    t = ray_tiled()
+    c = t.carrier
+    assert c.secondary_tiles.coordinates == ((0, 0), (1, 0), (0, 2), (1, 2))
+    assert t.tolist() == TILED_VALUES.tolist()
+    with pytest.raises(RuntimeError, match="not mutable"):  # slot 0 lives in evicted tile (0, 0)
+        t[0] = 1.0
+    assert t.tolist() == TILED_VALUES.tolist()
+    c.promote(TileSelection([[0], [0]]))
+    t[0] = 1.0
+    assert t[0] == 1.0 and c.tile_state((0, 0)).location == "primary"
+    c.evict(TileSelection([[0], [0]]))  # the written tile goes back to Ray with its new value
+    assert t[0] == 1.0 and t.tolist()[1:] == TILED_VALUES.tolist()[1:]
+
+
+def test_a_pickled_tiled_tensor_moves_to_cpu_on_another_node_exactly(cluster, peer):
+    t = ray_tiled()
+    t[8] = 99.0  # a resident tile, written: the receiver sees the value at pickling time
+    expected = TILED_VALUES.copy()
+    expected[8] = 99.0
+    got, shape, where = ray.get(peer.fetch_tiled.remote([t]))
+    assert got == expected.tolist() and where != ray.get_runtime_context().get_node_id()
+    # The receiver's carrier: same geometry, every tile on Ray, both of its tiers empty.
+    assert shape == ((2, 3), (2, 2), (), CPU, 0, RayObjectCarrier, 0)
+    # The sender is unchanged by pickling: values, residency, version.
+    c = t.carrier
+    assert t.tolist() == expected.tolist() and c.primary_tiles.coordinates == ((0, 1), (1, 1))
+    assert c.version == 1 and not c.is_released()
+
+
+def test_a_pickled_tiled_tensor_is_a_snapshot_of_references(cluster, peer):
+    # 256 KiB in four (128, 128) tiles; (0, 0) and (1, 0) evicted, (0, 1) and (1, 1) resident.
+    t = ray_tiled(np.arange(1 << 16, dtype=np.float32), grid=(2, 2), tile=(128, 128),
+                  evicted=TileSelection([[0, 1], [0]]))
+    c = t.carrier
+    # Plain pickle: Ray does not track the references in these bytes, so each clone is read
+    # while the sender still keeps the objects (its tiles, unchanged since that pickling).
+    blob = pickle.dumps(t)
+    assert len(blob) < 4096  # references and geometry, not slots
+    assert pickle.dumps(t) == blob  # unchanged resident tiles travel as the objects put before
+    clone = pickle.loads(blob)
+    assert type(clone.carrier) is TiledEvictable and clone.carrier is not c
+    assert clone.layout == t.layout and clone.offset == 0 and clone.dtype() is D.Float32
+    assert clone.carrier.secondary_tiles.coordinates == ((0, 0), (1, 0), (0, 1), (1, 1))
+    resident = 128  # slot (0, 128) of the logical (256, 256) array lies in resident tile (0, 1)
+    t[resident * 256] = -1.0
+    assert clone[resident * 256] == float(resident * 256)  # the snapshot does not follow
+    changed = pickle.loads(pickle.dumps(t))
+    assert changed[resident * 256] == -1.0
+    # Through Ray's own serializer (a ray.put of the tensor), resolved on node B.
+    ref = ray.put(t)
+    t[resident * 256] = -2.0
+    got, _, _ = ray.get(peer.fetch_tiled.remote([ref]))
+    expected = np.arange(1 << 16, dtype=np.float32).reshape((256, 256), order="F")
+    expected[0, 128] = -1.0
+    assert got == expected.flatten(order="F").tolist()
+    # The receiver can promote, write and project on its own.
+    with sw.no_grad():
+        mine = pickle.loads(pickle.dumps(t))
+        mine.carrier.promote(TileSelection([[1], [1]]))
+        mine[255 + 255 * 256] = 5.0
+        corner = mine.carrier.project(mine, TileSelection([[1], [1]])).wait()
+    assert corner[127 + 127 * 128] == 5.0 and corner[0] == float(128 + 128 * 256)
+    assert t[255 + 255 * 256] == float(255 + 255 * 256)
+
+
+def test_pickling_refuses_a_released_tiled_carrier_and_leaves_other_tiers_alone(cluster):
+    t = ray_tiled()
+    t.carrier.release()
+    with pytest.raises(RuntimeError, match="released TiledEvictable"):
+        pickle.dumps(t)
+    c = CPU(4)
+    other = TiledEvictable(c, sw.FileBacked(dtype=D.Float32), (2,), (2,))
+    with pytest.raises((TypeError, pickle.PicklingError)):  # not a Ray tier: Python's default refuses
+        pickle.dumps(Tensor(other, 0, L(4, 1)))
+    assert other.primary_tiles.coordinates == ((0,), (1,))
+
+
+def test_racing_pickles_and_writes_give_consistent_snapshots(cluster):
+    """A writer sets slot 8 (resident tile (0, 1)) then slot 10 (resident tile (1, 1)) to k, for
+    k = 1, 2, ...; every snapshot taken meanwhile is of one instant: slot 8 equals slot 10 or is
+    one write ahead, never behind."""
+    t = ray_tiled()
+    stop = threading.Event()
+    failures = []
+
+    def write():
+        k = 0
+        while not stop.is_set():
+            k += 1
+            t[8] = float(k)
+            t[10] = float(k)
+
+    def snapshot():
+        try:
+            for _ in range(15):
+                # Through Ray's serializer, which keeps every snapshot's objects alive for the
+                # clone (plain pickle would not: another thread's later snapshot replaces this
+                # one as the object the sender keeps for that tile).
+                clone = ray.get(ray.put(t))
+                a, b = clone[8], clone[10]
+                if not (a == b or a == b + 1):
+                    failures.append((a, b))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+
+    writer = threading.Thread(target=write)
+    picklers = [threading.Thread(target=snapshot) for _ in range(3)]
+    writer.start()
+    for th in picklers:
+        th.start()
+    for th in picklers:
+        th.join()
+    stop.set()
+    writer.join()
+    assert failures == []
+
+
+def test_racing_release_and_pickle(cluster):
+    for _ in range(5):
+        t = ray_tiled()
+        t[8] = 7.0
+        barrier = threading.Barrier(3)
+        outcome = {}
+
+        def release():
+            barrier.wait()
+            t.carrier.release()
+
+        def pickle_it(name):
+            barrier.wait()
+            try:
+                outcome[name] = ray.get(ray.put(t)).tolist()
+            except RuntimeError as exc:
+                outcome[name] = exc
+
+        threads = [threading.Thread(target=release)] + [threading.Thread(target=pickle_it, args=(k,))
+                                                          for k in range(2)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert t.carrier.is_released()
+        expected = TILED_VALUES.copy()
+        expected[8] = 7.0
+        for result in outcome.values():  # a whole snapshot, or the release came first
+            assert result == expected.tolist() or "released" in str(result), result

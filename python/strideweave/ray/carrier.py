@@ -239,6 +239,10 @@ class RayObjectCarrier(Carrier):
                 self._array = array
             return array
 
+    def _sw_is_local(self) -> bool:
+        """Whether this carrier already holds its local view (no fetch is needed)."""
+        return self._array is not None
+
     def _drop_object(self) -> None:
         with self._lock:
             self._ref = None

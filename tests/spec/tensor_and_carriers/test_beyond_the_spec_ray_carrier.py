@@ -79,6 +79,15 @@ class Peer:
             c[offset + layout.index(k)] = v
         return sw.move(Tensor(c, offset, layout), RayObjectCarrier())
 
+    def make_range(self, n):
+        """0, 1, ..., n-1 as Float32 in a Ray carrier made on this node (filled through DLPack)."""
+        import strideweave as sw
+        from strideweave.ray import RayObjectCarrier
+        c = sw.CPU(n)
+        np.copyto(np.from_dlpack(Tensor(c, 0, Layout(Shape(n), Stride(1)))), np.arange(n, dtype=np.float32))
+        with sw.no_grad():
+            return sw.move(Tensor(c, 0, Layout(Shape(n), Stride(1))), RayObjectCarrier())
+
     def fetch(self, t):
         import strideweave as sw
         back = sw.move_async(t, sw.CPU(t.layout.cosize)).wait()
@@ -179,6 +188,13 @@ def test_values_are_exact_across_nodes_in_both_directions(cluster, peer, name):
     back = sw.move_async(made, CPU(made.layout.cosize)).wait()
     assert back.tolist() == values and made.carrier.is_released()
     assert isinstance(back.autograd_ctx, RayObjectToCpuMoveOperation)
+
+
+def test_a_large_move_lands_every_byte_across_nodes(cluster, peer):
+    n = 5 << 20  # 20 MiB: the destination is faulted in while Ray fetches
+    made = ray.get(peer.make_range.remote(n))  # stored on node B only
+    back = sw.move(made, CPU(n))
+    assert np.array_equal(np.from_dlpack(back), np.arange(n, dtype=np.float32))
 
 
 def test_int32_round_trip(cluster):
@@ -305,8 +321,11 @@ def test_a_node_removed_mid_move_fails_the_handle_naming_the_object(cluster):
     node_c = c.add_node(**NODE, resources={"node_c": 1})
     c.wait_for_nodes()
     other = Peer.options(resources={"node_c": 1}).remote()
-    made = ray.get(other.make.remote([1.0, 2.0], [2], [1], 0))  # owned by and stored on node C
-    source, destination = made.carrier, CPU(2)
+    n = 1 << 20  # 4 MiB: large enough that the move faults the destination in while it fetches
+    made = ray.get(other.make_range.remote(n))  # owned by and stored on node C
+    source, destination = made.carrier, CPU(n)
+    landing = np.from_dlpack(Tensor(destination, 0, L(n, 1)))
+    landing.fill(7.0)
     object_id = source.object_ref.hex()
     resume = stop_raylet(node_c)  # hold the fetch pending
     handle = sw.move_async(made, destination)
@@ -320,7 +339,7 @@ def test_a_node_removed_mid_move_fails_the_handle_naming_the_object(cluster):
     # Nothing published: the source is unchanged and still live, the destination untouched.
     assert not source.is_released() and source.version == 0 and source._sw_claim is None
     assert destination._sw_claim is None and destination.version == 0
-    assert [destination[0], destination[1]] == [0.0, 0.0] and made.autograd_ctx is None
+    assert np.all(landing == 7.0) and made.autograd_ctx is None
 
 
 def test_without_ray_a_move_into_a_ray_carrier_raises_before_any_effect_and_the_extra_is_optional():

@@ -10,11 +10,12 @@ profiling events, publish or undo — is the ordinary move path of `carriers/mov
   so the bytes are copied once, into the object store; that put seals the destination.
 - Ray -> CPU: `ray.get` on this node (Ray fetches across nodes when needed) returns a
   read-only view of the local object-store buffer, and one checked native copy
-  (`_native.copy_buffer_to_host`, GIL released) lands the span in the CPU carrier. While Ray fetches, a copy worker faults the
-  destination's pages in (`_native.submit_prefault`, no byte changes): a fresh CPU carrier's
-  first touch (the kernel zeroing each page) then overlaps the fetch instead of adding to the
-  copy. That copy (and those faults) is all a move pays beyond Ray's own put + get: `ray.get`
-  of an ndarray returns the read-only view itself, while a move lands writable local memory.
+  (`_native.copy_buffer_to_host`, GIL released) lands the span in the CPU carrier. While Ray
+  fetches, a copy worker faults the destination's pages in (`_native.submit_prefault`, no byte
+  changes): a fresh CPU carrier's first touch (the kernel zeroing each page) then overlaps the
+  fetch instead of adding to the copy. That copy (and those faults) is all a move pays beyond
+  Ray's own put + get: `ray.get` of an ndarray returns the read-only view itself, while a move
+  lands writable local memory.
 """
 from __future__ import annotations
 

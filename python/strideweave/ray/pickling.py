@@ -18,10 +18,10 @@ values at pickling time:
   never copied: nobody can change a sealed object;
 - a resident (primary) tile is copied, in Rust under the carrier's state lock, so the snapshot
   is consistent against concurrent writes and residency commits, and then put into a new object
-  whose reference travels. A resident tile pickled again with no write since (its version
-  unchanged) travels as the same object; that object lives as long as the tile does, so even
-  the bytes of a plain `pickle.dumps`, which Ray's reference counting cannot see, stay readable
-  while the sender keeps the tile unchanged.
+  whose reference travels. Pickled again with no write to the carrier since (its version
+  unchanged), a tile still resident travels as the same object; that object is kept until the
+  carrier is written and pickled again, or is gone, so even the bytes of a plain
+  `pickle.dumps`, which Ray's reference counting cannot see, stay readable until then.
 
 The receiver gets a new TiledEvictable of the same geometry whose every tile is on the
 secondary tier (a RayObjectCarrier over that tile's object), with a fresh empty CPU primary
@@ -50,7 +50,7 @@ import threading
 import weakref
 from typing import Any, cast
 
-from strideweave.carriers import tiled_bulk
+from strideweave.carriers import tiled_tiles
 from strideweave.carriers.base import Carrier
 from strideweave.carriers.cpu import CPU
 from strideweave.carriers.dtype import DType
@@ -86,11 +86,14 @@ def _reduce_tiled(c: TiledEvictable) -> Any:
     return (_rebuild_tiled, (c.grid_shape, c.tile_shape, c.dtype(), _snapshot_tile_refs(c)))
 
 
-# Resident tiles already put, by tile: (the tile's version when it was copied, the object's
-# reference). A tile pickled again unchanged reuses its object instead of putting another, and
-# the object lives as long as that tile does: a plain `pickle.dumps`, whose bytes Ray's
-# reference counting cannot see, stays readable while the sender keeps the tile unchanged.
-_PUT_TILES: "weakref.WeakKeyDictionary[Carrier, tuple[int, Any]]" = weakref.WeakKeyDictionary()
+# What each TiledEvictable's last pickling put: (the carrier's version then, {tile index: (the
+# resident tile then, the reference of the object it was put into)}). Pickled again with no
+# write since (same version) and the same tile still resident, a tile reuses its object instead
+# of putting another, and the object lives as long as this entry does: a plain `pickle.dumps`,
+# whose bytes Ray's reference counting cannot see, stays readable until the carrier is written
+# and pickled again, or is gone.
+_PUT_TILES: "weakref.WeakKeyDictionary[TiledEvictable, tuple[int, dict[int, tuple[Any, Any]]]]" = \
+    weakref.WeakKeyDictionary()
 _PUT_TILES_LOCK = threading.Lock()
 
 
@@ -101,39 +104,37 @@ def _snapshot_tile_refs(c: TiledEvictable) -> list[Any]:
         raise TypeError(f"cannot pickle a TiledEvictable whose primary tier is "
                         f"{type(c.primary).__name__}: the receiver rebuilds a CPU primary tier")
     refs: list[Any] = []
-    to_put: dict[int, tuple[Carrier, int, Carrier]] = {}  # index: (tile, its version, its copy)
+    resident: dict[int, Any] = {}  # index: the resident tile
+    copies: dict[int, Carrier] = {}  # index: a private copy of it, to put
     try:
         # One consistent snapshot: public writes and residency commits take this lock too.
         with c._state_lock:
             c._check_live("pickle")
-            for index, (tile, where) in enumerate(zip(cast("list[Carrier]", c._tiles), c._where)):
+            version = c.version
+            with _PUT_TILES_LOCK:
+                put_version, put = _PUT_TILES.get(c, (-1, {}))
+            for index, (tile, where) in enumerate(zip(cast("list[Any]", c._tiles), c._where)):
                 if where == SECONDARY:  # a tile of the RayObjectCarrier tier
                     refs.append(cast(RayObjectCarrier, tile).object_ref)
                     continue
-                with _PUT_TILES_LOCK:
-                    version, ref = _PUT_TILES.get(tile, (-1, None))
-                if version == tile.version:
-                    refs.append(ref)
+                resident[index] = tile
+                earlier = put.get(index) if put_version == version else None
+                if earlier is not None and earlier[0] is tile:
+                    refs.append(earlier[1])
                 else:
                     refs.append(None)
-                    to_put[index] = (tile, tile.version, _private_copy(tile))
+                    copies[index] = tiled_tiles.carrier_copy(tile, c.primary, c._tile_size)
         dtype = c.dtype()
-        for index, (tile, version, copy) in to_put.items():
-            put = RayObjectCarrier(dtype=dtype)
-            _move_between_tiers(Tensor(copy, 0, Layout.canonical(Shape(copy.size()))), put)
-            refs[index] = put.object_ref
-            with _PUT_TILES_LOCK:
-                _PUT_TILES[tile] = (version, refs[index])
+        for index, copy in copies.items():
+            landing = RayObjectCarrier(dtype=dtype)
+            _move_between_tiers(Tensor(copy, 0, Layout.canonical(Shape(copy.size()))), landing)
+            refs[index] = landing.object_ref
+        with _PUT_TILES_LOCK:
+            _PUT_TILES[c] = (version, {index: (tile, refs[index]) for index, tile in resident.items()})
     finally:
-        for _, _, copy in to_put.values():
+        for copy in copies.values():
             copy.release()  # a moved copy is released already; release() is idempotent
     return refs
-
-
-def _private_copy(tile: Carrier) -> Carrier:
-    """A copy of a resident CPU tile that no write can reach (in Rust when built-in)."""
-    copy = tiled_bulk.snapshot(tile)
-    return copy if copy is not None else tile.new_like([tile[k] for k in range(tile.size())])
 
 
 def _rebuild_tiled(grid_shape: tuple[int, ...], tile_shape: tuple[int, ...], dtype: DType,

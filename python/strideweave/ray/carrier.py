@@ -239,6 +239,18 @@ class RayObjectCarrier(Carrier):
                 self._array = array
             return array
 
+    def _sw_shared_copy(self) -> "RayObjectCarrier":
+        """A private copy for a TiledEvictable's tier move (which releases the copy it moves):
+        a new carrier over the same sealed object and local view, since nobody can change
+        either; releasing it drops only its own reference."""
+        with self._lock:
+            ref, array = self._ref, self._array
+        if ref is None or self._sw_released:
+            raise RuntimeError(f"{type(self).__name__} carrier is released")
+        copy = type(self)._sw_from_ref(ref, self._dtype, self._slots)
+        copy._array = array
+        return copy
+
     def _sw_is_local(self) -> bool:
         """Whether this carrier already holds its local view (no fetch is needed)."""
         return self._array is not None

@@ -27,7 +27,10 @@ The receiver gets a new TiledEvictable of the same geometry whose every tile is 
 secondary tier (a RayObjectCarrier over that tile's object), with a fresh empty CPU primary
 tier and an empty RayObjectCarrier secondary tier. It reads tiles in place through Ray, moves
 the full tensor to its CPU ("tiled.to_cpu"), promotes, projects; writing a tile needs it
-promoted first, because a sealed Ray object is immutable. Nothing flows back: writes on either
+promoted first, because a sealed Ray object is immutable. A promotion fetches each tile's
+object once and copies it in bulk; the direct "tiled.to_cpu" move and a projection gather Ray
+tiles element by element (tiles that are not built-in storages take the object-model path), so
+for a large tensor promote every tile first, then move (measured at 1 MiB: 11 ms against 0.7 s). Nothing flows back: writes on either
 side after pickling are not seen by the other. Pickling a released TiledEvictable raises
 RuntimeError; one whose primary tier is not exactly CPU raises TypeError. A pending residency
 request or projection does not block pickling: it pins its tiles against writes, so the

@@ -519,9 +519,13 @@ def test_a_ray_tier_holds_evicted_tiles_read_in_place_and_immutable(cluster):
     with pytest.raises(RuntimeError, match="not mutable"):  # slot 0 lives in evicted tile (0, 0)
         t[0] = 1.0
     assert t.tolist() == TILED_VALUES.tolist()
-    c.promote(TileSelection([[0], [0]]))
+    clone = pickle.loads(pickle.dumps(t))  # shares the evicted tiles' objects
+    c.promote(TileSelection([[0], [0]]))  # drops the sender's references to tile (0, 0)'s object
     t[0] = 1.0
     assert t[0] == 1.0 and c.tile_state((0, 0)).location == "primary"
+    assert clone.tolist() == TILED_VALUES.tolist()  # the clone's reference keeps it readable
+    clone.carrier.promote(TileSelection([[0], [0]]))
+    assert clone.tolist() == TILED_VALUES.tolist()
     c.evict(TileSelection([[0], [0]]))  # the written tile goes back to Ray with its new value
     assert t[0] == 1.0 and t.tolist()[1:] == TILED_VALUES.tolist()[1:]
 

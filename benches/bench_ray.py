@@ -7,8 +7,9 @@ each node with its own object store) and an actor on node B. One round trip, eac
 
   strideweave  driver: `sw.move(cpu_tensor, RayObjectCarrier())` (one ray.put), then the actor
                on node B: `sw.move(t, destination)` (ray.get across nodes + one copy into a
-               CPU carrier there): a fresh `sw.CPU(n)` each time (its pages are first touched
-               by the copy), and a reused landing carrier (a pipeline stage's warm buffer)
+               CPU carrier there): a fresh `sw.CPU(n)` each time (its pages are faulted in by
+               a copy worker while Ray fetches), and a reused landing carrier (a pipeline
+               stage's warm buffer)
   Ray          driver: `ray.put(ndarray)`, then the actor on node B: `ray.get(ref)` of the same
                array (a read-only zero-copy view of node B's object store); printed also with
                `.copy()` of that view, the price of writable local memory, which a move into a
@@ -16,8 +17,11 @@ each node with its own object store) and an actor on node B. One round trip, eac
 
 The tensor goes to the actor pickled (only the object reference travels); the array's
 reference goes inside a list so that the actor itself calls `ray.get`. Sources are filled
-before the clock starts. Each figure is the median of the repeats, the two sides alternating;
-"ratio" is strideweave time / Ray time (issue 14's goal: <= 1.1 against put + get). `--quick`: 32 MiB, 2 repeats.
+before the clock starts. Each round runs every variant once, in alternating order; a time is
+the median over rounds, and "ratio" is the median over rounds of strideweave's time over Ray's
+time in the same round (paired, so a load change between rounds does not skew it; issue 14's
+goal: <= 1.1 against put + get). The load average is printed: on a shared machine it moves the
+figures. `--quick`: 32 MiB, 2 rounds.
 Skips (exit 0) when `ray` is not installed.
 """
 from __future__ import annotations
@@ -51,7 +55,7 @@ def main(argv: list[str]) -> int:
 
     quick = "--quick" in argv
     size_mib = 32 if quick else 256
-    repeats = 2 if quick else 5
+    repeats = 2 if quick else 7
     n = size_mib * MiB // 4
     store = max(256, 3 * size_mib) * MiB
     node = dict(num_cpus=1, object_store_memory=store, node_ip_address="127.0.0.1")
@@ -116,20 +120,24 @@ def main(argv: list[str]) -> int:
                 "ray+copy": lambda: theirs(True)}
         for run in runs.values():  # warm-up: worker imports, first object-store mappings
             run()
+        load = os.getloadavg()[0]
         times: dict[str, list[float]] = {name: [] for name in runs}
         for k in range(repeats):
             order = list(runs) if k % 2 == 0 else list(reversed(runs))
             for name in order:
                 times[name].append(runs[name]())
-        base = statistics.median(times["ray"])
-        copied = statistics.median(times["ray+copy"])
-        print(f"{size_mib} MiB CPU -> Ray -> CPU on node B (median of {repeats}); "
-              f"ray.put + ray.get: {base * 1e3:.1f} ms; with a copy of the read-only result "
-              f"(ndarray.copy()): {copied * 1e3:.1f} ms")
+
+        def ratio(name: str, base: str) -> float:
+            """Paired: the median over rounds of this round's time over the base's."""
+            return statistics.median(a / b for a, b in zip(times[name], times[base]))
+
+        print(f"{size_mib} MiB CPU -> Ray -> CPU on node B, {repeats} rounds (load average "
+              f"{load:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs); medians, ratios paired per round")
+        print(f"  ray.put + ray.get (a read-only view)          {statistics.median(times['ray']) * 1e3:8.1f} ms")
+        print(f"  ray.put + ray.get + ndarray.copy()            {statistics.median(times['ray+copy']) * 1e3:8.1f} ms")
         for name, label in (("fresh", "into a fresh CPU carrier"), ("warm", "into a reused CPU carrier")):
-            mine = statistics.median(times[name])
-            print(f"  strideweave move {label:28s} {mine * 1e3:8.1f} ms   ratio {mine / base:5.2f}x "
-                  f"(goal <= 1.1)   vs get + copy {mine / copied:5.2f}x")
+            print(f"  strideweave move {label:28s} {statistics.median(times[name]) * 1e3:8.1f} ms   "
+                  f"ratio {ratio(name, 'ray'):5.2f}x (goal <= 1.1)   vs get + copy {ratio(name, 'ray+copy'):5.2f}x")
     finally:
         ray.shutdown()
         cluster.shutdown()

@@ -42,7 +42,7 @@ __all__ = ["__version__", "Shape", "Stride", "Layout", "HostStorage", "FileStora
            "copy_spans", "submit_copy_spans", "copy_blocks", "submit_copy_blocks", "copy_storages",
            "submit_place_blocks", "release_storages", "FileSlab", "FileRegion", "copy_buffer_to_host",
            "configure_inline_move", "set_inline_route", "count_active_profilers", "grad_enabled",
-           "set_grad_enabled", "move_inline", "MoveCommit"]
+           "set_grad_enabled", "move_inline", "MoveCommit", "submit_prefault"]
 
 class _IntTree:
     """What Shape and Stride share (stub only: at run time each is its own class, and
@@ -377,6 +377,8 @@ def release_storages(storages: Iterable[HostStorage | FileRegion]) -> None: ...
 # buffer_copy.rs: a checked bulk copy from any C-contiguous buffer object (GIL released).
 def copy_buffer_to_host(source: Any, source_byte: int, destination: HostStorage, destination_byte: int,
                         nbytes: int) -> None: ...
+# prefault.rs: fault a range in (MADV_POPULATE_WRITE, no byte changes) on a copy worker, then then(None).
+def submit_prefault(storage: HostStorage, byte_start: int, nbytes: int, then: _Then) -> None: ...
 
 # The inline move (inline_move.rs) and the per-thread grad mode it reads.
 def configure_inline_move(config: dict[str, Any]) -> None: ...

@@ -1,6 +1,6 @@
 """`_native.copy_buffer_to_host`: the checked bulk copy from a buffer object into HostStorage
 that the Ray carrier's fetch uses (any C-contiguous buffer, ranges and overlap checked,
-nothing written unless every check passes)."""
+nothing written unless every check passes), and `_native.submit_prefault`, which faults a landing range in ahead without changing a byte."""
 import threading
 
 import numpy as np
@@ -81,3 +81,44 @@ def test_concurrent_copies_into_disjoint_ranges():
     values = dst.to_list()
     assert all(values[k * n] == values[(k + 1) * n - 1] == float(k) for k in range(4))
 
+
+
+def prefault(storage, start, nbytes):
+    """Submit a prefault and wait for its completion callback; returns what it was given."""
+    done, got = threading.Event(), []
+    _native.submit_prefault(storage, start, nbytes, lambda e: (got.append(e), done.set()))
+    assert done.wait(30)
+    return got[0]
+
+
+def test_prefault_changes_no_byte_of_fresh_or_written_memory():
+    n = (8 << 20) // 4
+    fresh = _native.HostStorage("f32", n)  # zeroed: a mapping faulted in lazily, untouched yet
+    assert prefault(fresh, 0, 4 * n) is None
+    assert fresh.to_list()[:: 1 << 16] == [0.0] * (n >> 16)
+    written = storage(n)
+    assert prefault(written, 4 * 3, 4 * n - 4 * 5) is None  # unaligned ends: the inner pages
+    assert written.to_list() == [-1.0] * n
+    memory = np.arange(1 << 14, dtype=np.float32)  # a wrapped caller's buffer
+    wrapped = _native.HostStorage.wrap("f32", memory.ctypes.data, 1 << 14)
+    assert prefault(wrapped, 0, 4 << 14) is None and np.array_equal(memory, np.arange(1 << 14))
+    assert prefault(written, 0, 0) is None
+
+
+def test_prefault_checks_before_queueing_and_outlives_a_release():
+    s = storage(4)
+    with pytest.raises(ValueError, match="exceeds"):
+        _native.submit_prefault(s, 4, 16, lambda e: None)
+    with pytest.raises(TypeError):
+        _native.submit_prefault("not a storage", 0, 4, lambda e: None)
+    with pytest.raises(TypeError, match="callable"):
+        _native.submit_prefault(s, 0, 4, None)
+    gone = storage(4)
+    gone.release()
+    with pytest.raises(RuntimeError, match="released"):
+        _native.submit_prefault(gone, 0, 4, lambda e: None)
+    big = _native.HostStorage("f32", (16 << 20) // 4, False)
+    done = threading.Event()
+    _native.submit_prefault(big, 0, 16 << 20, lambda e: done.set())
+    big.release()  # the job holds the buffer: it finishes on memory still mapped
+    assert done.wait(30)

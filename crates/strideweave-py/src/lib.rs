@@ -16,6 +16,7 @@ mod jobs;
 mod kernels;
 mod set_once;
 mod layout;
+mod prefault;
 mod storage;
 mod tensor_base;
 mod transfer;
@@ -40,6 +41,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     commit::register(m)?;
     tiles::register(m)?;
     buffer_copy::register(m)?;
+    prefault::register(m)?;
     Ok(())
 }
 

@@ -328,8 +328,12 @@ def _provider_allocate(c: TiledEvictable, slots: int) -> None:
     seed = cast(Carrier, c._seed)  # set for the duration of __init__, which is what calls this
     location = PRIMARY if seed is c._primary else SECONDARY
     tiles: list[tiled_tiles.Tile] = []
+    # A seed already cut into this geometry's tiles appends them instead of being split, as
+    # `split` does (strideweave.ray rebuilds an unpickled tiled tensor from its tiles so).
+    handover = getattr(seed, "_sw_seed_tiles", None)
     try:
-        if not tiled_tiles.split(seed, c._grid, c._tile, c._makers[location], tiles):
+        handed = handover is not None and handover(c._grid, c._tile, tiles)
+        if not handed and not tiled_tiles.split(seed, c._grid, c._tile, c._makers[location], tiles):
             for index in range(math.prod(c._grid)):
                 values = [seed[s] for s in c._tile_slots(index)]
                 tiles.append(seed.new_like(values, mutable=True))

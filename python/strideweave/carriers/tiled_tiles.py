@@ -21,7 +21,7 @@ import contextlib
 import itertools
 import os
 import threading
-from typing import Any, Sequence, Union
+from typing import Any, Sequence, Union, cast
 
 from strideweave import _native
 from strideweave.carriers import tiled_bulk
@@ -123,6 +123,10 @@ def carrier_copy(tile: Tile, tier: Carrier, size: int) -> Carrier:
     made = tiled_bulk.snapshot(tile)
     if made is not None:
         return made
+    # An immutable tile may share its storage instead (strideweave.ray: a sealed object).
+    shared = getattr(tile, "_sw_shared_copy", None)
+    if shared is not None:
+        return cast(Carrier, shared())
     return tile.new_like([tile[k] for k in range(size)], mutable=True)
 
 

@@ -9,11 +9,21 @@ Life cycle: `RayObjectCarrier(dtype=...)` is empty and publicly mutable, so it c
 destination. The move grows it (`_allocate`: the slot count, no storage yet), its transfer
 seals it (`_sw_seal`: one `ray.put`), and from then on it is immutable: readable through
 `carrier[i]`, exportable through DLPack as a read-only view of the local object-store buffer,
-and never written again. `release()` drops this carrier's reference and its local view; Ray
-frees the object when that was the last reference (Ray 2.60 has no explicit free call).
+and never written again. `allocate_like(n, empty=True)` makes the same unsealed state with `n`
+slots already (a TiledEvictable's eviction target), which a move of exactly `n` slots seals.
+
+`release()` drops this carrier's reference and its local view; Ray frees the object when that
+was the last reference anywhere (a task or actor that received the carrier borrows it). Ray
+2.60 offers no supported way to free an object eagerly: `ray._private.internal_api.free` was
+deprecated and then removed (ray-project/ray#64037), and the core worker exposes no free or
+delete call, so reference counting is the mechanism.
+
+As a TiledEvictable's secondary tier, each evicted tile is its own sealed object: it is read in
+place, and writing it needs a promotion first (a sealed object is immutable).
 """
 from __future__ import annotations
 
+import math
 import threading
 from typing import Any, Iterable
 
@@ -62,6 +72,7 @@ class RayObjectCarrier(Carrier):
         self._array: np.ndarray | None = None
         self._exported = False
         self._lock = threading.Lock()
+        self._seed_tiles: list[RayObjectCarrier] | None = None
 
     @classmethod
     def _sw_from_ref(cls, ref: Any, dtype: DType, slots: int) -> "RayObjectCarrier":
@@ -155,12 +166,18 @@ class RayObjectCarrier(Carrier):
 
     def allocate_like(self, size: int, *, mutable: bool = True, dtype: DType | None = None,
                       empty: bool = False) -> "RayObjectCarrier":
-        """Size 0: a fresh empty carrier that a move can fill. Otherwise a fresh sealed object
-        of zeros (immutable, whatever `mutable` says)."""
+        """Size 0: a fresh empty carrier that a move can fill. `empty=True`: a fresh unsealed
+        carrier of `size` slots (reading zero) that a move of exactly `size` slots from CPU
+        fills and seals, which is how a TiledEvictable makes the tile an eviction lands in.
+        Otherwise a fresh sealed object of zeros (immutable, whatever `mutable` says)."""
         n = check_size_argument(size)
         dtype = self._dtype if dtype is None else check_factory_dtype(type(self), dtype, RAY_DTYPES)
+        fresh = type(self)(dtype=dtype)
         if n == 0:
-            return type(self)(dtype=dtype)
+            return fresh
+        if empty:
+            fresh._allocate(n)  # RuntimeError without Ray, as a move into it would raise
+            return fresh
         require_ray(f"create a {type(self).__name__}")
         return type(self)._sw_from_ref(put_payload(np.zeros(n, NUMPY_DTYPE[dtype]), dtype), dtype, n)
 
@@ -171,6 +188,31 @@ class RayObjectCarrier(Carrier):
         if self._ref is None:
             raise RuntimeError(f"cannot pickle an unsealed {type(self).__name__}: it holds no Ray object yet")
         return (_rebuild_carrier, (type(self), self._ref, self._dtype, self._slots))
+
+    # ----- a seeding tier that is already tiles (pickling.py rebuilds a tiled tensor) -------
+    @classmethod
+    def _sw_tile_seed(cls, dtype: DType, tiles: list["RayObjectCarrier"], slots: int) -> "RayObjectCarrier":
+        """An unsealed carrier of `slots` slots, so a TiledEvictable accepts it as its full
+        seeding tier, that hands `tiles` over instead of being split (`_sw_seed_tiles`)."""
+        seed = cls(dtype=dtype)
+        seed._slots = slots
+        seed._seed_tiles = list(tiles)
+        return seed
+
+    def _sw_seed_tiles(self, grid_shape: tuple[int, ...], tile_shape: tuple[int, ...],
+                       out: list[Carrier]) -> bool:
+        """Called by the TiledEvictable this carrier seeds: a `_sw_tile_seed` appends its tiles
+        to `out` once and becomes an empty tier (the prototype of later evictions); any other
+        carrier returns False and is split as usual."""
+        tiles, self._seed_tiles = self._seed_tiles, None
+        if tiles is None:
+            return False
+        per_tile = math.prod(tile_shape)
+        if len(tiles) != math.prod(grid_shape) or any(t.size() != per_tile for t in tiles):
+            raise ValueError(f"{len(tiles)} tiles do not make a grid {grid_shape} of tiles {tile_shape}")
+        out.extend(tiles)
+        self._slots = 0
+        return True
 
     # ----- framework internals -----------------------------------------------------------
     def _sw_seal(self, array: np.ndarray) -> None:
@@ -196,6 +238,22 @@ class RayObjectCarrier(Carrier):
             if self._array is None and not self._sw_released:
                 self._array = array
             return array
+
+    def _sw_shared_copy(self) -> "RayObjectCarrier":
+        """A private copy for a TiledEvictable's tier move (which releases the copy it moves):
+        a new carrier over the same sealed object and local view, since nobody can change
+        either; releasing it drops only its own reference."""
+        with self._lock:
+            ref, array = self._ref, self._array
+        if ref is None or self._sw_released:
+            raise RuntimeError(f"{type(self).__name__} carrier is released")
+        copy = type(self)._sw_from_ref(ref, self._dtype, self._slots)
+        copy._array = array
+        return copy
+
+    def _sw_is_local(self) -> bool:
+        """Whether this carrier already holds its local view (no fetch is needed)."""
+        return self._array is not None
 
     def _drop_object(self) -> None:
         with self._lock:

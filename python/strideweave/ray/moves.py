@@ -10,7 +10,12 @@ profiling events, publish or undo — is the ordinary move path of `carriers/mov
   so the bytes are copied once, into the object store; that put seals the destination.
 - Ray -> CPU: `ray.get` on this node (Ray fetches across nodes when needed) returns a
   read-only view of the local object-store buffer, and one checked native copy
-  (`_native.copy_buffer_to_host`, GIL released) lands the span in the CPU carrier.
+  (`_native.copy_buffer_to_host`, GIL released) lands the span in the CPU carrier. While Ray
+  fetches, a copy worker faults the destination's pages in (`_native.submit_prefault`, no byte
+  changes): a fresh CPU carrier's first touch (the kernel zeroing each page) then overlaps the
+  fetch instead of adding to the copy. That copy (and those faults) is all a move pays beyond
+  Ray's own put + get: `ray.get` of an ndarray returns the read-only view itself, while a move
+  lands writable local memory.
 """
 from __future__ import annotations
 
@@ -52,10 +57,22 @@ class RayObjectToCpuMoveOperation(WorkerMove):
     _sw_runs_on_worker = True
 
     def _copy(self, tensor: Tensor, destination: Carrier, output: Tensor, element_count: int) -> None:
-        array = cast(RayObjectCarrier, tensor.carrier)._sw_local_array()
+        source = cast(RayObjectCarrier, tensor.carrier)
         size = NUMPY_DTYPE[tensor.dtype()].itemsize
-        _native.copy_buffer_to_host(array, tensor.offset * size, destination._sw_storage(), 0,
-                                    element_count * size)
+        storage = destination._sw_storage()
+        if element_count * size >= PREFAULT_MIN_BYTES and not source._sw_is_local():
+            # Fault the landing pages in on a copy worker while Ray fetches (bytes unchanged).
+            _native.submit_prefault(storage, 0, element_count * size, _ignore)
+        array = source._sw_local_array()
+        _native.copy_buffer_to_host(array, tensor.offset * size, storage, 0, element_count * size)
+
+
+# Below this, faulting the landing pages in ahead is not worth an engine job.
+PREFAULT_MIN_BYTES = 4 << 20
+
+
+def _ignore(_: BaseException | None) -> None:
+    """The prefault is advice: its outcome changes nothing."""
 
 
 def register() -> None:

@@ -27,6 +27,7 @@ ray = pytest.importorskip("ray")
 
 import strideweave as sw  # noqa: E402
 from strideweave import CPU, DType as D, Layout, Shape, Stride, Tensor  # noqa: E402
+from strideweave.carriers.tiled_evictable import TiledEvictable, TileSelection  # noqa: E402
 from strideweave.ray import (  # noqa: E402
     CpuToRayObjectMoveOperation,
     RayObjectCarrier,
@@ -78,6 +79,15 @@ class Peer:
             c[offset + layout.index(k)] = v
         return sw.move(Tensor(c, offset, layout), RayObjectCarrier())
 
+    def make_range(self, n):
+        """0, 1, ..., n-1 as Float32 in a Ray carrier made on this node (filled through DLPack)."""
+        import strideweave as sw
+        from strideweave.ray import RayObjectCarrier
+        c = sw.CPU(n)
+        np.copyto(np.from_dlpack(Tensor(c, 0, Layout(Shape(n), Stride(1)))), np.arange(n, dtype=np.float32))
+        with sw.no_grad():
+            return sw.move(Tensor(c, 0, Layout(Shape(n), Stride(1))), RayObjectCarrier())
+
     def fetch(self, t):
         import strideweave as sw
         back = sw.move_async(t, sw.CPU(t.layout.cosize)).wait()
@@ -87,6 +97,19 @@ class Peer:
     def export(self, t):
         a = np.from_dlpack(t)
         return a.tolist(), a.flags.writeable
+
+    def fetch_tiled(self, boxed):
+        """A tiled tensor, sent directly or as a reference to a `ray.put` of it (boxed in a
+        list, so this worker resolves it), moved to this node's CPU."""
+        import strideweave as sw
+        t = boxed[0] if isinstance(boxed[0], Tensor) else ray.get(boxed[0])
+        c = t.carrier
+        shape = (c.grid_shape, c.tile_shape, c.primary_tiles.coordinates, type(c.primary), c.primary.size(),
+                 type(c.secondary), c.secondary.size())
+        with sw.no_grad():
+            back = sw.move(t, sw.CPU(c.size()))
+        assert c.is_released()
+        return back.tolist(), shape, self.node_id()
 
 
 @pytest.fixture(scope="module")
@@ -165,6 +188,13 @@ def test_values_are_exact_across_nodes_in_both_directions(cluster, peer, name):
     back = sw.move_async(made, CPU(made.layout.cosize)).wait()
     assert back.tolist() == values and made.carrier.is_released()
     assert isinstance(back.autograd_ctx, RayObjectToCpuMoveOperation)
+
+
+def test_a_large_move_lands_every_byte_across_nodes(cluster, peer):
+    n = 5 << 20  # 20 MiB: the destination is faulted in while Ray fetches
+    made = ray.get(peer.make_range.remote(n))  # stored on node B only
+    back = sw.move(made, CPU(n))
+    assert np.array_equal(np.from_dlpack(back), np.arange(n, dtype=np.float32))
 
 
 def test_int32_round_trip(cluster):
@@ -291,8 +321,11 @@ def test_a_node_removed_mid_move_fails_the_handle_naming_the_object(cluster):
     node_c = c.add_node(**NODE, resources={"node_c": 1})
     c.wait_for_nodes()
     other = Peer.options(resources={"node_c": 1}).remote()
-    made = ray.get(other.make.remote([1.0, 2.0], [2], [1], 0))  # owned by and stored on node C
-    source, destination = made.carrier, CPU(2)
+    n = 1 << 20  # 4 MiB: large enough that the move faults the destination in while it fetches
+    made = ray.get(other.make_range.remote(n))  # owned by and stored on node C
+    source, destination = made.carrier, CPU(n)
+    landing = np.from_dlpack(Tensor(destination, 0, L(n, 1)))
+    landing.fill(7.0)
     object_id = source.object_ref.hex()
     resume = stop_raylet(node_c)  # hold the fetch pending
     handle = sw.move_async(made, destination)
@@ -306,7 +339,7 @@ def test_a_node_removed_mid_move_fails_the_handle_naming_the_object(cluster):
     # Nothing published: the source is unchanged and still live, the destination untouched.
     assert not source.is_released() and source.version == 0 and source._sw_claim is None
     assert destination._sw_claim is None and destination.version == 0
-    assert [destination[0], destination[1]] == [0.0, 0.0] and made.autograd_ctx is None
+    assert np.all(landing == 7.0) and made.autograd_ctx is None
 
 
 def test_without_ray_a_move_into_a_ray_carrier_raises_before_any_effect_and_the_extra_is_optional():
@@ -368,6 +401,14 @@ def test_factories_and_dtypes(cluster):
     assert fresh.size() == 0 and fresh.is_mutable() and fresh.dtype() is D.Int32
     made.release()
     assert made.allocate_like(0).dtype() is D.Int32  # factories still work after release
+    # empty=True: an unsealed carrier of that many slots, which a move of exactly as many seals.
+    landing = made.allocate_like(3, empty=True)
+    assert landing.size() == 3 and landing.is_mutable() and not landing.is_sealed() and landing[2] == 0
+    with pytest.raises(ValueError, match="sealing needs 3"):
+        sw.move(cpu_tensor([1, 2], dtype=D.Int32), landing)
+    assert landing.size() == 3 and not landing.is_sealed() and landing._sw_claim is None
+    sealed = sw.move(cpu_tensor([1, 2, 3], dtype=D.Int32), landing)
+    assert sealed.carrier is landing and landing.is_sealed() and [landing[k] for k in range(3)] == [1, 2, 3]
 
 
 def test_racing_moves_into_one_empty_carrier_have_one_winner(cluster):
@@ -449,3 +490,175 @@ def test_racing_release_and_move_out(cluster):
             assert outcome["release"] is None or "pending move" in str(outcome["release"])
         else:
             assert outcome["release"] is None and "released" in str(outcome["move"])
+
+
+# ----- a TiledEvictable whose secondary tier is a RayObjectCarrier ------------------------------
+# Grid (2, 3) of (2, 2) tiles: logical shape (4, 6), slot s at x = (s % 4, s // 4). Evicting the
+# selection [[0, 1], [0, 2]] leaves tiles (0, 1) (slots 8, 9, 12, 13) and (1, 1) (slots 10, 11,
+# 14, 15) resident on the CPU primary.
+TILED_VALUES = np.arange(24, dtype=np.float32) * np.float32(0.75) - np.float32(4.5)
+EVICTED = TileSelection([[0, 1], [0, 2]])
+
+
+def ray_tiled(values=TILED_VALUES, grid=(2, 3), tile=(2, 2), evicted=EVICTED):
+    """A full Float32 tensor on a TiledEvictable (CPU primary seeded with `values`, an empty
+    RayObjectCarrier secondary) with the `evicted` tiles moved to Ray."""
+    c = CPU(len(values))
+    np.copyto(np.from_dlpack(Tensor(c, 0, L(len(values), 1))), values)
+    carrier = TiledEvictable(c, RayObjectCarrier(), grid, tile)
+    carrier.evict(evicted)
+    logical = [g * t for g, t in zip(grid, tile)]
+    return Tensor(carrier, 0, Layout.canonical(Shape(logical)))
+
+
+def test_a_ray_tier_holds_evicted_tiles_read_in_place_and_immutable(cluster):
+    t = ray_tiled()
+    c = t.carrier
+    assert c.secondary_tiles.coordinates == ((0, 0), (1, 0), (0, 2), (1, 2))
+    assert t.tolist() == TILED_VALUES.tolist()
+    with pytest.raises(RuntimeError, match="not mutable"):  # slot 0 lives in evicted tile (0, 0)
+        t[0] = 1.0
+    assert t.tolist() == TILED_VALUES.tolist()
+    clone = pickle.loads(pickle.dumps(t))  # shares the evicted tiles' objects
+    c.promote(TileSelection([[0], [0]]))  # drops the sender's references to tile (0, 0)'s object
+    t[0] = 1.0
+    assert t[0] == 1.0 and c.tile_state((0, 0)).location == "primary"
+    assert clone.tolist() == TILED_VALUES.tolist()  # the clone's reference keeps it readable
+    clone.carrier.promote(TileSelection([[0], [0]]))
+    assert clone.tolist() == TILED_VALUES.tolist()
+    c.evict(TileSelection([[0], [0]]))  # the written tile goes back to Ray with its new value
+    assert t[0] == 1.0 and t.tolist()[1:] == TILED_VALUES.tolist()[1:]
+
+
+def test_a_pickled_tiled_tensor_moves_to_cpu_on_another_node_exactly(cluster, peer):
+    t = ray_tiled()
+    t[8] = 99.0  # a resident tile, written: the receiver sees the value at pickling time
+    expected = TILED_VALUES.copy()
+    expected[8] = 99.0
+    got, shape, where = ray.get(peer.fetch_tiled.remote([t]))
+    assert got == expected.tolist() and where != ray.get_runtime_context().get_node_id()
+    # The receiver's carrier: same geometry, every tile on Ray, both of its tiers empty.
+    assert shape == ((2, 3), (2, 2), (), CPU, 0, RayObjectCarrier, 0)
+    # The sender is unchanged by pickling: values, residency, version.
+    c = t.carrier
+    assert t.tolist() == expected.tolist() and c.primary_tiles.coordinates == ((0, 1), (1, 1))
+    assert c.version == 1 and not c.is_released()
+
+
+def test_a_pickled_tiled_tensor_is_a_snapshot_of_references(cluster, peer):
+    # 256 KiB in four (128, 128) tiles; (0, 0) and (1, 0) evicted, (0, 1) and (1, 1) resident.
+    t = ray_tiled(np.arange(1 << 16, dtype=np.float32), grid=(2, 2), tile=(128, 128),
+                  evicted=TileSelection([[0, 1], [0]]))
+    c = t.carrier
+    # Plain pickle: Ray does not track the references in these bytes, so each clone is read
+    # while the sender still keeps the objects (its tiles, unchanged since that pickling).
+    blob = pickle.dumps(t)
+    assert len(blob) < 4096  # references and geometry, not slots
+    assert pickle.dumps(t) == blob  # unchanged resident tiles travel as the objects put before
+    clone = pickle.loads(blob)
+    assert type(clone.carrier) is TiledEvictable and clone.carrier is not c
+    assert clone.layout == t.layout and clone.offset == 0 and clone.dtype() is D.Float32
+    assert clone.carrier.secondary_tiles.coordinates == ((0, 0), (1, 0), (0, 1), (1, 1))
+    resident = 128  # slot (0, 128) of the logical (256, 256) array lies in resident tile (0, 1)
+    t[resident * 256] = -1.0
+    assert clone[resident * 256] == float(resident * 256)  # the snapshot does not follow
+    changed = pickle.loads(pickle.dumps(t))
+    assert changed[resident * 256] == -1.0
+    # Through Ray's own serializer (a ray.put of the tensor), resolved on node B.
+    ref = ray.put(t)
+    t[resident * 256] = -2.0
+    got, _, _ = ray.get(peer.fetch_tiled.remote([ref]))
+    expected = np.arange(1 << 16, dtype=np.float32).reshape((256, 256), order="F")
+    expected[0, 128] = -1.0
+    assert got == expected.flatten(order="F").tolist()
+    # The receiver can promote, write and project on its own.
+    with sw.no_grad():
+        mine = pickle.loads(pickle.dumps(t))
+        mine.carrier.promote(TileSelection([[1], [1]]))
+        mine[255 + 255 * 256] = 5.0
+        corner = mine.carrier.project(mine, TileSelection([[1], [1]])).wait()
+    assert corner[127 + 127 * 128] == 5.0 and corner[0] == float(128 + 128 * 256)
+    assert t[255 + 255 * 256] == float(255 + 255 * 256)
+
+
+def test_pickling_refuses_a_released_tiled_carrier_and_leaves_other_tiers_alone(cluster):
+    t = ray_tiled()
+    t.carrier.release()
+    with pytest.raises(RuntimeError, match="released TiledEvictable"):
+        pickle.dumps(t)
+    c = CPU(4)
+    other = TiledEvictable(c, sw.FileBacked(dtype=D.Float32), (2,), (2,))
+    with pytest.raises((TypeError, pickle.PicklingError)):  # not a Ray tier: Python's default refuses
+        pickle.dumps(Tensor(other, 0, L(4, 1)))
+    assert other.primary_tiles.coordinates == ((0,), (1,))
+
+
+def test_racing_pickles_and_writes_give_consistent_snapshots(cluster):
+    """A writer sets slot 8 (resident tile (0, 1)) then slot 10 (resident tile (1, 1)) to k, for
+    k = 1, 2, ...; every snapshot taken meanwhile is of one instant: slot 8 equals slot 10 or is
+    one write ahead, never behind."""
+    t = ray_tiled()
+    stop = threading.Event()
+    failures = []
+
+    def write():
+        k = 0
+        while not stop.is_set():
+            k += 1
+            t[8] = float(k)
+            t[10] = float(k)
+
+    def snapshot():
+        try:
+            for _ in range(15):
+                # Through Ray's serializer, which keeps every snapshot's objects alive for the
+                # clone (plain pickle would not: another thread's later snapshot replaces this
+                # one as the object the sender keeps for that tile).
+                clone = ray.get(ray.put(t))
+                a, b = clone[8], clone[10]
+                if not (a == b or a == b + 1):
+                    failures.append((a, b))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+
+    writer = threading.Thread(target=write)
+    picklers = [threading.Thread(target=snapshot) for _ in range(3)]
+    writer.start()
+    for th in picklers:
+        th.start()
+    for th in picklers:
+        th.join()
+    stop.set()
+    writer.join()
+    assert failures == []
+
+
+def test_racing_release_and_pickle(cluster):
+    for _ in range(5):
+        t = ray_tiled()
+        t[8] = 7.0
+        barrier = threading.Barrier(3)
+        outcome = {}
+
+        def release():
+            barrier.wait()
+            t.carrier.release()
+
+        def pickle_it(name):
+            barrier.wait()
+            try:
+                outcome[name] = ray.get(ray.put(t)).tolist()
+            except RuntimeError as exc:
+                outcome[name] = exc
+
+        threads = [threading.Thread(target=release)] + [threading.Thread(target=pickle_it, args=(k,))
+                                                          for k in range(2)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert t.carrier.is_released()
+        expected = TILED_VALUES.copy()
+        expected[8] = 7.0
+        for result in outcome.values():  # a whole snapshot, or the release came first
+            assert result == expected.tolist() or "released" in str(result), result

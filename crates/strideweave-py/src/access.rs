@@ -106,7 +106,7 @@ fn write_slot(
     )?;
     match attempt {
         Ok(true) => {
-            base.bump_version();
+            base.state().bump_version();
             Ok(true)
         }
         Ok(false) => Ok(false),
@@ -142,7 +142,7 @@ pub(crate) fn getitem(tensor: &Bound<'_, TensorBase>, key: &Bound<'_, PyAny>) ->
     let py = tensor.py();
     if let Some(base) = fast_carrier(tensor, key)? {
         let carrier = base.get();
-        if !carrier.released() {
+        if !carrier.state().is_released() {
             if let Some(storage) = carrier.storage.get(py) {
                 let view = tensor.get().view()?;
                 match read_element(py, storage.bind(py), view.offset, view.layout.bind(py), key) {

@@ -86,30 +86,38 @@ def test_a_release_racing_claims_has_exactly_one_winner():
             assert unclaimed(c)
 
 
-def test_mutations_racing_a_claim_count_exactly_the_ones_that_won():
+def against_a_claim(action):
+    """Each round, a claim races 7 calls `action(c)` on a fresh carrier: no call counts in the
+    version once the claim is in (each checks and counts in one step). Yields the carrier and
+    the calls' outcomes, then drops the claim and checks that nothing stays claimed."""
     for _ in range(ROUNDS):
         c = CPU(1)
         claim = Claim()
-        outcomes = run_together([claim_one(c, claim)] + [c._increment_version] * (THREADS - 1))
-        assert outcomes[0][0] == "ok", "a mutation never blocks a claim"
+
+        def claim_then_read_version():
+            take_claims(claim, ((c, "source", "move"),))
+            return c.version
+        outcomes = run_together([claim_then_read_version] + [action(c)] * (THREADS - 1))
+        assert outcomes[0][0] == "ok", "neither a mutation nor a write count blocks a claim"
+        assert c.version == outcomes[0][1], "a call counted after the claim was taken"
+        yield c, outcomes[1:]
+        drop_claims(claim, (c,))
+        assert unclaimed(c)
+
+
+def test_mutations_racing_a_claim_count_exactly_the_ones_that_won():
+    for c, outcomes in against_a_claim(lambda c: c._increment_version):
         for exc in raised(outcomes):
             assert isinstance(exc, RuntimeError)
             assert str(exc) == "cannot mutate CPU carrier: it participates in a pending move"
-        assert c.version == len(winners(outcomes)) - 1
-        drop_claims(claim, (c,))
-        assert unclaimed(c)
+        assert c.version == len(winners(outcomes))
 
 
 def test_counted_writes_racing_a_claim_are_exactly_the_ones_before_it():
-    for _ in range(ROUNDS):
-        c = CPU(1)
-        claim = Claim()
-        outcomes = run_together([claim_one(c, claim)] + [c._sw_count_write] * (THREADS - 1))
-        counted = [o[1] for o in outcomes[1:]]
-        assert outcomes[0][0] == "ok" and all(isinstance(k, bool) for k in counted)
+    for c, outcomes in against_a_claim(lambda c: c._sw_count_write):
+        counted = [result for _, result in outcomes]
+        assert all(isinstance(k, bool) for k in counted)
         assert c.version == sum(counted)
-        drop_claims(claim, (c,))
-        assert unclaimed(c)
 
 
 def test_a_release_that_fails_restores_the_state_and_hooks_run_outside_the_lock():

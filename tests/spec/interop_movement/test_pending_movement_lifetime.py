@@ -9,31 +9,52 @@ import concurrent.futures
 import gc
 import subprocess
 import sys
+import threading
 import time
 
 from gated_moves import GateCompletion, start
 
 
-def wait_until(predicate, seconds=10.0):
+def wait_until(predicate, seconds=60.0):
+    """Poll a condition another thread makes true; the deadline is a hang guard, not a bound."""
     deadline = time.monotonic() + seconds
     while not predicate():
         if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
+            raise AssertionError("condition not reached (hung)")
         time.sleep(0.005)
+
+
+def accepts_writes(carrier):
+    """True once no pending move holds `carrier`: a public write of slot 0 goes through
+    (a participant of a pending move refuses it with RuntimeError)."""
+    try:
+        carrier[0] = 4.0
+    except RuntimeError:
+        return False
+    return True
 
 
 def test_drop_a_pending_handle():
     completion = GateCompletion()
     t, dest, handle = start([4.0, 5.0], completion)
     source = t.carrier
-    started = time.monotonic()
+    held = [handle]
     del handle
-    gc.collect()
-    assert time.monotonic() - started < 5.0  # dropping did not wait for the gate
+
+    def drop_the_last_reference():
+        held.clear()
+        gc.collect()
+
+    # The gate opens only after the drop returns, so a drop that waited for the transfer
+    # would never return: the join's timeout is a hang guard, not a speed bound.
+    dropper = threading.Thread(target=drop_the_last_reference)
+    dropper.start()
+    dropper.join(60)
+    assert not dropper.is_alive(), "dropping the pending handle blocked on its transfer"
     assert not source.is_released()
     completion.gate.set()
     wait_until(source.is_released)
-    wait_until(lambda: dest._sw_claim is None)
+    wait_until(lambda: accepts_writes(dest))
     assert [dest[0], dest[1]] == [4.0, 5.0]
 
 

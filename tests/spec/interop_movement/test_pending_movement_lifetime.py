@@ -4,7 +4,8 @@ up to interpreter exit: a process that moves data and exits at once must exit cl
 An engine worker still finishing a job (a move's commit, the deferred close of a file) while
 the interpreter finalizes used to be stopped inside CPython and abort the process ("Fatal
 Python error: Aborted", sometimes with a bus error): 2 of 60 such runs on a loaded machine.
-The package now lets the engine go quiet at exit (`_native.engine_quiesce`, via atexit)."""
+The package now lets the engine go quiet at exit (an atexit hook; the native call it makes is
+tested in tests/internal/test_engine.py)."""
 import concurrent.futures
 import gc
 import subprocess
@@ -114,13 +115,3 @@ def test_a_provider_wait_that_never_ends_does_not_hold_the_exit():
                             text=True, timeout=60)
     assert result.returncode == 0, result.stderr[-500:]
     assert "exiting" in result.stdout
-
-
-def test_quiesce_checks_its_argument_and_reports_a_quiet_engine():
-    import pytest
-
-    from strideweave import _native
-    assert _native.engine_quiesce(5.0) is True
-    for bad in (-1.0, float("nan"), float("inf")):
-        with pytest.raises(ValueError, match="timeout_seconds"):
-            _native.engine_quiesce(bad)

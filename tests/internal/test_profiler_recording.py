@@ -11,18 +11,9 @@ import threading
 import pytest
 
 import strideweave as sw
-from strideweave import CPU, FileBacked, Generic, Layout, Shape, Stride, Tensor, profiler
+from strideweave import CPU, FileBacked, Generic, profiler
 
-
-def L(shape, stride):
-    return Layout(Shape(shape), Stride(stride))
-
-
-def cpu(values):
-    c = CPU(len(values))
-    for i, v in enumerate(values):
-        c[i] = v
-    return Tensor(c, 0, L([len(values)], [1]))
+from move_sources import cpu_tensor as cpu
 
 
 @pytest.fixture

@@ -58,11 +58,28 @@ pub(crate) struct View {
     subtensors: OnceLock<Py<PyAny>>,
 }
 
+impl View {
+    /// A one-subtensor view: no adjacent layouts, its subtensors built on first request.
+    fn single(py: Python<'_>, carrier: Py<PyAny>, offset: i64, layout: Py<PyLayout>, dtype: Py<PyAny>) -> Self {
+        View {
+            carrier,
+            offset,
+            layout,
+            dtype,
+            adjacent: PyTuple::empty(py).into_any().unbind(),
+            single: true,
+            subtensors: OnceLock::new(),
+        }
+    }
+}
+
 /// Native base of `strideweave.Tensor` (fields and native methods; not public API).
 #[pyclass(subclass, frozen, weakref, module = "strideweave", name = "_TensorBase")]
 pub struct TensorBase {
     view: SetOnce<View>,
+    #[pyo3(get, name = "_grad")]
     grad: Slot,
+    #[pyo3(get, name = "_autograd_ctx")]
     autograd_ctx: Slot,
     retain_grad: Slot,
 }
@@ -103,16 +120,19 @@ impl TensorBase {
         let py = tensor_type.py();
         let object = tensor_type.call_method1(intern!(py, "__new__"), (tensor_type,))?;
         let tensor = object.cast_into::<TensorBase>()?;
-        tensor.get().set_view(View {
-            carrier,
-            offset,
-            layout,
-            dtype,
-            adjacent: PyTuple::empty(py).into_any().unbind(),
-            single: true,
-            subtensors: OnceLock::new(),
-        })?;
+        tensor.get().set_view(View::single(py, carrier, offset, layout, dtype))?;
         Ok(tensor)
+    }
+}
+
+/// A slot reads as its object, or None: what lets `#[pyo3(get)]` expose a `Slot` field.
+impl<'py> IntoPyObject<'py> for &Slot {
+    type Target = PyAny;
+    type Output = Bound<'py, PyAny>;
+    type Error = std::convert::Infallible;
+
+    fn into_pyobject(self, py: Python<'py>) -> Result<Self::Output, Self::Error> {
+        Ok(self.get(py).map_or_else(|| py.None().into_bound(py), |v| v.into_bound(py)))
     }
 }
 
@@ -145,15 +165,7 @@ impl TensorBase {
         layout: Py<PyLayout>,
         dtype: Py<PyAny>,
     ) -> PyResult<()> {
-        self.set_view(View {
-            carrier,
-            offset,
-            layout,
-            dtype,
-            adjacent: PyTuple::empty(py).into_any().unbind(),
-            single: true,
-            subtensors: OnceLock::new(),
-        })
+        self.set_view(View::single(py, carrier, offset, layout, dtype))
     }
 
     /// Sets the view of a validated representation (`core.representation`): its subtensors,
@@ -234,19 +246,9 @@ impl TensorBase {
         Ok(view.subtensors.get().expect("set above").clone_ref(py))
     }
 
-    #[getter(_grad)]
-    fn grad_field(&self, py: Python<'_>) -> Option<Py<PyAny>> {
-        self.grad.get(py)
-    }
-
     #[setter(_grad)]
     fn set_grad_field(&self, value: Option<Bound<'_, PyAny>>) {
         assign_or_clear(&self.grad, value);
-    }
-
-    #[getter(_autograd_ctx)]
-    fn autograd_ctx_field(&self, py: Python<'_>) -> Option<Py<PyAny>> {
-        self.autograd_ctx.get(py)
     }
 
     #[setter(_autograd_ctx)]

@@ -24,9 +24,8 @@
 //! `__dlpack__(self, stream=None, *, max_version=None, dl_device=None, copy=None)`.
 
 use std::ffi::CStr;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use pyo3::exceptions::{PySystemError, PyTypeError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -379,40 +378,23 @@ unsafe fn dlpack_call(
     )
 }
 
-/// `__dlpack__` with the vectorcall convention of a `METH_FASTCALL | METH_KEYWORDS` method.
+/// `__dlpack__` with the vectorcall convention of a `METH_FASTCALL | METH_KEYWORDS` method,
+/// run inside PyO3's own method trampoline (see `DLPACK_DEF`).
 ///
 /// # Safety
 /// Called by CPython, attached to the interpreter, with `slf` a live instance of
 /// `_TensorBase` (the method descriptor checks the type), `args` pointing to `nargs`
 /// positional arguments followed by one value per name in the `kwnames` tuple (NULL when
 /// there are no keywords), all borrowed for the duration of the call.
-unsafe extern "C" fn dlpack_fastcall(
+unsafe fn dlpack_fastcall(
+    py: Python<'_>,
     slf: *mut ffi::PyObject,
     args: *const *mut ffi::PyObject,
     nargs: ffi::Py_ssize_t,
     kwnames: *mut ffi::PyObject,
-) -> *mut ffi::PyObject {
-    let outcome = catch_unwind(AssertUnwindSafe(|| {
-        // The thread is attached (CPython only calls methods from attached threads);
-        // `Python::attach` makes PyO3 know it, so every PyO3 API in the body behaves as in
-        // a `#[pymethods]` method (immediate decrefs included).
-        Python::attach(|py| {
-            // SAFETY: the arguments satisfy `dlpack_call`'s contract (this function's).
-            match unsafe { dlpack_call(py, slf, args, nargs, kwnames) } {
-                Ok(capsule) => capsule.into_ptr(),
-                Err(err) => {
-                    err.restore(py);
-                    std::ptr::null_mut()
-                }
-            }
-        })
-    }));
-    outcome.unwrap_or_else(|_| {
-        Python::attach(|py| {
-            PySystemError::new_err("panic in strideweave __dlpack__").restore(py);
-        });
-        std::ptr::null_mut()
-    })
+) -> PyResult<*mut ffi::PyObject> {
+    // SAFETY: the arguments satisfy `dlpack_call`'s contract (this function's).
+    unsafe { dlpack_call(py, slf, args, nargs, kwnames) }.map(Py::into_ptr)
 }
 
 /// The method definition of `__dlpack__`; CPython keeps a pointer to it for the life of the
@@ -433,7 +415,15 @@ A DLPack capsule aliasing this tensor's storage: `dltensor`, or `dltensor_versio
 static DLPACK_DEF: MethodDef = MethodDef(ffi::PyMethodDef {
     ml_name: c"__dlpack__".as_ptr(),
     ml_meth: ffi::PyMethodDefPointer {
-        PyCFunctionFastWithKeywords: dlpack_fastcall,
+        // PyO3's trampoline for this calling convention, the one its generated methods use:
+        // it tells PyO3 the thread is attached without a `PyGILState_Ensure` (which
+        // `Python::attach` pays when entered from a raw C callback, about a tenth of an
+        // export), turns a panic into PanicException, and restores an `Err` as the raised
+        // exception.
+        PyCFunctionFastWithKeywords: pyo3::get_trampoline_function!(
+            fastcall_cfunction_with_keywords,
+            dlpack_fastcall
+        ),
     },
     ml_flags: ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
     ml_doc: DLPACK_DOC.as_ptr(),

@@ -304,13 +304,7 @@ const PARAMS: [&str; 4] = ["stream", "max_version", "dl_device", "copy"];
 /// Which parameter a keyword names: identity with the interned names first (the usual
 /// case, both sides interned), then string equality. `Err` is the TypeError Python raises
 /// for an unknown keyword.
-fn keyword_index(py: Python<'_>, name: &Bound<'_, PyAny>) -> PyResult<usize> {
-    let interned = [
-        intern!(py, "stream"),
-        intern!(py, "max_version"),
-        intern!(py, "dl_device"),
-        intern!(py, "copy"),
-    ];
+fn keyword_index(interned: &[&Bound<'_, PyString>; 4], name: &Bound<'_, PyAny>) -> PyResult<usize> {
     if let Some(i) = interned.iter().position(|p| p.is(name)) {
         return Ok(i);
     }
@@ -355,8 +349,16 @@ unsafe fn dlpack_call(
         // SAFETY: `kwnames` is a live tuple (contract).
         let names = unsafe { Borrowed::from_ptr(py, kwnames) };
         let names = names.cast::<PyTuple>()?;
-        for (j, name) in names.iter().enumerate() {
-            let index = keyword_index(py, &name)?;
+        let interned = [
+            intern!(py, "stream"),
+            intern!(py, "max_version"),
+            intern!(py, "dl_device"),
+            intern!(py, "copy"),
+        ];
+        for j in 0..names.len() {
+            // Borrowed: the tuple holds its names for the whole call.
+            let name = names.get_borrowed_item(j)?;
+            let index = keyword_index(&interned, &name)?;
             if bound[index].is_some() {
                 return Err(PyTypeError::new_err(format!(
                     "__dlpack__() got multiple values for argument '{}'",

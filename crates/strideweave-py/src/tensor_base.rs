@@ -270,7 +270,7 @@ impl TensorBase {
     }
 
     /// `__dlpack_device__()` → `(device_type, device_id)` of the carrier's DLPack device.
-    fn __dlpack_device__(slf: &Bound<'_, Self>) -> PyResult<(u32, i32)> {
+    fn __dlpack_device__(slf: &Bound<'_, Self>) -> PyResult<Py<PyTuple>> {
         dlpack::device(slf.as_any())
     }
 

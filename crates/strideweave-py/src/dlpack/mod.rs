@@ -46,7 +46,9 @@ mod tensor_reads;
 
 use pyo3::exceptions::{PyBufferError, PyNotImplementedError, PyValueError};
 use pyo3::prelude::*;
-use strideweave_core::dlpack::{TensorDesc, FLAG_READ_ONLY};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyTuple;
+use strideweave_core::dlpack::{DLDeviceType, TensorDesc, FLAG_READ_ONLY};
 
 use crate::error;
 use crate::tensor_base::View;
@@ -185,7 +187,7 @@ pub(crate) fn export(
 /// carrier's `dlpack_info()` hook, never on the dtype.
 #[pyfunction]
 #[pyo3(name = "dlpack_device")]
-pub(crate) fn device(tensor: &Bound<'_, PyAny>) -> PyResult<(u32, i32)> {
+pub(crate) fn device(tensor: &Bound<'_, PyAny>) -> PyResult<Py<PyTuple>> {
     let view = native_view(tensor);
     require_single_subtensor(tensor, view, "__dlpack_device__")?;
     let read_carrier;
@@ -197,8 +199,19 @@ pub(crate) fn device(tensor: &Bound<'_, PyAny>) -> PyResult<(u32, i32)> {
         }
     });
     let CarrierInfo { device, .. } = carrier_info(carrier, false)?;
-    Ok((device.device_type.0, device.device_id))
+    let py = tensor.py();
+    if device.device_type == DLDeviceType::CPU && device.device_id == 0 {
+        // Every built-in exporter's answer: one shared tuple (tuples are immutable) instead
+        // of a new one per call.
+        return CPU_DEVICE
+            .get_or_try_init(py, || PyTuple::new(py, [1u32, 0]).map(Bound::unbind))
+            .map(|t| t.clone_ref(py));
+    }
+    Ok(PyTuple::new(py, [i64::from(device.device_type.0), i64::from(device.device_id)])?.unbind())
 }
+
+/// `(1, 0)`, the DLPack device of host memory, built once.
+static CPU_DEVICE: PyOnceLock<Py<PyTuple>> = PyOnceLock::new();
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(export, m)?)?;

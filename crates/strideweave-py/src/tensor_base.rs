@@ -20,8 +20,11 @@
 //! argument parser matches each keyword by decoding it to UTF-8 and comparing bytes. Here the
 //! names are compared by identity with interned strings first (CPython interns keyword names
 //! written in source, and NumPy interns its own), then by value, so the common call costs
-//! four pointer comparisons. The accepted signature and the TypeErrors are those of
-//! `__dlpack__(self, stream=None, *, max_version=None, dl_device=None, copy=None)`.
+//! a few pointer comparisons. The accepted signature and the TypeErrors are those of
+//! `__dlpack__(self, stream=None, *, max_version=None, dl_device=None, copy=None)`. The raw
+//! function still runs inside PyO3's own trampoline for this calling convention (the one its
+//! generated methods use), so PyO3 knows the thread is attached without a
+//! `PyGILState_Ensure`/`Release` pair, as `Python::attach` would pay here.
 
 use std::ffi::CStr;
 

@@ -41,6 +41,16 @@ def unclaimed(carrier):
     return carrier.is_released()
 
 
+def accepts_release(carrier):
+    """True when `carrier` takes release() (and is then released): no pending move holds it.
+    False while one does (release() raises RuntimeError there), so it can be polled."""
+    try:
+        carrier.release()
+    except RuntimeError:
+        return False
+    return carrier.is_released()
+
+
 @pytest.fixture(autouse=True)
 def frequent_thread_switches():
     """Let the interpreter switch threads every microsecond instead of every 5 ms, so racing

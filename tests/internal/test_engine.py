@@ -665,3 +665,13 @@ def test_a_blocked_wait_is_interruptible_from_the_main_thread():
         rescue.cancel()
         interrupt.join()
     assert h.done is False
+
+
+def test_quiesce_checks_its_argument_and_reports_a_quiet_engine():
+    import pytest
+
+    from strideweave import _native
+    assert _native.engine_quiesce(5.0) is True
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="timeout_seconds"):
+            _native.engine_quiesce(bad)

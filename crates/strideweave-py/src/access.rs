@@ -8,12 +8,11 @@
 //! the class is created). Everything else goes to the Python reference path
 //! (`Tensor._sw_getitem` / `_sw_setitem`), which runs the public hooks in the contract's
 //! order. A read needs a live carrier. A write is a state transition: it needs the carrier
-//! live, unowned, unclaimed and mutable (fields of `_CarrierBase`), converts key and value,
-//! checks the state again and then stores and bumps the version with no Python code run in
-//! between, so under the GIL no claim or release can slip in between check and store
-//! (Python-level transitions change that state under `carriers.base.STATE_LOCK` while holding
-//! the GIL, and a state a preempted one left half-changed is a claim not yet taken: the write
-//! simply comes first). When a state check fails it writes nothing and the reference path
+//! live, unowned, unclaimed and mutable (the lock-free reads of `_CarrierBase`'s state cell),
+//! converts key and value, checks the state again and then stores and bumps the version with
+//! no Python code run in between, so under the GIL no claim or release can slip in between
+//! check and store (the state cell's transitions run with the GIL held, except the worker
+//! commit, which touches only carriers a move claims). When a state check fails it writes nothing and the reference path
 //! decides, raising in the contract's order.
 //! What is checked here in order are the errors of a valid carrier: key errors
 //! (TypeError/ValueError, the layout's rules) before the range (IndexError, the carrier's
@@ -106,7 +105,7 @@ fn write_slot(
     )?;
     match attempt {
         Ok(true) => {
-            base.bump_version();
+            base.state().bump_version();
             Ok(true)
         }
         Ok(false) => Ok(false),
@@ -142,7 +141,7 @@ pub(crate) fn getitem(tensor: &Bound<'_, TensorBase>, key: &Bound<'_, PyAny>) ->
     let py = tensor.py();
     if let Some(base) = fast_carrier(tensor, key)? {
         let carrier = base.get();
-        if !carrier.released() {
+        if !carrier.state().is_released() {
             if let Some(storage) = carrier.storage.get(py) {
                 let view = tensor.get().view()?;
                 match read_element(py, storage.bind(py), view.offset, view.layout.bind(py), key) {

@@ -1,24 +1,25 @@
 //! `_native._CarrierBase`: the native base class of `strideweave.Carrier`, which owns the
 //! framework state every carrier shares.
 //!
-//! The state (version, released, owner, pending claim) and, for the built-in carriers, the
-//! Rust storage object and the mutability flag are fields of this struct rather than entries
-//! of the instance dict, so the native fast paths (`Tensor[key]`, the inline move) read and
-//! change them as plain fields. Python code sees them as the attributes it always used
-//! (`_sw_version`, `_sw_released`, `_sw_owner`, `_sw_claim`, `_storage`, `_mutable`), through
-//! getters and setters.
+//! The framework state (version, released, owner, pending claim) is the core's
+//! `StateCell` with Python objects as payloads (`carrier_state.rs`), and its transitions are
+//! the cell's: each checks and changes the state in one critical section, and the methods
+//! below expose them to the Python layer (`_sw_take_claims`, `_sw_begin_release`, ...). The
+//! fast paths (`Tensor[key]`, the inline move, the worker commit) use the same cell. The
+//! built-in carriers' Rust storage object and mutability flag are fields here too. Python code
+//! sees all of it under the attribute names it always used (`_sw_version`, `_sw_released`,
+//! `_sw_owner`, `_sw_claim`, `_storage`, `_mutable`), through getters and setters.
 //!
-//! Why the locks are sound under the GIL: every access holds the GIL, each critical section is
-//! a few loads and stores, and no Python code runs inside one. A value replaced in a slot is
-//! dropped only after the slot's lock is released, because dropping it may run a `__del__`
-//! that reads this very carrier.
+//! Why the locks are sound under the GIL: no Python code runs inside the cell's lock or a
+//! slot's, and a payload a transition or setter displaces is dropped only after the lock is
+//! released, because dropping it may run a `__del__` that reads this very carrier.
 //!
-//! A state *transition* that spans several fields (check then claim, check then store) is
-//! atomic because it runs in Rust without releasing the GIL and without calling Python code
-//! in between, or, in Python, under `carriers.base.STATE_LOCK`; the inline move takes that
-//! lock too (see `inline_move.rs`).
+//! What the cell cannot make atomic is a Python-level write, whose store runs a Python hook:
+//! it checks and stores under `carriers.base.STATE_LOCK`, so the transitions that must not
+//! interleave with one (taking claims, beginning a release; the inline move's claims, see
+//! `inline_move.rs`) are also entered under that lock.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyAttributeError, PyTypeError};
@@ -26,6 +27,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use pyo3::{PyTraverseError, PyVisit};
 
+use crate::carrier_state::{self, PyJudge, PyStateCell};
 use crate::set_once::SetOnce;
 
 /// One optional object field. `take`/`put` hand the previous value back so that the caller
@@ -116,12 +118,6 @@ const MUTABLE_UNSET: u8 = 0;
 const MUTABLE_NO: u8 = 1;
 const MUTABLE_YES: u8 = 2;
 
-/// Bits of `CarrierBase::busy`: which of the object fields hold something. Kept beside the
-/// fields (updated by the only two setters) so the write fast path decides "plainly
-/// writable" with one load instead of two locks.
-const OWNED: u8 = 1;
-const CLAIMED: u8 = 2;
-
 /// Whether the class keeps the built-in element path (`_sw_fast_access`), looked up on first
 /// use: the class decides it once, when it is created.
 const FAST_UNKNOWN: u8 = 0;
@@ -141,35 +137,29 @@ pub(crate) enum Hooks {
 /// Native base of `strideweave.Carrier` (framework state; not public API).
 #[pyclass(subclass, frozen, dict, weakref, module = "strideweave", name = "_CarrierBase")]
 pub struct CarrierBase {
-    version: AtomicU64,
-    released: AtomicBool,
-    /// The owning composite's token (Evictable, TiledEvictable), or None.
-    pub(crate) owner: Slot,
-    /// The pending move holding this carrier, `RELEASING` while a release hook runs, or None.
-    pub(crate) claim: Slot,
+    /// Version, released, owner (the owning composite's token: Evictable, TiledEvictable),
+    /// claim (the pending move holding this carrier, `RELEASING` while a release hook runs).
+    state: PyStateCell,
     /// The `_native` storage object of a built-in carrier (`HostStorage`, `FileStorage`, ...).
     pub(crate) storage: StorageSlot,
     mutable: AtomicU8,
-    busy: AtomicU8,
     fast_access: AtomicU8,
     hooks: AtomicU8,
 }
 
 impl CarrierBase {
-    pub(crate) fn version(&self) -> u64 {
-        self.version.load(Ordering::Relaxed)
+    /// The carrier's framework state.
+    pub(crate) fn state(&self) -> &PyStateCell {
+        &self.state
     }
 
-    pub(crate) fn bump_version(&self) {
-        self.version.fetch_add(1, Ordering::Relaxed);
-    }
-
+    /// Shorthands of the state's lock-free reads, for the DLPack export.
     pub(crate) fn released(&self) -> bool {
-        self.released.load(Ordering::Relaxed)
+        self.state.is_released()
     }
 
-    pub(crate) fn set_released(&self) {
-        self.released.store(true, Ordering::Relaxed);
+    pub(crate) fn owner_is_none(&self) -> bool {
+        !self.state.is_owned()
     }
 
     /// The built-in mutability flag; false when no constructor set it.
@@ -177,37 +167,10 @@ impl CarrierBase {
         self.mutable.load(Ordering::Relaxed) == MUTABLE_YES
     }
 
-    pub(crate) fn owner_is_none(&self) -> bool {
-        self.busy.load(Ordering::Relaxed) & OWNED == 0
-    }
-
-    /// Live, unowned and unclaimed.
-    pub(crate) fn is_free(&self) -> bool {
-        !self.released() && self.busy.load(Ordering::Relaxed) == 0
-    }
-
     /// Live, unowned, unclaimed and mutable: a public write may go ahead without the
     /// reference path deciding anything.
     pub(crate) fn plainly_writable(&self) -> bool {
-        !self.released() && self.busy.load(Ordering::Relaxed) == 0 && self.mutable_flag()
-    }
-
-    fn mark(&self, bit: u8, set: bool) {
-        if set {
-            self.busy.fetch_or(bit, Ordering::Relaxed);
-        } else {
-            self.busy.fetch_and(!bit, Ordering::Relaxed);
-        }
-    }
-
-    pub(crate) fn put_owner(&self, value: Option<Py<PyAny>>) -> Option<Py<PyAny>> {
-        self.mark(OWNED, value.is_some());
-        self.owner.put(value)
-    }
-
-    pub(crate) fn put_claim(&self, value: Option<Py<PyAny>>) -> Option<Py<PyAny>> {
-        self.mark(CLAIMED, value.is_some());
-        self.claim.put(value)
+        self.state.is_free() && self.mutable_flag()
     }
 
     /// The remembered answer for `which`, computed by `check` the first time.
@@ -249,13 +212,9 @@ impl CarrierBase {
     #[pyo3(signature = (*_args, **_kwargs))]
     fn new(_args: &Bound<'_, PyTuple>, _kwargs: Option<&Bound<'_, PyDict>>) -> Self {
         CarrierBase {
-            version: AtomicU64::new(0),
-            released: AtomicBool::new(false),
-            owner: Slot::default(),
-            claim: Slot::default(),
+            state: PyStateCell::new(),
             storage: StorageSlot::default(),
             mutable: AtomicU8::new(MUTABLE_UNSET),
-            busy: AtomicU8::new(0),
             fast_access: AtomicU8::new(FAST_UNKNOWN),
             hooks: AtomicU8::new(0),
         }
@@ -263,46 +222,115 @@ impl CarrierBase {
 
     #[getter(_sw_version)]
     fn get_version(&self) -> u64 {
-        self.version()
+        self.state.version()
     }
 
     #[setter(_sw_version)]
     fn set_version(&self, value: Option<u64>) -> PyResult<()> {
         let value = value.ok_or_else(|| PyTypeError::new_err("a carrier's version cannot be deleted"))?;
-        self.version.store(value, Ordering::Relaxed);
+        self.state.set_version(value);
         Ok(())
     }
 
     #[getter(_sw_released)]
     fn get_released(&self) -> bool {
-        self.released()
+        self.state.is_released()
     }
 
     #[setter(_sw_released)]
     fn set_released_flag(&self, value: Option<bool>) -> PyResult<()> {
         let value = value.ok_or_else(|| PyTypeError::new_err("a carrier's release state cannot be deleted"))?;
-        self.released.store(value, Ordering::Relaxed);
+        self.state.set_released(value);
         Ok(())
     }
 
     #[getter(_sw_owner)]
     fn get_owner(&self, py: Python<'_>) -> Option<Py<PyAny>> {
-        self.owner.get(py)
+        self.state.with_owner(|owner| owner.map(|o| o.clone_ref(py)))
     }
 
     #[setter(_sw_owner)]
     fn set_owner(&self, value: Option<Bound<'_, PyAny>>) {
-        drop(self.put_owner(value.filter(|v| !v.is_none()).map(Bound::unbind)));
+        drop(self.state.replace_owner(value.filter(|v| !v.is_none()).map(Bound::unbind)));
     }
 
     #[getter(_sw_claim)]
     fn get_claim(&self, py: Python<'_>) -> Option<Py<PyAny>> {
-        self.claim.get(py)
+        self.state.with_claim(|claim| claim.map(|c| c.clone_ref(py)))
     }
 
     #[setter(_sw_claim)]
     fn set_claim(&self, value: Option<Bound<'_, PyAny>>) {
-        drop(self.put_claim(value.filter(|v| !v.is_none()).map(Bound::unbind)));
+        drop(self.state.replace_claim(value.filter(|v| !v.is_none()).map(Bound::unbind)));
+    }
+
+    /// Claims every `(carrier, role, action)` of `entries` for `claim`, or none: each must
+    /// be live and not claimed except by `active` (the move running on this thread), checked
+    /// in order; RuntimeError names the first that is not.
+    #[staticmethod]
+    fn _sw_take_claims(
+        claim: &Bound<'_, PyAny>,
+        entries: Vec<(Bound<'_, CarrierBase>, String, String)>,
+        active: Option<Bound<'_, PyAny>>,
+        releasing: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        carrier_state::take_claims(claim, &entries, &PyJudge { active: active.as_ref(), releasing })
+    }
+
+    /// Drops `claim` if this carrier still holds it (idempotent).
+    fn _sw_drop_claim(&self, claim: &Bound<'_, PyAny>) {
+        carrier_state::drop_claim(self, claim);
+    }
+
+    /// RuntimeError unless no claim but `active`'s holds the carrier (for `write to`, nor one
+    /// whose `open_destination` is this carrier).
+    fn _sw_check_claim(
+        slf: &Bound<'_, Self>,
+        action: &str,
+        active: Option<Bound<'_, PyAny>>,
+        releasing: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        carrier_state::check_unclaimed(slf, action, &PyJudge { active: active.as_ref(), releasing })
+    }
+
+    /// Starts a release: RuntimeError if owned or claimed (but by `active`); `(False, None)`
+    /// if released already; else `(True, saved)`, the carrier claimed by `releasing` unless
+    /// `active` holds it, and `saved` the claim `_sw_finish_release`/`_sw_abort_release`
+    /// restore.
+    fn _sw_begin_release(
+        slf: &Bound<'_, Self>,
+        active: Option<Bound<'_, PyAny>>,
+        releasing: &Bound<'_, PyAny>,
+    ) -> PyResult<(bool, Option<Py<PyAny>>)> {
+        carrier_state::begin_release(slf, &PyJudge { active: active.as_ref(), releasing })
+    }
+
+    /// The release hook succeeded: released, claim back to `saved`, in one step.
+    fn _sw_finish_release(&self, saved: Option<Bound<'_, PyAny>>) {
+        drop(self.state.finish_release(saved.map(Bound::unbind)));
+    }
+
+    /// The release hook failed: claim back to `saved`; still live.
+    fn _sw_abort_release(&self, saved: Option<Bound<'_, PyAny>>) {
+        drop(self.state.abort_release(saved.map(Bound::unbind)));
+    }
+
+    /// A framework mutation: RuntimeError if owned or claimed (but by `active`), else the
+    /// version rises by one.
+    fn _sw_mutate(
+        slf: &Bound<'_, Self>,
+        active: Option<Bound<'_, PyAny>>,
+        releasing: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        carrier_state::mutate(slf, &PyJudge { active: active.as_ref(), releasing })
+    }
+
+    /// Count one successful public write in the version. A pending move's own transfer
+    /// writing into its claimed carriers is relocation, not an in-place mutation, so it is
+    /// not counted (the write itself was only allowed because this thread runs that move).
+    /// Returns whether it counted.
+    fn _sw_count_write(&self) -> bool {
+        self.state.count_write()
     }
 
     /// The storage object of a built-in carrier; AttributeError until a constructor sets it,
@@ -339,13 +367,13 @@ impl CarrierBase {
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        self.owner.visit(&visit)?;
-        self.claim.visit(&visit)?;
+        self.state.with_owner(|owner| owner.map_or(Ok(()), |o| visit.call(o)))?;
+        self.state.with_claim(|claim| claim.map_or(Ok(()), |c| visit.call(c)))?;
         self.storage.visit(&visit)
     }
 
     fn __clear__(&self) {
-        let dropped = (self.put_owner(None), self.put_claim(None), self.storage.put(None));
+        let dropped = (self.state.replace_owner(None), self.state.replace_claim(None), self.storage.put(None));
         drop(dropped);
     }
 }

@@ -8,8 +8,8 @@
 //! does it directly, in the order of the Python commit:
 //!
 //! 1. release the source while it is still claimed (drop its storage: free the host buffer,
-//!    or unlink the file; then mark it released);
-//! 2. drop both claims;
+//!    or unlink the file; then mark it released and drop its claim in one step);
+//! 2. drop the destination's claim;
 //! 3. complete the progress counter and the handle with the result.
 //!
 //! No Python code runs, so a thread blocked in `wait()` wakes without any GIL hand-over.
@@ -94,10 +94,12 @@ impl MoveCommit {
             SourceStorage::File(file) => file.get().release_store()?,
         }
         let (source, destination) = (self.source.get(), self.destination.get());
-        source.set_released();
-        // Dropping the claim objects without the GIL only defers their decref to PyO3's pool.
-        drop(source.put_claim(None));
-        drop(destination.put_claim(None));
+        // Released and unclaimed in one transition of the state cell: no move can take the
+        // source in between. Dropping the claim objects without the GIL only defers their
+        // decref to PyO3's pool.
+        let (_, held) = source.state().release_claimed();
+        drop(held);
+        drop(destination.state().replace_claim(None));
         if let Some(progress) = &self.progress {
             progress.get().complete();
         }

@@ -13,12 +13,13 @@
 //! move; a route that is not the default; a carrier subclass; a busy state lock), it returns None having
 //! changed nothing, and `move()` runs the Python request.
 //!
-//! Atomicity: the checks and the claiming run under `carriers.base.STATE_LOCK` (taken without
-//! blocking; when another thread holds it the Python path waits for it instead), so no
-//! Python-level transition is half done meanwhile. The copy runs with the GIL released while
+//! Atomicity: both claims are taken in one transition of the carriers' state cells (the core's
+//! `StateCell::claim_all`, which checks them too), and under `carriers.base.STATE_LOCK` (taken
+//! without blocking; when another thread holds it the Python path waits for it instead), so
+//! no Python-level write, whose store runs outside the cell, is half done meanwhile. The copy runs with the GIL released while
 //! both carriers are claimed, so every other write, release or move of either fails as the
-//! specification requires. The commit (release the source, then drop both claims) runs with
-//! the GIL held and no Python code in between.
+//! specification requires. The commit releases the source and drops its claim in one
+//! transition, then drops the destination's.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
@@ -29,7 +30,10 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyTuple, PyType};
 
+use strideweave_core::model::{ClaimRule, Strict};
+
 use crate::carrier_base::CarrierBase;
+use crate::carrier_state::PyStateCell;
 use crate::jobs::run_blocking;
 use crate::storage::HostStorage;
 use crate::tensor_base::TensorBase;
@@ -139,7 +143,7 @@ fn check_and_claim<'py>(
     }
     let _held = Held(lock);
     let (s, d) = (src.get(), dst.get());
-    if !s.is_free() || !d.is_free() || !d.mutable_flag() {
+    if !s.state().is_free() || !d.state().is_free() || !d.mutable_flag() {
         return Ok(None);
     }
     if !destination.getattr(intern!(py, "_dtype"))?.is(view.dtype.bind(py)) {
@@ -177,8 +181,16 @@ fn check_and_claim<'py>(
     ) else {
         return Ok(None);
     };
-    drop(s.put_claim(Some(cfg.claim.clone_ref(py))));
-    drop(d.put_claim(Some(cfg.claim.clone_ref(py))));
+    // The checks above read the state without its lock to give up early; the claims are
+    // taken with the state's own checks, atomically for both carriers.
+    let rules = [
+        (s.state(), ClaimRule::FREE),
+        (d.state(), ClaimRule { owner_refuses: true, mutable: d.mutable_flag() }),
+    ];
+    match PyStateCell::claim_all(&rules, || cfg.claim.clone_ref(py), &Strict) {
+        Ok(displaced) => drop(displaced),
+        Err(_) => return Ok(None),
+    }
     Ok(Some(Claimed {
         source: src.clone(),
         destination: dst.clone(),
@@ -226,9 +238,10 @@ fn move_inline(
         return Ok(None);
     };
     let Claimed { source: src, destination: dst, source_storage, job } = claimed;
+    let ours = |held: &Py<PyAny>| held.is(&cfg.claim);
     let drop_claims = || {
-        drop(src.get().put_claim(None));
-        drop(dst.get().put_claim(None));
+        drop(src.get().state().drop_claim_if(ours));
+        drop(dst.get().state().drop_claim_if(ours));
     };
     // The copy, GIL released; both carriers are claimed meanwhile.
     if let Err(err) = run_blocking(py, move || job.run()) {
@@ -237,8 +250,9 @@ fn move_inline(
     }
     // The commit: release the source while it is still claimed, then drop both claims.
     source_storage.get().release_buffer();
-    src.get().set_released();
-    drop_claims();
+    let (_, held) = src.get().state().release_claimed();
+    drop(held);
+    drop(dst.get().state().drop_claim_if(ours));
     let output = TensorBase::new_view(
         tensor_type,
         dst.clone().into_any().unbind(),

@@ -6,6 +6,7 @@ mod access;
 mod block;
 mod buffer_copy;
 mod carrier_base;
+mod carrier_state;
 mod commit;
 mod dlpack;
 mod engine;

@@ -118,6 +118,12 @@ impl TensorBase {
     }
 }
 
+/// A Python assignment to an optional autograd field: assigning None and `del` both empty it,
+/// so the getter answers None either way. The previous value is dropped after the slot's lock.
+fn assign_or_clear(slot: &Slot, value: Option<Bound<'_, PyAny>>) {
+    drop(slot.put(value.filter(|v| !v.is_none()).map(Bound::unbind)));
+}
+
 /// `strideweave.core.representation.Subtensor`, looked up once.
 static SUBTENSOR: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
@@ -237,7 +243,7 @@ impl TensorBase {
 
     #[setter(_grad)]
     fn set_grad_field(&self, value: Option<Bound<'_, PyAny>>) {
-        drop(self.grad.put(value.filter(|v| !v.is_none()).map(Bound::unbind)));
+        assign_or_clear(&self.grad, value);
     }
 
     #[getter(_autograd_ctx)]
@@ -247,7 +253,7 @@ impl TensorBase {
 
     #[setter(_autograd_ctx)]
     fn set_autograd_ctx_field(&self, value: Option<Bound<'_, PyAny>>) {
-        drop(self.autograd_ctx.put(value.filter(|v| !v.is_none()).map(Bound::unbind)));
+        assign_or_clear(&self.autograd_ctx, value);
     }
 
     #[getter(_retain_grad)]

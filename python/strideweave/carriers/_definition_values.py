@@ -7,7 +7,7 @@ itself their module); this module holds their construction checks.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Protocol, TypeVar, runtime_checkable
 
 from strideweave.carriers.base import Carrier, not_a_carrier
 from strideweave.carriers.dtype import DType
@@ -85,6 +85,28 @@ class FrozenValue:
 
     def __delattr__(self, name: str) -> None:
         raise AttributeError(f"{type(self).__name__} is immutable: cannot delete attribute {name!r}")
+
+
+class KeyedValue(FrozenValue):
+    """A FrozenValue compared and hashed by one field, its key: `a == b` when `b` is an
+    instance of the class that named the key (`_sw_key_field`, set in the class body) and both
+    keys are equal; `hash(a)` is its key's hash."""
+
+    __slots__ = ()
+    _sw_key_field: ClassVar[str]
+    _sw_key_class: ClassVar[type]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "_sw_key_field" in cls.__dict__:
+            cls._sw_key_class = cls
+
+    def __eq__(self, other: object) -> bool:
+        key = self._sw_key_field
+        return isinstance(other, self._sw_key_class) and getattr(other, key) == getattr(self, key)
+
+    def __hash__(self) -> int:
+        return hash(getattr(self, self._sw_key_field))
 
 
 # ----- value types (§2) --------------------------------------------------------------------

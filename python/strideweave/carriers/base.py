@@ -83,12 +83,13 @@ class _ActiveClaim(threading.local):
 
 ACTIVE_CLAIM = _ActiveClaim()
 
-# Serialises every carrier state transition: taking and dropping claims, the start and end of
-# a release, and the check-then-store of a public write. Each of those reads a carrier's
-# state and then changes it; without one lock two threads can both pass the check (two moves
-# of one source both publish, a release frees storage under an accepted move). Re-entrant
-# because a composite's write writes its tier under the same lock. Hooks that can block for
-# long (`_release`, move transfers) never run under it.
+# Each carrier state transition is atomic on its own: the carrier's state cell (the core's
+# `StateCell`, see crates/strideweave-py/src/carrier_state.rs) checks and changes the state in
+# one step. What the cell cannot cover is a public write through Python hooks: its checks, its
+# store (a hook) and its version count run under this lock, and so do the transitions that
+# must not fall between that write's checks and its store: taking claims, starting a release,
+# the inline move's claims. Re-entrant because a composite's write writes its tier under the
+# same lock. Hooks that can block for long (`_release`, move transfers) never run under it.
 STATE_LOCK = threading.RLock()
 
 
@@ -113,34 +114,18 @@ def transfer_may_write(carrier: "Carrier") -> bool:
 
 def take_claims(claim: object, carriers: "Iterable[tuple[Carrier, str, str]]") -> None:
     """Claim every `(carrier, role, action)` for `claim`, or none of them: each must still be
-    live and unclaimed, checked under the state lock together with the claiming, so of two
-    racing requests exactly one wins and the other raises RuntimeError."""
-    carriers = tuple(carriers)
+    live and unclaimed. The carriers' state cells check and claim in one step (the core's
+    `StateCell::claim_all`), so of two racing requests exactly one wins and the other raises
+    RuntimeError. The state lock is held as well, because a Python-level write checks and
+    stores under it and must not see a claim appear in between."""
     with STATE_LOCK:
-        for carrier, role, action in carriers:
-            if carrier._sw_released:
-                raise RuntimeError(f"the {role} {type(carrier).__name__} carrier is released")
-            carrier._sw_check_unclaimed(action)
-        for carrier, _, _ in carriers:
-            carrier._sw_claim = claim
-        # An engine worker commits a finished move without this lock (or the GIL): it marks
-        # its source released, then drops its claims. A check above that ran just before
-        # that commit and the claim check just after it would both pass, so the release
-        # state is read again now that the claims are ours.
-        for carrier, role, _ in carriers:
-            if carrier._sw_released:
-                for taken, _, _ in carriers:
-                    if taken._sw_claim is claim:
-                        taken._sw_claim = None
-                raise RuntimeError(f"the {role} {type(carrier).__name__} carrier is released")
+        _native._CarrierBase._sw_take_claims(claim, tuple(carriers), ACTIVE_CLAIM.request, RELEASING)
 
 
 def drop_claims(claim: object, carriers: "Iterable[Carrier]") -> None:
     """Drop `claim` from every carrier that still holds it (idempotent)."""
-    with STATE_LOCK:
-        for carrier in carriers:
-            if carrier._sw_claim is claim:
-                carrier._sw_claim = None
+    for carrier in carriers:
+        carrier._sw_drop_claim(claim)
 
 
 def check_index(carrier: "Carrier", index: Any) -> int:
@@ -302,37 +287,27 @@ class Carrier(_native._CarrierBase):
         self._sw_write_slot(i, lambda index: self.set_value(index, v))
 
     def release(self) -> None:
+        # The checks and the start are one transition of the carrier's state: an owned or
+        # claimed carrier raises, a released one returns. Unless the move running on this
+        # thread claims the carrier (a move's commit releasing its own source keeps its claim:
+        # to everybody else the carrier still participates in that pending move), it holds
+        # RELEASING for the hook's duration (outside every lock: a hook may block), so a
+        # racing move or write fails instead of using storage that is being freed. Begun under
+        # the state lock so that no Python-level write is between its checks and its store.
         with STATE_LOCK:
-            if self._sw_owner is not None:
-                raise RuntimeError(f"{type(self).__name__} carrier is owned by "
-                                   f"{type(self._sw_owner).__name__} and cannot be released directly")
-            self._sw_check_unclaimed("release")
-            if self._sw_released:
-                return None
-            # Held for the hook's duration (outside the lock: a hook may block), so a racing
-            # move or write fails instead of using storage that is being freed. A move's
-            # commit releasing its own source keeps its claim instead: to everybody else the
-            # carrier still participates in that pending move.
-            saved = self._sw_claim
-            if saved is None:
-                self._sw_claim = RELEASING
+            began, saved = self._sw_begin_release(ACTIVE_CLAIM.request, RELEASING)
+        if not began:
+            return None
         try:
             self._release()
         except BaseException:
-            with STATE_LOCK:
-                self._sw_claim = saved
+            self._sw_abort_release(saved)
             raise
-        with STATE_LOCK:
-            self._sw_released = True
-            self._sw_claim = saved
+        self._sw_finish_release(saved)
         return None
 
     def _increment_version(self) -> None:
-        with STATE_LOCK:
-            if self._sw_owner is not None:
-                raise RuntimeError(f"{type(self).__name__} carrier is owned by {type(self._sw_owner).__name__}")
-            self._sw_check_unclaimed("mutate")
-            self._sw_version += 1
+        self._sw_mutate(ACTIVE_CLAIM.request, RELEASING)
 
     def facet(self, facet_type: type[_F]) -> _F | None:
         found: _F | None = DEFINITION_HOOKS.facet_of(self, facet_type)
@@ -365,15 +340,9 @@ class Carrier(_native._CarrierBase):
         return False
 
     def _sw_check_unclaimed(self, action: str) -> None:
-        claim = self._sw_claim
-        if claim is None or claim is ACTIVE_CLAIM.request:
-            return
-        if claim is RELEASING:
-            raise RuntimeError(f"cannot {action} {type(self).__name__} carrier: it is being released")
-        if action == "write to" and getattr(claim, "open_destination", None) is self:
-            return
-        raise RuntimeError(f"cannot {action} {type(self).__name__} carrier: it participates in a "
-                           "pending move")
+        """RuntimeError (`cannot {action} ...`) unless no claim but the running move's holds
+        the carrier (for a write, nor one whose provider still has it open)."""
+        self._sw_check_claim(action, ACTIVE_CLAIM.request, RELEASING)
 
     def _sw_check_writable(self) -> None:
         """Raise unless a public write may proceed now (checked after the index checks)."""
@@ -399,13 +368,6 @@ class Carrier(_native._CarrierBase):
             self._sw_check_writable()
             store(index)
             self._sw_count_write()
-
-    def _sw_count_write(self) -> None:
-        """Count one successful public write in the version. A pending move's own transfer
-        writing into its claimed carriers is relocation, not an in-place mutation, so it is
-        not counted (the write itself was only allowed because this thread runs that move)."""
-        if self._sw_claim is None:
-            self._sw_version += 1
 
     def _sw_fill(self, i: int, v: Any) -> None:
         """Framework write of a move's transfer: no checks beyond the storage's own, and no

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any, Iterable, Protocol, cast
+from typing import Any, Iterable, Protocol
 
 from strideweave import _autograd, _native
 from strideweave.carriers import tiled_bulk, tiled_tiles
-from strideweave.carriers.base import Carrier, not_a_carrier
+from strideweave.carriers.base import Allocatable, Carrier, not_a_carrier
 from strideweave.carriers.dtype import DType
 from strideweave.carriers.extension import PreparedTransfer, Unsupported, is_definition_backed
 from strideweave.carriers.move import AwaitResult
@@ -45,6 +45,17 @@ def _unpin(c: Any, indices: Iterable[int]) -> None:
         for i in indices:
             c._pins[i] -= 1
         c._pending -= 1
+
+
+def _finish(c: Any, indices: Iterable[int], handle: Any, error: BaseException | None,
+            result: Any = None) -> None:
+    """A request's terminal step: unpin its tiles, then complete its handle with `result` or
+    `error`, in that order, so a waiter the handle wakes finds the tiles free."""
+    _unpin(c, indices)
+    if error is None:
+        handle._succeed(result)
+    else:
+        handle._fail(error)
 
 
 def _flat(carrier: Carrier, size: int) -> Any:
@@ -104,11 +115,9 @@ def residency(c: Any, tiles: Any, target: str) -> AwaitResidency:
             tiled_tiles.release_tiles(staged)
             for copy in copies:
                 _release_quietly(copy)
-            _unpin(c, requested)
-            handle._fail(exc)
+            _finish(c, requested, handle, exc)
             return
-        _unpin(c, requested)
-        handle._succeed(None)
+        _finish(c, requested, handle, None)
 
     try:
         _native.submit_python(handle, job)
@@ -173,12 +182,6 @@ class _ProjectionSource(Protocol):
     def dtype(self) -> DType: ...
 
 
-class _Growable(Protocol):
-    """An empty destination that grows in place (FileBacked, RayObjectCarrier)."""
-
-    def _allocate(self, size: int) -> None: ...
-
-
 def check_projection(c: _ProjectionSource, tensor: Any, selection: Any, destination: Carrier | None) -> tuple[TileSelection, tuple[int, ...], bool]:
     """Projection argument checks in the specified order; returns (selection, compact shape,
     whether an empty destination must grow)."""
@@ -217,7 +220,7 @@ def check_projection(c: _ProjectionSource, tensor: Any, selection: Any, destinat
                             f"TiledEvictable's {c.dtype().name}")
         size = destination.size()
         if size < total:
-            if size == 0 and (hasattr(destination, "_allocate") or is_definition_backed(destination)):
+            if size == 0 and (isinstance(destination, Allocatable) or is_definition_backed(destination)):
                 grow = True
             else:
                 raise ValueError(f"destination is too small: {size} slots for a {total}-slot "
@@ -244,8 +247,8 @@ def project(c: Any, tensor: Any, selection: Any, destination: Carrier | None) ->
             if is_definition_backed(destination):
                 from strideweave.carriers.extension import allocate_destination
                 allocate_destination(destination, total)
-            else:  # check_projection grows only a destination that has `_allocate`
-                cast(_Growable, destination)._allocate(total)
+            elif isinstance(destination, Allocatable):  # check_projection grows no other kind
+                destination._allocate(total)
         handle = _native.new_completion(AwaitProjection)
     except BaseException:
         _unpin(c, selected)
@@ -265,14 +268,10 @@ def project(c: Any, tensor: Any, selection: Any, destination: Carrier | None) ->
         if error is not None:
             if owned_destination:
                 _release_quietly(destination)
-            elif grow and hasattr(destination, "_allocate"):
+            elif grow and isinstance(destination, Allocatable):
                 with contextlib.suppress(Exception):
                     destination._allocate(0)
-            _unpin(c, selected)
-            handle._fail(error)
-            return
-        _unpin(c, selected)
-        handle._succeed(result)
+        _finish(c, selected, handle, error, result)
 
     try:
         placed = _native_placement(c, selection, destination)
@@ -365,11 +364,7 @@ def prepare_to_cpu(request: Any) -> Any:
         done = _native.new_completion(AwaitResult)
 
         def then(error: BaseException | None) -> None:
-            _unpin(source, every)
-            if error is None:
-                done._succeed(None)
-            else:
-                done._fail(error)
+            _finish(source, every, done, error)
         try:
             _native.submit_place_blocks(sources, dst, source._origins, list(source._tile),
                                         list(source._logical), then)

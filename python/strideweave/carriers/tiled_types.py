@@ -10,7 +10,7 @@ import contextlib
 import math
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
-from strideweave.carriers._definition_values import FrozenValue
+from strideweave.carriers._definition_values import FrozenValue, KeyedValue
 from strideweave.carriers.base import Carrier
 from strideweave.carriers.ownership import Ownership
 from strideweave.carriers.move import AwaitResult
@@ -38,13 +38,22 @@ def _consume_ints(values: Any, what: str) -> tuple[int, ...]:
     return tuple(_component(v, f"{what}[{k}]") for k, v in enumerate(items))
 
 
+def _consume_int_rows(values: Any, name: str, rows: str) -> tuple[tuple[int, ...], ...]:
+    """An iterable of int iterables (`rows` names them in the error) as a tuple of int tuples."""
+    try:
+        entries = tuple(values)
+    except TypeError:
+        raise TypeError(f"{name} must be an iterable of {rows}, not {type(values).__name__}") from None
+    return tuple(_consume_ints(entry, f"{name}[{k}]") for k, entry in enumerate(entries))
+
+
 def _added(seen: set[tuple[int, ...]], coordinate: tuple[int, ...]) -> bool:
     """Add `coordinate` to `seen`; False, so a generator can record and test in one pass."""
     seen.add(coordinate)
     return False
 
 
-class TileSet(FrozenValue):
+class TileSet(KeyedValue):
     """An immutable, possibly empty set of tile coordinates, sorted first axis fastest.
 
     `TileSet([(1, 0), (0, 1), (0, 0)]).coordinates == ((0, 0), (1, 0), (0, 1))`. A component
@@ -55,14 +64,10 @@ class TileSet(FrozenValue):
 
     __slots__ = ("_coordinates",)
     _coordinates: tuple[tuple[int, ...], ...]
+    _sw_key_field = "_coordinates"  # equal and hashed by it (KeyedValue)
 
     def __init__(self, coordinates: Iterable[Sequence[int]] = ()) -> None:
-        try:
-            entries = tuple(coordinates)
-        except TypeError:
-            raise TypeError(f"coordinates must be an iterable of int sequences, "
-                            f"not {type(coordinates).__name__}") from None
-        coords = tuple(_consume_ints(c, f"coordinates[{k}]") for k, c in enumerate(entries))
+        coords = _consume_int_rows(coordinates, "coordinates", "int sequences")
         ranks = {len(c) for c in coords}
         if len(ranks) > 1:
             raise ValueError(f"coordinates mix ranks {sorted(ranks)}")
@@ -96,17 +101,11 @@ class TileSet(FrozenValue):
     def __contains__(self, coordinate: Any) -> bool:
         return tuple(coordinate) in self._coordinates if isinstance(coordinate, (tuple, list)) else False
 
-    def __eq__(self, other: Any) -> bool:
-        return isinstance(other, TileSet) and other._coordinates == self._coordinates
-
-    def __hash__(self) -> int:
-        return hash(self._coordinates)
-
     def __repr__(self) -> str:
         return f"TileSet({list(self._coordinates)!r})"
 
 
-class TileSelection(FrozenValue):
+class TileSelection(KeyedValue):
     """An ordered Cartesian product of per-axis tile indices.
 
     `per_axis` keeps the caller's order; `coordinates` enumerates the product first mode
@@ -117,14 +116,10 @@ class TileSelection(FrozenValue):
 
     __slots__ = ("_per_axis",)
     _per_axis: tuple[tuple[int, ...], ...]
+    _sw_key_field = "_per_axis"  # equal and hashed by it (KeyedValue)
 
     def __init__(self, per_axis: Iterable[Iterable[int]]) -> None:
-        try:
-            axes = tuple(per_axis)
-        except TypeError:
-            raise TypeError(f"per_axis must be an iterable of int iterables, "
-                            f"not {type(per_axis).__name__}") from None
-        parsed = tuple(_consume_ints(axis, f"per_axis[{a}]") for a, axis in enumerate(axes))
+        parsed = _consume_int_rows(per_axis, "per_axis", "int iterables")
         if not parsed:
             raise ValueError("per_axis must name at least one axis")
         for a, axis in enumerate(parsed):
@@ -165,12 +160,6 @@ class TileSelection(FrozenValue):
     @property
     def tile_set(self) -> TileSet:
         return TileSet(self.coordinates)
-
-    def __eq__(self, other: Any) -> bool:
-        return isinstance(other, TileSelection) and other._per_axis == self._per_axis
-
-    def __hash__(self) -> int:
-        return hash(self._per_axis)
 
     def __repr__(self) -> str:
         return f"TileSelection({[list(a) for a in self._per_axis]!r})"

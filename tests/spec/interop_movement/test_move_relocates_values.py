@@ -108,15 +108,13 @@ def test_reject_a_released_source_before_checking_the_destination():
 
 def test_reject_an_owned_source():
     t = cpu_tensor([1.0])
-    t.carrier._sw_owner = CPU(1)
+    evictable = sw.Evictable(t.carrier, CPU(1))  # owns its tiers
+    assert t.carrier.is_owned() and evictable.primary is t.carrier
     dest = CPU(1)
-    try:
-        before = _unchanged(t.carrier, dest)
-        with pytest.raises(RuntimeError):
-            sw.move(t, dest)
-        assert _unchanged(t.carrier, dest) == before
-    finally:
-        t.carrier._sw_owner = None
+    before = _unchanged(t.carrier, dest)
+    with pytest.raises(RuntimeError):
+        sw.move(t, dest)
+    assert _unchanged(t.carrier, dest) == before
 
 
 @pytest.mark.parametrize("bad", [None, "x", [CPU(1)], 3])
@@ -156,12 +154,10 @@ def test_reject_an_immutable_destination():
 def test_reject_an_owned_destination():
     t = cpu_tensor([1.0])
     dest = CPU(1)
-    dest._sw_owner = CPU(1)
-    try:
-        with pytest.raises(RuntimeError):
-            sw.move(t, dest)
-    finally:
-        dest._sw_owner = None
+    evictable = sw.Evictable(dest, CPU(1))  # owns its tiers
+    assert dest.is_owned() and evictable.primary is dest
+    with pytest.raises(RuntimeError):
+        sw.move(t, dest)
     assert not t.carrier.is_released() and dest.version == 0
 
 

@@ -28,6 +28,7 @@ ray = pytest.importorskip("ray")
 import strideweave as sw  # noqa: E402
 from strideweave import CPU, DType as D, Layout, Shape, Stride, Tensor  # noqa: E402
 from strideweave.carriers.tiled_evictable import TiledEvictable, TileSelection  # noqa: E402
+from racing import accepts_release  # noqa: E402
 from strideweave.ray import (  # noqa: E402
     CpuToRayObjectMoveOperation,
     RayObjectCarrier,
@@ -248,7 +249,7 @@ def test_only_exact_cpu_sources_fill_a_ray_carrier_and_a_failed_fill_undoes_itse
     destination = RayObjectCarrier()
     with pytest.raises(NotImplementedError, match="exact CPU"):
         sw.move(g, destination)
-    assert destination.size() == 0 and destination.object_ref is None and destination._sw_claim is None
+    assert destination.size() == 0 and destination.object_ref is None and accepts_release(destination)
     assert not g.carrier.is_released() and g.tolist() == [1.0, 2.0]
 
 
@@ -311,9 +312,9 @@ def test_a_dropped_pending_handle_still_completes(cluster, peer):
         assert not source.is_released()
     finally:
         resume()
-    wait_until(source.is_released)
-    wait_until(lambda: destination._sw_claim is None)
+    wait_until(source.is_released)  # the destination publishes before the source is released
     assert [destination[k] for k in range(3)] == [4.0, 5.0, 6.0]
+    wait_until(lambda: accepts_release(destination))  # and the request lets it go
 
 
 def test_a_node_removed_mid_move_fails_the_handle_naming_the_object(cluster):
@@ -337,9 +338,12 @@ def test_a_node_removed_mid_move_fails_the_handle_naming_the_object(cluster):
         handle.wait()
     assert isinstance(failure.value, RuntimeError)
     # Nothing published: the source is unchanged and still live, the destination untouched.
-    assert not source.is_released() and source.version == 0 and source._sw_claim is None
-    assert destination._sw_claim is None and destination.version == 0
+    assert not source.is_released() and source.version == 0
+    assert destination.version == 0
     assert np.all(landing == 7.0) and made.autograd_ctx is None
+    # Nothing is left claimed: the source takes release(), the destination a write.
+    assert accepts_release(source)
+    destination[0] = 7.0
 
 
 def test_without_ray_a_move_into_a_ray_carrier_raises_before_any_effect_and_the_extra_is_optional():
@@ -362,8 +366,10 @@ def test_without_ray_a_move_into_a_ray_carrier_raises_before_any_effect_and_the_
             else:
                 raise AssertionError("no RuntimeError")
         assert p.events() == []
-        assert destination.size() == 0 and destination.object_ref is None and destination._sw_claim is None
-        assert not c.is_released() and c._sw_claim is None and c.version == 1 and t.autograd_ctx is None
+        assert destination.size() == 0 and destination.object_ref is None
+        assert not c.is_released() and c.version == 1 and t.autograd_ctx is None
+        destination.release()  # neither is left claimed: a claimed carrier refuses release()
+        c.release()
         assert not ray.is_initialized()
         for name in [m for m in sys.modules if m == "ray" or m.startswith(("ray.", "strideweave.ray"))]:
             del sys.modules[name]
@@ -406,7 +412,8 @@ def test_factories_and_dtypes(cluster):
     assert landing.size() == 3 and landing.is_mutable() and not landing.is_sealed() and landing[2] == 0
     with pytest.raises(ValueError, match="sealing needs 3"):
         sw.move(cpu_tensor([1, 2], dtype=D.Int32), landing)
-    assert landing.size() == 3 and not landing.is_sealed() and landing._sw_claim is None
+    assert landing.size() == 3 and not landing.is_sealed()
+    # nothing claims it: a move into it succeeds (one into a claimed carrier raises RuntimeError)
     sealed = sw.move(cpu_tensor([1, 2, 3], dtype=D.Int32), landing)
     assert sealed.carrier is landing and landing.is_sealed() and [landing[k] for k in range(3)] == [1, 2, 3]
 

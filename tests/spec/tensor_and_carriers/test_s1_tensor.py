@@ -127,14 +127,12 @@ def test_write_bumps_version_and_checks_carrier_state():
 def test_owned_carrier_write_raises():
     c = filled(2)
     t = Tensor(c, 0, L(2, 1))
-    c._sw_owner = object()
-    try:
-        assert t[1] == 1.0
-        with pytest.raises(RuntimeError):
-            t[0] = 5.0
-        assert not t.is_mutable()
-    finally:
-        c._sw_owner = None
+    evictable = sw.Evictable(c, CPU(2))  # owns its tiers
+    assert c.is_owned() and evictable.primary is c
+    assert t[1] == 1.0
+    with pytest.raises(RuntimeError):
+        t[0] = 5.0
+    assert not t.is_mutable()
 
 
 def test_tensors_on_every_builtin_carrier():

@@ -15,40 +15,9 @@ import pytest
 import strideweave as sw
 from strideweave import CPU, Carrier
 
+from list_carrier import ListCarrier
+
 D = sw.DType
-
-
-class ListCarrier(Carrier):
-    """A pure-Python carrier implementing only the required hooks plus set_value."""
-
-    def __init__(self, values, mutable=True):
-        super().__init__()
-        self.values = list(values)
-        self.mutable = mutable
-
-    def size(self):
-        return 0 if self.is_released() else len(self.values)
-
-    def dtype(self):
-        return D.Float32
-
-    def get_value(self, i):
-        return self.values[i]
-
-    def set_value(self, i, v):
-        self.values[i] = float(v)
-
-    def _is_mutable(self):
-        return self.mutable
-
-    def new_like(self, values, *, mutable=True, dtype=None):
-        return ListCarrier(values, mutable)
-
-    def allocate_like(self, size, *, mutable=True, dtype=None, empty=False):
-        return ListCarrier([0.0] * size, mutable)
-
-    def _release(self):
-        self.values = []
 
 
 class Bare(Carrier):
@@ -117,24 +86,6 @@ def test_release_checks_come_before_index_checks():
     c.release()
     with pytest.raises(RuntimeError, match="released"):
         c["x"]
-
-
-def test_ownership_blocks_public_mutation_but_not_reads():
-    owner, c = ListCarrier([0.0]), ListCarrier([1.0])
-    c._sw_owner = owner
-    assert c.is_owned() and not c.is_mutable()
-    assert c[0] == 1.0
-    with pytest.raises(RuntimeError):
-        c[0] = 3.0
-    with pytest.raises(RuntimeError):
-        c.release()
-    with pytest.raises(RuntimeError):
-        c._increment_version()
-    c._sw_write_as_owner(owner, 0, 4.0)
-    assert c[0] == 4.0 and c.version == 1
-    c._sw_owner = None
-    c._increment_version()
-    assert c.version == 2
 
 
 # --------------------------------------------------------------------------------------------

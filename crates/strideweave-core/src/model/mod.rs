@@ -1,7 +1,9 @@
 //! The object model in pure Rust: carriers with atomic state, tensors over them, moves
 //! between carriers, and DLPack export — usable without Python.
 //!
-//! * [`state`]: [`CarrierState`] (version, released, owner, pending claim) and the
+//! * [`state_cell`]: [`StateCell`], the carrier state and its atomic transitions, generic
+//!   over the owner and claim payloads (the Python binding's carriers hold one too).
+//! * [`state`]: [`CarrierState`] (that cell with this model's tokens) and the
 //!   [`ClaimGuard`] whose drop rolls a claim back.
 //! * [`carrier`]: the [`Carrier`] trait foreign carriers implement, and [`CarrierExt`], the
 //!   checked operations every carrier gets.
@@ -35,6 +37,7 @@ pub mod file;
 pub mod host;
 pub mod movement;
 pub mod state;
+pub mod state_cell;
 pub mod tensor;
 
 #[cfg(test)]
@@ -51,4 +54,5 @@ pub use file::FileCarrier;
 pub use host::{HostCarrier, HostStore};
 pub use movement::{move_async, move_tensor, route_kind, MoveHandle, MoveOutcome, RouteKind};
 pub use state::{CarrierState, ClaimGuard, ClaimId, OwnerToken, Role};
+pub use state_cell::{ClaimJudge, ClaimRule, Refusal, ReleaseStart, StateCell, Strict, Verdict};
 pub use tensor::{Subtensor, Tensor};

@@ -1,8 +1,10 @@
 //! Carrier state — version, release, ownership and the pending-move claim — and its atomic
 //! transitions.
 //!
-//! Every transition checks the state it depends on and changes it inside one critical
-//! section of a `parking_lot` mutex, so of two racing calls exactly one wins: a move that
+//! The state and its transitions are the generic [`StateCell`] (which the Python binding
+//! uses too) filled with this model's tokens; this type adds the carrier's name and turns a
+//! refusal into the [`ModelError`] users see. Every transition checks the state it depends
+//! on and changes it inside one critical section, so of two racing calls exactly one wins: a move that
 //! claims a carrier and a `release()` of it cannot both succeed, nor can two moves of one
 //! source. A claim is an RAII [`ClaimGuard`]: dropping it without a commit gives the claim
 //! back, so no failure path (an error, an early return, a panic) leaves a carrier claimed.
@@ -11,10 +13,9 @@ use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, MutexGuard};
-
 use super::carrier::Carrier;
 use super::error::{ModelError, Result};
+use super::state_cell::{CellWriteGate, ClaimRule, Refusal, StateCell, Strict};
 
 /// Identity of one pending move's claim.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -54,14 +55,6 @@ pub enum Role {
     Destination,
 }
 
-#[derive(Debug, Default)]
-struct Inner {
-    version: u64,
-    released: bool,
-    owner: Option<OwnerToken>,
-    claim: Option<ClaimId>,
-}
-
 /// The framework state every carrier shares. A carrier embeds one and returns it from
 /// [`Carrier::state`]; only the framework changes it.
 ///
@@ -82,13 +75,13 @@ struct Inner {
 pub struct CarrierState {
     /// The carrier's class name, for error messages.
     name: Box<str>,
-    inner: Mutex<Inner>,
+    cell: StateCell<OwnerToken, ClaimId>,
 }
 
 impl CarrierState {
     /// Fresh state: version 0, live, unowned, unclaimed.
     pub fn new(class_name: &str) -> Self {
-        CarrierState { name: class_name.into(), inner: Mutex::new(Inner::default()) }
+        CarrierState { name: class_name.into(), cell: StateCell::new() }
     }
 
     /// The class name errors report.
@@ -97,24 +90,24 @@ impl CarrierState {
     }
 
     pub fn version(&self) -> u64 {
-        self.inner.lock().version
+        self.cell.version()
     }
 
     pub fn is_released(&self) -> bool {
-        self.inner.lock().released
+        self.cell.is_released()
     }
 
     pub fn is_owned(&self) -> bool {
-        self.inner.lock().owner.is_some()
+        self.cell.is_owned()
     }
 
     pub fn is_claimed(&self) -> bool {
-        self.inner.lock().claim.is_some()
+        self.cell.is_claimed()
     }
 
     /// The pending move holding this carrier, if any.
     pub fn claim(&self) -> Option<ClaimId> {
-        self.inner.lock().claim
+        self.cell.with_claim(|c| c.copied())
     }
 
     fn released_err(&self) -> ModelError {
@@ -125,65 +118,49 @@ impl CarrierState {
         ModelError::Claimed { carrier: self.name.to_string(), action }
     }
 
+    /// The error of a refusal by the cell; `owned` is what an owner means to this caller.
+    fn refused(&self, why: Refusal<(), ()>, action: &'static str, owned: fn(String) -> ModelError) -> ModelError {
+        let carrier = self.name.to_string();
+        match why {
+            Refusal::Released => self.released_err(),
+            Refusal::Owned(()) => owned(carrier),
+            Refusal::Claimed(()) => self.claimed_err(action),
+            Refusal::NotMutable => ModelError::NotMutable { carrier },
+        }
+    }
+
     /// `Released` unless live.
     pub fn check_live(&self) -> Result<()> {
-        if self.inner.lock().released { Err(self.released_err()) } else { Ok(()) }
+        if self.cell.is_released() { Err(self.released_err()) } else { Ok(()) }
     }
 
     /// Begin a public write: fails with `Released` now; the caller then checks the index and
     /// calls [`WriteGate::check_writable`]. The state stays locked until the gate drops, so
     /// a claim or a release cannot slip in between the checks and the write.
     pub fn begin_write(&self) -> Result<WriteGate<'_>> {
-        let inner = self.inner.lock();
-        if inner.released {
-            return Err(self.released_err());
-        }
-        Ok(WriteGate { state: self, inner, owner_ok: None })
+        let gate = self.cell.begin_write().map_err(|_| self.released_err())?;
+        Ok(WriteGate { state: self, gate, owner_ok: None })
     }
 
     /// Public release: `Owned` if owned, `Claimed` if a pending move holds the carrier,
     /// `Ok(false)` if already released (release is idempotent), else marks it released and
     /// returns `Ok(true)`: the caller then frees the storage, outside the lock.
     pub fn mark_released(&self) -> Result<bool> {
-        let mut inner = self.inner.lock();
-        if inner.owner.is_some() {
-            return Err(ModelError::Owned { carrier: self.name.to_string() });
-        }
-        if inner.claim.is_some() {
-            return Err(self.claimed_err("release"));
-        }
-        if inner.released {
-            return Ok(false);
-        }
-        inner.released = true;
-        Ok(true)
+        self.cell
+            .mark_released(&Strict)
+            .map_err(|why| self.refused(why, "release", |carrier| ModelError::Owned { carrier }))
     }
 
     /// Make `owner` the carrier's owner: it must be live, unowned and unclaimed.
     pub fn adopt(&self, owner: OwnerToken) -> Result<()> {
-        let mut inner = self.inner.lock();
-        if inner.released {
-            return Err(self.released_err());
-        }
-        if inner.owner.is_some() {
-            return Err(ModelError::Owned { carrier: self.name.to_string() });
-        }
-        if inner.claim.is_some() {
-            return Err(self.claimed_err("adopt"));
-        }
-        inner.owner = Some(owner);
-        Ok(())
+        self.cell
+            .adopt(owner, &Strict)
+            .map_err(|(_, why)| self.refused(why, "adopt", |carrier| ModelError::Owned { carrier }))
     }
 
     /// Give up ownership; `false` if `owner` was not the owner.
     pub fn disown(&self, owner: OwnerToken) -> bool {
-        let mut inner = self.inner.lock();
-        if inner.owner == Some(owner) {
-            inner.owner = None;
-            true
-        } else {
-            false
-        }
+        self.cell.disown_if(|held| *held == owner).is_some()
     }
 
     /// Claim the carrier for move `id` in `role`, checking in the same critical section:
@@ -192,38 +169,25 @@ impl CarrierState {
     pub fn try_claim(&self, carrier: &Arc<dyn Carrier>, id: ClaimId, role: Role) -> Result<ClaimGuard> {
         debug_assert!(std::ptr::eq(carrier.state(), self), "the carrier must own this state");
         let mutable = role == Role::Source || carrier.is_mutable_hook();
-        let mut inner = self.inner.lock();
-        if inner.released {
-            return Err(self.released_err());
-        }
-        if inner.owner.is_some() {
-            return Err(match role {
-                Role::Source => ModelError::Owned { carrier: self.name.to_string() },
-                Role::Destination => ModelError::NotMutable { carrier: self.name.to_string() },
-            });
-        }
-        if inner.claim.is_some() {
-            return Err(self.claimed_err("move"));
-        }
-        if !mutable {
-            return Err(ModelError::NotMutable { carrier: self.name.to_string() });
-        }
-        inner.claim = Some(id);
+        let owned: fn(String) -> ModelError = match role {
+            Role::Source => |carrier| ModelError::Owned { carrier },
+            Role::Destination => |carrier| ModelError::NotMutable { carrier },
+        };
+        self.cell
+            .try_claim(id, ClaimRule { owner_refuses: true, mutable }, &Strict)
+            .map_err(|(_, why)| self.refused(why, "move", owned))?;
         Ok(ClaimGuard { carrier: Some(carrier.clone()), id })
     }
 
     fn drop_claim(&self, id: ClaimId) {
-        let mut inner = self.inner.lock();
-        if inner.claim == Some(id) {
-            inner.claim = None;
-        }
+        let _ = self.cell.drop_claim_if(|held| *held == id);
     }
 }
 
 /// An open public write: the carrier's state stays locked while it lives.
 pub struct WriteGate<'a> {
     state: &'a CarrierState,
-    inner: MutexGuard<'a, Inner>,
+    gate: CellWriteGate<'a, OwnerToken, ClaimId>,
     owner_ok: Option<OwnerToken>,
 }
 
@@ -238,21 +202,22 @@ impl WriteGate<'_> {
     /// `NotMutable`; claimed by a pending move → `Claimed`.
     pub fn check_writable(&self, mutable_hook: bool) -> Result<()> {
         let name = || self.state.name.to_string();
-        if self.inner.owner.is_some() && self.inner.owner != self.owner_ok {
+        let owner = self.gate.owner().copied();
+        if owner.is_some() && owner != self.owner_ok {
             return Err(ModelError::NotMutable { carrier: name() });
         }
         if !mutable_hook {
             return Err(ModelError::NotMutable { carrier: name() });
         }
-        if self.inner.claim.is_some() {
+        if self.gate.claim().is_some() {
             return Err(self.state.claimed_err("write to"));
         }
         Ok(())
     }
 
     /// Count the successful write: the version rises by exactly one.
-    pub fn commit(mut self) {
-        self.inner.version += 1;
+    pub fn commit(self) {
+        self.gate.commit();
     }
 }
 
@@ -289,12 +254,8 @@ impl ClaimGuard {
     /// released and drops the claim atomically, then runs the carrier's release hook.
     pub fn commit_release(mut self) {
         let carrier = self.carrier.take().expect("live until consumed");
-        let newly = {
-            let mut inner = carrier.state().inner.lock();
-            debug_assert_eq!(inner.claim, Some(self.id));
-            inner.claim = None;
-            !std::mem::replace(&mut inner.released, true)
-        };
+        let (newly, held) = carrier.state().cell.release_claimed();
+        debug_assert_eq!(held, Some(self.id));
         if newly {
             carrier.release_storage();
         }

@@ -1,0 +1,463 @@
+//! [`StateCell`]: the one implementation of a carrier's framework state — version, released,
+//! owner, pending claim — and of its transitions, generic over what identifies an owner (`O`)
+//! and a claim (`C`).
+//!
+//! The Rust object model fills it with its tokens ([`CarrierState`](super::CarrierState)); the
+//! Python binding fills it with Python objects (the owning composite's token, the pending
+//! move request), so both sides share the same checks and the same atomicity.
+//!
+//! Every transition checks and changes the state inside one critical section of a
+//! `parking_lot` mutex, so of two racing transitions exactly one wins. A transition never
+//! drops a payload it displaces: it hands it back, so a caller whose payloads run code when
+//! dropped (a Python object's `__del__`) drops them after the lock is gone. What a claim
+//! check tolerates and what a refusal reports come from a [`ClaimJudge`], which runs inside
+//! the critical section and therefore must not block or call back into foreign code.
+//!
+//! The fast paths read without the lock: `version`, `released` and whether the carrier is
+//! owned or claimed are atomics, changed only inside the critical section (the version also
+//! by [`StateCell::bump_version`]), so a lock-free read sees a state some transition left.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+
+use parking_lot::{Mutex, MutexGuard};
+
+/// Bits of `StateCell::busy`: which payload slots are occupied.
+const OWNED: u8 = 1;
+const CLAIMED: u8 = 2;
+
+/// What a [`ClaimJudge`] says of the claim a carrier holds already.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict<B> {
+    /// The claim does not stand in the way (it is the caller's own, say).
+    Passes,
+    /// The claim refuses the transition, for the reason given.
+    Blocks(B),
+}
+
+/// The caller's rules for the payloads it stored: which existing claims block a transition,
+/// and what a refusal reports about each. Called inside the critical section: it must be
+/// quick and must not run foreign code (no Python).
+pub trait ClaimJudge<O, C> {
+    /// What a refusal by a held claim reports.
+    type Blocked;
+    /// What a refusal by an owner reports.
+    type Owner;
+    fn judge(&self, held: &C) -> Verdict<Self::Blocked>;
+    fn owner(&self, owner: &O) -> Self::Owner;
+}
+
+/// The judge for which every held claim blocks and refusals report only their cause.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Strict;
+
+impl<O, C> ClaimJudge<O, C> for Strict {
+    type Blocked = ();
+    type Owner = ();
+    fn judge(&self, _held: &C) -> Verdict<()> {
+        Verdict::Blocks(())
+    }
+    fn owner(&self, _owner: &O) {}
+}
+
+/// Why a transition was refused; nothing changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal<B, W> {
+    Released,
+    Owned(W),
+    Claimed(B),
+    NotMutable,
+}
+
+/// The refusal type of judge `J`.
+pub type RefusalOf<J, O, C> = Refusal<<J as ClaimJudge<O, C>>::Blocked, <J as ClaimJudge<O, C>>::Owner>;
+
+/// What a claim requires beyond a live carrier that no blocking claim holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClaimRule {
+    /// An owned carrier refuses the claim (`Refusal::Owned`).
+    pub owner_refuses: bool,
+    /// The caller's mutability answer (a destination's hook, asked before the transition);
+    /// `false` refuses with `Refusal::NotMutable`, checked last.
+    pub mutable: bool,
+}
+
+impl ClaimRule {
+    /// Live, unowned and unclaimed: what the core model asks of a move's source.
+    pub const FREE: ClaimRule = ClaimRule { owner_refuses: true, mutable: true };
+}
+
+/// How [`StateCell::begin_release`] started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReleaseStart {
+    /// Released already: nothing to do (release is idempotent).
+    AlreadyReleased,
+    /// The release hook may run now. `marked`: the cell was unclaimed and holds the caller's
+    /// "being released" marker until [`StateCell::finish_release`] or
+    /// [`StateCell::abort_release`]; otherwise a claim the judge let pass stays in place.
+    Began { marked: bool },
+}
+
+#[derive(Debug)]
+struct Slots<O, C> {
+    owner: Option<O>,
+    claim: Option<C>,
+}
+
+/// A carrier's framework state (see the module docs).
+#[derive(Debug)]
+pub struct StateCell<O, C> {
+    version: AtomicU64,
+    released: AtomicBool,
+    /// `OWNED`/`CLAIMED` bits mirroring the slots, for lock-free reads.
+    busy: AtomicU8,
+    slots: Mutex<Slots<O, C>>,
+}
+
+impl<O, C> Default for StateCell<O, C> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The locked state: every change goes through here, so the mirrors stay true.
+struct Locked<'a, O, C> {
+    cell: &'a StateCell<O, C>,
+    slots: MutexGuard<'a, Slots<O, C>>,
+}
+
+impl<O, C> Locked<'_, O, C> {
+    fn released(&self) -> bool {
+        self.cell.released.load(Ordering::Relaxed)
+    }
+
+    fn set_released(&mut self, released: bool) {
+        self.cell.released.store(released, Ordering::Release);
+    }
+
+    fn put_owner(&mut self, owner: Option<O>) -> Option<O> {
+        self.cell.mark(OWNED, owner.is_some());
+        std::mem::replace(&mut self.slots.owner, owner)
+    }
+
+    fn put_claim(&mut self, claim: Option<C>) -> Option<C> {
+        self.cell.mark(CLAIMED, claim.is_some());
+        std::mem::replace(&mut self.slots.claim, claim)
+    }
+
+    /// The checks every claim makes, in order: released, owner (if the rule says so), a
+    /// blocking claim, mutability.
+    fn check_claim<J: ClaimJudge<O, C>>(&self, rule: ClaimRule, judge: &J) -> Result<(), RefusalOf<J, O, C>> {
+        if self.released() {
+            return Err(Refusal::Released);
+        }
+        if rule.owner_refuses {
+            if let Some(owner) = &self.slots.owner {
+                return Err(Refusal::Owned(judge.owner(owner)));
+            }
+        }
+        self.check_claim_passes(judge)?;
+        if !rule.mutable {
+            return Err(Refusal::NotMutable);
+        }
+        Ok(())
+    }
+
+    fn check_owner<J: ClaimJudge<O, C>>(&self, judge: &J) -> Result<(), RefusalOf<J, O, C>> {
+        match &self.slots.owner {
+            Some(owner) => Err(Refusal::Owned(judge.owner(owner))),
+            None => Ok(()),
+        }
+    }
+
+    fn check_claim_passes<J: ClaimJudge<O, C>>(&self, judge: &J) -> Result<(), RefusalOf<J, O, C>> {
+        match self.slots.claim.as_ref().map(|held| judge.judge(held)) {
+            Some(Verdict::Blocks(why)) => Err(Refusal::Claimed(why)),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl<O, C> StateCell<O, C> {
+    /// Version 0, live, unowned, unclaimed.
+    pub const fn new() -> Self {
+        StateCell {
+            version: AtomicU64::new(0),
+            released: AtomicBool::new(false),
+            busy: AtomicU8::new(0),
+            slots: Mutex::new(Slots { owner: None, claim: None }),
+        }
+    }
+
+    fn lock(&self) -> Locked<'_, O, C> {
+        Locked { cell: self, slots: self.slots.lock() }
+    }
+
+    fn mark(&self, bit: u8, set: bool) {
+        if set {
+            self.busy.fetch_or(bit, Ordering::Release);
+        } else {
+            self.busy.fetch_and(!bit, Ordering::Release);
+        }
+    }
+
+    // ----- lock-free reads ---------------------------------------------------------------
+
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Relaxed)
+    }
+
+    pub fn is_released(&self) -> bool {
+        self.released.load(Ordering::Acquire)
+    }
+
+    pub fn is_owned(&self) -> bool {
+        self.busy.load(Ordering::Acquire) & OWNED != 0
+    }
+
+    pub fn is_claimed(&self) -> bool {
+        self.busy.load(Ordering::Acquire) & CLAIMED != 0
+    }
+
+    /// Live, unowned and unclaimed.
+    pub fn is_free(&self) -> bool {
+        !self.is_released() && self.busy.load(Ordering::Acquire) == 0
+    }
+
+    // ----- plain stores (the state as a settable record) ----------------------------------
+
+    /// Count one write without any check: for a caller that has just checked the state in a
+    /// way no transition can interleave with (the binding's element path, under the GIL).
+    pub fn bump_version(&self) {
+        self.version.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn set_version(&self, version: u64) {
+        self.version.store(version, Ordering::Relaxed);
+    }
+
+    pub fn set_released(&self, released: bool) {
+        self.lock().set_released(released);
+    }
+
+    /// `f(owner)` under the lock (`f` must not run foreign code).
+    pub fn with_owner<R>(&self, f: impl FnOnce(Option<&O>) -> R) -> R {
+        f(self.slots.lock().owner.as_ref())
+    }
+
+    /// `f(claim)` under the lock (`f` must not run foreign code).
+    pub fn with_claim<R>(&self, f: impl FnOnce(Option<&C>) -> R) -> R {
+        f(self.slots.lock().claim.as_ref())
+    }
+
+    /// Sets the owner; the previous one is handed back.
+    #[must_use = "drop the displaced owner after the call"]
+    pub fn replace_owner(&self, owner: Option<O>) -> Option<O> {
+        self.lock().put_owner(owner)
+    }
+
+    /// Sets the claim; the previous one is handed back.
+    #[must_use = "drop the displaced claim after the call"]
+    pub fn replace_claim(&self, claim: Option<C>) -> Option<C> {
+        self.lock().put_claim(claim)
+    }
+
+    /// Drops the owner if `is_ours(owner)`; hands it back.
+    #[must_use = "drop the displaced owner after the call"]
+    pub fn disown_if(&self, is_ours: impl FnOnce(&O) -> bool) -> Option<O> {
+        let mut state = self.lock();
+        if state.slots.owner.as_ref().is_some_and(is_ours) { state.put_owner(None) } else { None }
+    }
+
+    /// Drops the claim if `is_ours(claim)`; hands it back.
+    #[must_use = "drop the displaced claim after the call"]
+    pub fn drop_claim_if(&self, is_ours: impl FnOnce(&C) -> bool) -> Option<C> {
+        let mut state = self.lock();
+        if state.slots.claim.as_ref().is_some_and(is_ours) { state.put_claim(None) } else { None }
+    }
+
+    // ----- transitions -------------------------------------------------------------------
+
+    /// Claims the carrier with `claim` if [`ClaimRule`] and `judge` allow it (checks in the
+    /// order released, owner, held claim, mutability). `Ok` hands back the claim displaced (one
+    /// the judge let pass); `Err` hands back `claim` with the refusal.
+    #[allow(clippy::type_complexity)]
+    pub fn try_claim<J: ClaimJudge<O, C>>(
+        &self,
+        claim: C,
+        rule: ClaimRule,
+        judge: &J,
+    ) -> Result<Option<C>, (C, RefusalOf<J, O, C>)> {
+        let mut state = self.lock();
+        match state.check_claim(rule, judge) {
+            Ok(()) => Ok(state.put_claim(Some(claim))),
+            Err(why) => Err((claim, why)),
+        }
+    }
+
+    /// Claims every cell of `entries` or none: all are locked (in address order, so two
+    /// callers cannot deadlock), each is checked in the order given, and only then does each
+    /// take a claim from `make`. `Ok` hands back the displaced claims, one per entry; `Err`
+    /// gives the index of the first entry refused, and why. A cell listed twice is checked
+    /// twice and claimed once.
+    #[allow(clippy::type_complexity)]
+    pub fn claim_all<J: ClaimJudge<O, C>>(
+        entries: &[(&Self, ClaimRule)],
+        mut make: impl FnMut() -> C,
+        judge: &J,
+    ) -> Result<Vec<Option<C>>, (usize, RefusalOf<J, O, C>)> {
+        let mut order: Vec<usize> = (0..entries.len()).collect();
+        order.sort_by_key(|&i| entries[i].0 as *const Self as usize);
+        order.dedup_by_key(|i| entries[*i].0 as *const Self as usize);
+        let mut locked: Vec<Locked<'_, O, C>> = order.iter().map(|&i| entries[i].0.lock()).collect();
+        let slot_of = |cell: &Self| {
+            order
+                .iter()
+                .position(|&i| std::ptr::eq(entries[i].0, cell))
+                .expect("every entry's cell is locked")
+        };
+        for (n, (cell, rule)) in entries.iter().enumerate() {
+            locked[slot_of(cell)].check_claim(*rule, judge).map_err(|why| (n, why))?;
+        }
+        let mut displaced: Vec<Option<C>> = Vec::with_capacity(entries.len());
+        let mut claimed = vec![false; locked.len()];
+        for (cell, _) in entries {
+            let k = slot_of(cell);
+            displaced.push(if std::mem::replace(&mut claimed[k], true) { None } else { locked[k].put_claim(Some(make())) });
+        }
+        Ok(displaced)
+    }
+
+    /// Public release in one step: owned → `Owned`; a blocking claim → `Claimed`; `Ok(false)`
+    /// if released already; else marks it released and returns `Ok(true)` (the caller then
+    /// frees the storage, outside the lock).
+    pub fn mark_released<J: ClaimJudge<O, C>>(&self, judge: &J) -> Result<bool, RefusalOf<J, O, C>> {
+        let mut state = self.lock();
+        state.check_owner(judge)?;
+        state.check_claim_passes(judge)?;
+        if state.released() {
+            return Ok(false);
+        }
+        state.set_released(true);
+        Ok(true)
+    }
+
+    /// A release whose hook may fail: the checks of [`mark_released`](Self::mark_released),
+    /// then, instead of marking it released, claims an unclaimed carrier with `marker()` so
+    /// nothing else starts while the hook runs. The caller runs its hook outside the lock and
+    /// then calls [`finish_release`](Self::finish_release) or
+    /// [`abort_release`](Self::abort_release).
+    pub fn begin_release<J: ClaimJudge<O, C>>(
+        &self,
+        marker: impl FnOnce() -> C,
+        judge: &J,
+    ) -> Result<ReleaseStart, RefusalOf<J, O, C>> {
+        let mut state = self.lock();
+        state.check_owner(judge)?;
+        state.check_claim_passes(judge)?;
+        if state.released() {
+            return Ok(ReleaseStart::AlreadyReleased);
+        }
+        let marked = state.slots.claim.is_none();
+        if marked {
+            let none = state.put_claim(Some(marker()));
+            debug_assert!(none.is_none());
+        }
+        Ok(ReleaseStart::Began { marked })
+    }
+
+    /// The hook succeeded: released, and the claim back to `restore` (what it was before
+    /// [`begin_release`](Self::begin_release)), in one step. Hands back the displaced claim.
+    #[must_use = "drop the displaced claim after the call"]
+    pub fn finish_release(&self, restore: Option<C>) -> Option<C> {
+        let mut state = self.lock();
+        state.set_released(true);
+        state.put_claim(restore)
+    }
+
+    /// The hook failed: the claim back to `restore`, still live. Hands back the displaced claim.
+    #[must_use = "drop the displaced claim after the call"]
+    pub fn abort_release(&self, restore: Option<C>) -> Option<C> {
+        self.lock().put_claim(restore)
+    }
+
+    /// The end of a committed move for its source: released and unclaimed in one step, so
+    /// nobody can take the carrier in between. Returns whether it was live until now (the
+    /// caller then frees the storage) and the claim it held.
+    #[must_use = "drop the displaced claim after the call"]
+    pub fn release_claimed(&self) -> (bool, Option<C>) {
+        let mut state = self.lock();
+        let newly = !state.released();
+        state.set_released(true);
+        (newly, state.put_claim(None))
+    }
+
+    /// Makes `owner` the owner of a live, unowned carrier that no blocking claim holds; on
+    /// refusal hands `owner` back.
+    #[allow(clippy::type_complexity)]
+    pub fn adopt<J: ClaimJudge<O, C>>(&self, owner: O, judge: &J) -> Result<(), (O, RefusalOf<J, O, C>)> {
+        let mut state = self.lock();
+        if let Err(why) = state.check_claim(ClaimRule::FREE, judge) {
+            return Err((owner, why));
+        }
+        let none = state.put_owner(Some(owner));
+        debug_assert!(none.is_none());
+        Ok(())
+    }
+
+    /// A framework mutation outside the element path: owned → `Owned`, a blocking claim →
+    /// `Claimed`, else the version rises by one.
+    pub fn mutate<J: ClaimJudge<O, C>>(&self, judge: &J) -> Result<(), RefusalOf<J, O, C>> {
+        let state = self.lock();
+        state.check_owner(judge)?;
+        state.check_claim_passes(judge)?;
+        self.bump_version();
+        Ok(())
+    }
+
+    /// Counts a write that went through: the version rises by one unless a claim is held (a
+    /// pending move's own transfer writing into its carriers relocates, it does not mutate).
+    /// Returns whether it counted.
+    pub fn count_write(&self) -> bool {
+        let state = self.lock();
+        let counts = state.slots.claim.is_none();
+        if counts {
+            self.bump_version();
+        }
+        counts
+    }
+
+    /// Opens a write of a live carrier: `Released` now, else the state stays locked until
+    /// the gate is dropped or committed, so no claim or release can slip in between the
+    /// caller's checks and its store (for stores that run no foreign code).
+    pub fn begin_write(&self) -> Result<CellWriteGate<'_, O, C>, Refusal<(), ()>> {
+        let state = self.lock();
+        if state.released() {
+            return Err(Refusal::Released);
+        }
+        Ok(CellWriteGate { state })
+    }
+}
+
+/// An open write (see [`StateCell::begin_write`]): the state stays locked while it lives.
+pub struct CellWriteGate<'a, O, C> {
+    state: Locked<'a, O, C>,
+}
+
+impl<O, C> CellWriteGate<'_, O, C> {
+    pub fn owner(&self) -> Option<&O> {
+        self.state.slots.owner.as_ref()
+    }
+
+    pub fn claim(&self) -> Option<&C> {
+        self.state.slots.claim.as_ref()
+    }
+
+    /// Count the write: the version rises by exactly one.
+    pub fn commit(self) {
+        self.state.cell.bump_version();
+    }
+}
+
+#[cfg(test)]
+#[path = "state_cell_tests.rs"]
+mod tests;

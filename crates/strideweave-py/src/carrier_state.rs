@@ -1,0 +1,188 @@
+//! The Python carriers' state transitions, on the core's [`StateCell`] with Python objects as
+//! payloads: the owning composite's token as owner, the pending move request (or the
+//! "being released" marker) as claim.
+//!
+//! Each transition is one critical section of the cell, so its atomicity comes from the core.
+//! The rules the Python layer writes in its own terms enter as a [`PyJudge`]: the claim of
+//! the move running on this thread (`carriers.base.ACTIVE_CLAIM.request`) does not block,
+//! and the `carriers.base.RELEASING` marker blocks with its own message. The judge only
+//! compares identities and takes references, so no Python code runs inside the cell's lock;
+//! payloads a transition displaces are dropped after it (a `__del__` may read this carrier).
+//! Every message is the one the Python layer raised when it did these checks itself.
+
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::PyType;
+use strideweave_core::model::{ClaimJudge, ClaimRule, Refusal, ReleaseStart, StateCell, Verdict};
+
+use crate::carrier_base::CarrierBase;
+
+/// A Python carrier's state: owner and claim payloads are Python objects.
+pub(crate) type PyStateCell = StateCell<Py<PyAny>, Py<PyAny>>;
+
+/// What the Python layer's claims demand beyond a live carrier: ownership is checked by the
+/// move's validation table, not by the claim.
+const PY_CLAIM: ClaimRule = ClaimRule { owner_refuses: false, mutable: true };
+
+/// Why a held claim refuses a transition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Held {
+    /// The carrier's `_release()` hook is running.
+    BeingReleased,
+    /// A pending move holds it.
+    Pending,
+}
+
+/// The Python layer's claim rules (see the module docs).
+pub(crate) struct PyJudge<'a, 'py> {
+    pub(crate) active: Option<&'a Bound<'py, PyAny>>,
+    pub(crate) releasing: &'a Bound<'py, PyAny>,
+}
+
+impl ClaimJudge<Py<PyAny>, Py<PyAny>> for PyJudge<'_, '_> {
+    type Blocked = Held;
+    /// The owner's type, for the message.
+    type Owner = Py<PyType>;
+
+    fn judge(&self, held: &Py<PyAny>) -> Verdict<Held> {
+        if self.active.is_some_and(|active| active.is(held)) {
+            Verdict::Passes
+        } else if self.releasing.is(held) {
+            Verdict::Blocks(Held::BeingReleased)
+        } else {
+            Verdict::Blocks(Held::Pending)
+        }
+    }
+
+    fn owner(&self, owner: &Py<PyAny>) -> Py<PyType> {
+        owner.bind(self.releasing.py()).get_type().unbind()
+    }
+}
+
+type PyRefusal = Refusal<Held, Py<PyType>>;
+
+/// `type(obj).__name__`.
+pub(crate) fn type_name(obj: &Bound<'_, PyAny>) -> PyResult<String> {
+    Ok(obj.get_type().name()?.to_string())
+}
+
+/// The error `Carrier._sw_check_unclaimed(action)` raises.
+fn claimed_error(carrier: &str, action: &str, why: Held) -> PyErr {
+    PyRuntimeError::new_err(match why {
+        Held::BeingReleased => format!("cannot {action} {carrier} carrier: it is being released"),
+        Held::Pending => format!("cannot {action} {carrier} carrier: it participates in a pending move"),
+    })
+}
+
+/// A refusal only the checks named by the caller can produce; anything else is a bug.
+fn unexpected(why: &PyRefusal) -> PyErr {
+    PyRuntimeError::new_err(format!("internal error: unexpected carrier state refusal {why:?}"))
+}
+
+/// `take_claims`: claims every `(carrier, role, action)` for `claim`, or none (see
+/// `carriers.base.take_claims`).
+pub(crate) fn take_claims(
+    claim: &Bound<'_, PyAny>,
+    entries: &[(Bound<'_, CarrierBase>, String, String)],
+    judge: &PyJudge<'_, '_>,
+) -> PyResult<()> {
+    let cells: Vec<(&PyStateCell, ClaimRule)> = entries.iter().map(|(c, _, _)| (c.get().state(), PY_CLAIM)).collect();
+    match PyStateCell::claim_all(&cells, || claim.clone().unbind(), judge) {
+        Ok(displaced) => {
+            drop(displaced);
+            Ok(())
+        }
+        Err((n, why)) => {
+            let (carrier, role, action) = &entries[n];
+            let name = type_name(carrier.as_any())?;
+            Err(match why {
+                Refusal::Released => PyRuntimeError::new_err(format!("the {role} {name} carrier is released")),
+                Refusal::Claimed(held) => claimed_error(&name, action, held),
+                other => unexpected(&other),
+            })
+        }
+    }
+}
+
+/// Drops `claim` if the carrier still holds it (idempotent).
+pub(crate) fn drop_claim(carrier: &CarrierBase, claim: &Bound<'_, PyAny>) {
+    drop(carrier.state().drop_claim_if(|held| claim.is(held)));
+}
+
+/// `_sw_check_unclaimed(action)`: the claim is read in one critical section; whether a
+/// move's provider still has its destination open (`open_destination`, a Python attribute)
+/// is asked after, outside the lock.
+pub(crate) fn check_unclaimed(
+    carrier: &Bound<'_, CarrierBase>,
+    action: &str,
+    judge: &PyJudge<'_, '_>,
+) -> PyResult<()> {
+    let py = carrier.py();
+    let held = carrier.get().state().with_claim(|held| {
+        held.and_then(|held| match judge.judge(held) {
+            Verdict::Passes => None,
+            Verdict::Blocks(why) => Some((why, held.clone_ref(py))),
+        })
+    });
+    let Some((why, held)) = held else {
+        return Ok(());
+    };
+    if why == Held::Pending && action == "write to" {
+        if let Some(open) = held.bind(py).getattr_opt(intern!(py, "open_destination"))? {
+            if open.is(carrier) {
+                return Ok(());
+            }
+        }
+    }
+    Err(claimed_error(&type_name(carrier.as_any())?, action, why))
+}
+
+/// What `Carrier.release()` raises for an owned carrier.
+fn release_refused(carrier: &Bound<'_, CarrierBase>, why: PyRefusal) -> PyResult<PyErr> {
+    let py = carrier.py();
+    let name = type_name(carrier.as_any())?;
+    Ok(match why {
+        Refusal::Owned(owner) => PyRuntimeError::new_err(format!(
+            "{name} carrier is owned by {} and cannot be released directly",
+            owner.bind(py).name()?
+        )),
+        Refusal::Claimed(held) => claimed_error(&name, "release", held),
+        other => unexpected(&other),
+    })
+}
+
+/// The first half of `release()`: `(began, saved)` where `saved` is the claim to restore
+/// afterwards (the active move's, or None when the carrier now holds the marker). Raises
+/// for an owned or claimed carrier; `(False, None)` if released already.
+pub(crate) fn begin_release(
+    carrier: &Bound<'_, CarrierBase>,
+    judge: &PyJudge<'_, '_>,
+) -> PyResult<(bool, Option<Py<PyAny>>)> {
+    let marker = || judge.releasing.clone().unbind();
+    match carrier.get().state().begin_release(marker, judge) {
+        Ok(ReleaseStart::AlreadyReleased) => Ok((false, None)),
+        Ok(ReleaseStart::Began { marked: true }) => Ok((true, None)),
+        // Only the active move's claim lets a release of a claimed carrier begin.
+        Ok(ReleaseStart::Began { marked: false }) => Ok((true, judge.active.map(|a| a.clone().unbind()))),
+        Err(why) => Err(release_refused(carrier, why)?),
+    }
+}
+
+/// `_increment_version()`: owned or claimed raises, else the version rises by one.
+pub(crate) fn mutate(carrier: &Bound<'_, CarrierBase>, judge: &PyJudge<'_, '_>) -> PyResult<()> {
+    let py = carrier.py();
+    match carrier.get().state().mutate(judge) {
+        Ok(()) => Ok(()),
+        Err(why) => {
+            let name = type_name(carrier.as_any())?;
+            Err(match why {
+                Refusal::Owned(owner) => {
+                    PyRuntimeError::new_err(format!("{name} carrier is owned by {}", owner.bind(py).name()?))
+                }
+                Refusal::Claimed(held) => claimed_error(&name, "mutate", held),
+                other => unexpected(&other),
+            })
+        }
+    }
+}

@@ -60,6 +60,27 @@ pub(crate) struct View {
     subtensors: OnceLock<Py<PyAny>>,
 }
 
+impl View {
+    /// A one-subtensor view (no adjacent layouts; its subtensor tuple built on first use).
+    fn one_subtensor(
+        py: Python<'_>,
+        carrier: Py<PyAny>,
+        offset: i64,
+        layout: Py<PyLayout>,
+        dtype: Py<PyAny>,
+    ) -> Self {
+        View {
+            carrier,
+            offset,
+            layout,
+            dtype,
+            adjacent: PyTuple::empty(py).into_any().unbind(),
+            single: true,
+            subtensors: OnceLock::new(),
+        }
+    }
+}
+
 /// Native base of `strideweave.Tensor` (fields and native methods; not public API).
 #[pyclass(subclass, frozen, weakref, module = "strideweave", name = "_TensorBase")]
 pub struct TensorBase {
@@ -105,15 +126,7 @@ impl TensorBase {
         let py = tensor_type.py();
         let object = tensor_type.call_method1(intern!(py, "__new__"), (tensor_type,))?;
         let tensor = object.cast_into::<TensorBase>()?;
-        tensor.get().set_view(View {
-            carrier,
-            offset,
-            layout,
-            dtype,
-            adjacent: PyTuple::empty(py).into_any().unbind(),
-            single: true,
-            subtensors: OnceLock::new(),
-        })?;
+        tensor.get().set_view(View::one_subtensor(py, carrier, offset, layout, dtype))?;
         Ok(tensor)
     }
 }
@@ -147,15 +160,7 @@ impl TensorBase {
         layout: Py<PyLayout>,
         dtype: Py<PyAny>,
     ) -> PyResult<()> {
-        self.set_view(View {
-            carrier,
-            offset,
-            layout,
-            dtype,
-            adjacent: PyTuple::empty(py).into_any().unbind(),
-            single: true,
-            subtensors: OnceLock::new(),
-        })
+        self.set_view(View::one_subtensor(py, carrier, offset, layout, dtype))
     }
 
     /// Sets the view of a validated representation (`core.representation`): its subtensors,

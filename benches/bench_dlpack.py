@@ -12,7 +12,7 @@ Rows:
   tensor.__dlpack__()         export alone (legacy capsule, dropped unconsumed)
   tensor.__dlpack__(mv=1.0)   export alone (versioned capsule, dropped unconsumed)
   tensor.__dlpack_device__()  device query alone
-The goal is np.from_dlpack(tensor) <= 2x np.from_dlpack(ndarray).
+The goal is np.from_dlpack(tensor) <= 1.5x np.from_dlpack(ndarray) (issue 10).
 """
 from __future__ import annotations
 

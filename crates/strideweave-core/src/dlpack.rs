@@ -6,9 +6,12 @@
 //! Python: the binding crate passes an owner whose `Drop` releases the producing Tensor.
 //!
 //! Memory model. Every export is one heap block ([`Holder`]) that starts with the managed
-//! structure itself and also owns the shape array, the stride array and the owner. The
-//! managed structure's `manager_ctx` points at that block, and its deleter reconstitutes the
-//! `Box` and drops it, which frees both arrays and drops the owner exactly once. The DLPack
+//! structure itself and also holds the shape array, the stride array and the owner. Up to
+//! [`INLINE_RANK`] dimensions the arrays sit inside the block, so an export costs exactly one
+//! allocation (the round trip through a consumer is short enough for a second `malloc`/`free`
+//! pair to show); a higher rank keeps them in one extra boxed slice. The managed structure's
+//! `manager_ctx` points at that block, and its deleter reconstitutes the `Box` and drops it,
+//! which frees the arrays and drops the owner exactly once. The DLPack
 //! contract is that whoever holds the managed tensor calls the deleter exactly once; the Rust
 //! side expresses that with [`Exported`], an owning handle whose `Drop` calls the deleter
 //! and whose [`Exported::into_raw`] hands the obligation to someone else (a capsule).
@@ -102,9 +105,9 @@ pub struct TensorDesc {
     data: *mut c_void,
     device: DLDevice,
     dtype: DLDataType,
-    /// The shape followed by the strides (`2 * ndim` values): one allocation for both, which
-    /// the export keeps as the arrays the `DLTensor` points into.
-    dims: Vec<i64>,
+    /// The shape followed by the strides (`2 * ndim` values), which the export keeps as the
+    /// arrays the `DLTensor` points into.
+    dims: Dims,
     byte_offset: u64,
 }
 
@@ -153,9 +156,7 @@ impl TensorDesc {
         let byte_offset = offset_elems
             .checked_mul(dtype.item_size())
             .ok_or(DescError::OffsetOverflow)?;
-        let mut dims = Vec::with_capacity(2 * shape.len());
-        dims.extend_from_slice(shape);
-        dims.extend_from_slice(strides);
+        let dims = Dims::new(shape, strides);
         Ok(Self {
             data: data as *mut c_void,
             device,
@@ -167,7 +168,47 @@ impl TensorDesc {
 
     /// Number of exported dimensions.
     pub fn ndim(&self) -> usize {
-        self.dims.len() / 2
+        self.dims.ndim()
+    }
+}
+
+/// Ranks up to this keep their shape and strides inside the export's heap block.
+pub const INLINE_RANK: usize = 4;
+
+/// The shape followed by the strides: in place up to [`INLINE_RANK`] dimensions (unused
+/// entries stay zero, so the derived comparisons see equal values as equal), boxed beyond.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Dims {
+    Inline { ndim: usize, values: [i64; 2 * INLINE_RANK] },
+    Boxed(Box<[i64]>),
+}
+
+impl Dims {
+    /// `shape` and `strides` have equal lengths (checked by the caller).
+    fn new(shape: &[i64], strides: &[i64]) -> Self {
+        let ndim = shape.len();
+        if ndim > INLINE_RANK {
+            return Self::Boxed([shape, strides].concat().into_boxed_slice());
+        }
+        let mut values = [0; 2 * INLINE_RANK];
+        values[..ndim].copy_from_slice(shape);
+        values[ndim..2 * ndim].copy_from_slice(strides);
+        Self::Inline { ndim, values }
+    }
+
+    fn ndim(&self) -> usize {
+        match self {
+            Self::Inline { ndim, .. } => *ndim,
+            Self::Boxed(values) => values.len() / 2,
+        }
+    }
+
+    /// The shape array followed by the stride array.
+    fn values_mut(&mut self) -> &mut [i64] {
+        match self {
+            Self::Inline { ndim, values } => &mut values[..2 * *ndim],
+            Self::Boxed(values) => values,
+        }
     }
 }
 
@@ -177,9 +218,10 @@ impl TensorDesc {
 #[repr(C)]
 struct Holder<M, O> {
     managed: M,
-    // The DLTensor's shape/strides pointers point into this boxed slice (shape, then
-    // strides); moving the `Holder` (or the Box pointing at it) never moves its heap storage.
-    _dims: Box<[i64]>,
+    // The DLTensor's shape/strides pointers point into these values (shape, then strides),
+    // which may be inside this very block: they are set once the block is on the heap, where
+    // it stays until the deleter frees it.
+    dims: Dims,
     _owner: O,
 }
 
@@ -189,6 +231,8 @@ pub trait ManagedAbi: Sized + 'static {
     fn deleter(&self) -> Option<unsafe extern "C" fn(*mut Self)>;
     /// The embedded plain `DLTensor`.
     fn dl_tensor(&self) -> &DLTensor;
+    /// The embedded plain `DLTensor`, to point it at its arrays.
+    fn dl_tensor_mut(&mut self) -> &mut DLTensor;
     /// The `manager_ctx` field (for an export of this crate: its heap block).
     fn manager_ctx(&self) -> *mut c_void;
     /// Sets the `manager_ctx` field.
@@ -220,6 +264,9 @@ macro_rules! managed_abi {
             }
             fn dl_tensor(&self) -> &DLTensor {
                 &self.dl_tensor
+            }
+            fn dl_tensor_mut(&mut self) -> &mut DLTensor {
+                &mut self.dl_tensor
             }
             fn manager_ctx(&self) -> *mut c_void {
                 self.manager_ctx
@@ -288,29 +335,20 @@ impl<M: ManagedAbi> Drop for Exported<M> {
     }
 }
 
-/// Moves the shape and stride vectors into boxed slices and builds the `DLTensor` that points
-/// into them. Rank 0 uses null pointers, which DLPack allows for `ndim == 0`.
-fn plain_tensor(desc: TensorDesc) -> (DLTensor, Box<[i64]>) {
-    let mut dims = desc.dims.into_boxed_slice();
-    let ndim = dims.len() / 2;
-    let (shape_ptr, strides_ptr) = if ndim == 0 {
-        (ptr::null_mut(), ptr::null_mut())
-    } else {
-        // SAFETY: `dims` holds `2 * ndim` values, so `ndim` is in bounds (one past the
-        // shape, the first stride).
-        (dims.as_mut_ptr(), unsafe { dims.as_mut_ptr().add(ndim) })
-    };
+/// The `DLTensor` of `desc`, its shape/strides pointers still null (the arrays move into the
+/// heap block first), and the arrays.
+fn plain_tensor(desc: TensorDesc) -> (DLTensor, Dims) {
     let tensor = DLTensor {
         data: desc.data,
         device: desc.device,
         // `TensorDesc::from_modes` checked that the rank fits i32.
-        ndim: ndim as i32,
+        ndim: desc.dims.ndim() as i32,
         dtype: desc.dtype,
-        shape: shape_ptr,
-        strides: strides_ptr,
+        shape: ptr::null_mut(),
+        strides: ptr::null_mut(),
         byte_offset: desc.byte_offset,
     };
-    (tensor, dims)
+    (tensor, desc.dims)
 }
 
 /// The deleter of every export: frees the block behind a managed tensor and drops its owner.
@@ -329,17 +367,37 @@ unsafe extern "C" fn delete_holder<M: ManagedAbi, O: Send + 'static>(managed: *m
     }
 }
 
-/// Moves `managed` (whose deleter is `delete_holder::<M, O>`), the arrays it points into and
-/// `owner` into one heap block, and records the block in `manager_ctx`.
-fn leak_holder<M: ManagedAbi, O: Send + 'static>(managed: M, dims: Box<[i64]>, owner: O) -> Exported<M> {
-    let raw = Box::into_raw(Box::new(Holder {
-        managed,
-        _dims: dims,
-        _owner: owner,
-    }));
-    // SAFETY: `raw` is the unique pointer to the block just leaked; writing its own address
-    // into `manager_ctx` is a store into memory we exclusively own.
-    unsafe { (*raw).managed.set_manager_ctx(raw.cast()) };
+/// Moves `managed` (whose deleter is `delete_holder::<M, O>`), its arrays and `owner` into
+/// one heap block, points the `DLTensor` at the arrays where they now live, and records the
+/// block in `manager_ctx`. Rank 0 keeps null arrays, which DLPack allows for `ndim == 0`.
+fn leak_holder<M: ManagedAbi, O: Send + 'static>(managed: M, dims: Dims, owner: O) -> Exported<M> {
+    // The fields are written straight into the new block: `Box::new(Holder { .. })` builds
+    // the whole block on the stack first and then copies it, a `memmove` call that cost
+    // more than the allocation.
+    let mut block = Box::<Holder<M, O>>::new_uninit();
+    let uninit = block.as_mut_ptr();
+    // SAFETY: `uninit` points to the block's uninitialized, properly aligned storage; each
+    // field is written exactly once through a raw field pointer (no reference to
+    // uninitialized memory is made), after which the whole struct is initialized.
+    let raw = unsafe {
+        ptr::addr_of_mut!((*uninit).managed).write(managed);
+        ptr::addr_of_mut!((*uninit).dims).write(dims);
+        ptr::addr_of_mut!((*uninit)._owner).write(owner);
+        Box::into_raw(block.assume_init())
+    };
+    // SAFETY: `raw` is the unique pointer to the block just leaked, so this is the only
+    // reference to it; the block stays where it is until the deleter frees it.
+    let holder = unsafe { &mut *raw };
+    let ndim = holder.dims.ndim();
+    if ndim > 0 {
+        let values = holder.dims.values_mut().as_mut_ptr();
+        let tensor = holder.managed.dl_tensor_mut();
+        tensor.shape = values;
+        // SAFETY: `values` holds `2 * ndim` entries, so offset `ndim` (the first stride) is
+        // in bounds of the same allocation.
+        tensor.strides = unsafe { values.add(ndim) };
+    }
+    holder.managed.set_manager_ctx(raw.cast());
     // `managed` is the first field of the repr(C) Holder, so the addresses coincide.
     Exported {
         // SAFETY: `Box::into_raw` never returns null.
@@ -523,6 +581,33 @@ mod tests {
         let t = exp.dl_tensor();
         assert_eq!(t.ndim, 0);
         assert!(t.shape.is_null() && t.strides.is_null());
+    }
+
+    #[test]
+    fn low_ranks_keep_their_arrays_in_the_block() {
+        // One allocation per export: the arrays sit inside the block `manager_ctx` names.
+        let exp = export_versioned(desc(vec![2, 3, 4], vec![1, 0, 6], 0), 0, ());
+        let block = exp.managed().manager_ctx as usize;
+        let size = std::mem::size_of::<Holder<DLManagedTensorVersioned, ()>>();
+        let shape = exp.dl_tensor().shape as usize;
+        assert!(shape > block && shape < block + size);
+        assert_eq!(dims(exp.dl_tensor()), (vec![2, 3, 4], vec![1, 0, 6]));
+    }
+
+    #[test]
+    fn every_rank_round_trips_inline_and_boxed() {
+        for ndim in [1, INLINE_RANK - 1, INLINE_RANK, INLINE_RANK + 1, 3 * INLINE_RANK] {
+            let shape: Vec<i64> = (1..=ndim as i64).collect();
+            let strides: Vec<i64> = shape.iter().map(|e| e * 10).collect();
+            let d = desc(shape.clone(), strides.clone(), 0);
+            assert_eq!(d.ndim(), ndim);
+            assert_eq!(d, desc(shape.clone(), strides.clone(), 0));
+            let exp = export_legacy(d, ());
+            assert_eq!(exp.dl_tensor().ndim as usize, ndim);
+            assert_eq!(dims(exp.dl_tensor()), (shape.clone(), strides.clone()));
+            let exp = export_versioned(desc(shape.clone(), strides.clone(), 0), 0, ());
+            assert_eq!(dims(exp.dl_tensor()), (shape, strides));
+        }
     }
 
     #[test]

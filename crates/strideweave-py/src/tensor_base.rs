@@ -20,13 +20,15 @@
 //! argument parser matches each keyword by decoding it to UTF-8 and comparing bytes. Here the
 //! names are compared by identity with interned strings first (CPython interns keyword names
 //! written in source, and NumPy interns its own), then by value, so the common call costs
-//! four pointer comparisons. The accepted signature and the TypeErrors are those of
-//! `__dlpack__(self, stream=None, *, max_version=None, dl_device=None, copy=None)`.
+//! a few pointer comparisons. The accepted signature and the TypeErrors are those of
+//! `__dlpack__(self, stream=None, *, max_version=None, dl_device=None, copy=None)`. The raw
+//! function still runs inside PyO3's own trampoline for this calling convention (the one its
+//! generated methods use), so PyO3 knows the thread is attached without a
+//! `PyGILState_Ensure`/`Release` pair, as `Python::attach` would pay here.
 
 use std::ffi::CStr;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use pyo3::exceptions::{PySystemError, PyTypeError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -59,8 +61,14 @@ pub(crate) struct View {
 }
 
 impl View {
-    /// A one-subtensor view: no adjacent layouts, its subtensors built on first request.
-    fn single(py: Python<'_>, carrier: Py<PyAny>, offset: i64, layout: Py<PyLayout>, dtype: Py<PyAny>) -> Self {
+    /// A one-subtensor view (no adjacent layouts; its subtensor tuple built on first use).
+    fn one_subtensor(
+        py: Python<'_>,
+        carrier: Py<PyAny>,
+        offset: i64,
+        layout: Py<PyLayout>,
+        dtype: Py<PyAny>,
+    ) -> Self {
         View {
             carrier,
             offset,
@@ -120,7 +128,7 @@ impl TensorBase {
         let py = tensor_type.py();
         let object = tensor_type.call_method1(intern!(py, "__new__"), (tensor_type,))?;
         let tensor = object.cast_into::<TensorBase>()?;
-        tensor.get().set_view(View::single(py, carrier, offset, layout, dtype))?;
+        tensor.get().set_view(View::one_subtensor(py, carrier, offset, layout, dtype))?;
         Ok(tensor)
     }
 }
@@ -165,7 +173,7 @@ impl TensorBase {
         layout: Py<PyLayout>,
         dtype: Py<PyAny>,
     ) -> PyResult<()> {
-        self.set_view(View::single(py, carrier, offset, layout, dtype))
+        self.set_view(View::one_subtensor(py, carrier, offset, layout, dtype))
     }
 
     /// Sets the view of a validated representation (`core.representation`): its subtensors,
@@ -279,7 +287,7 @@ impl TensorBase {
     }
 
     /// `__dlpack_device__()` → `(device_type, device_id)` of the carrier's DLPack device.
-    fn __dlpack_device__(slf: &Bound<'_, Self>) -> PyResult<(u32, i32)> {
+    fn __dlpack_device__(slf: &Bound<'_, Self>) -> PyResult<Py<PyTuple>> {
         dlpack::device(slf.as_any())
     }
 
@@ -313,13 +321,7 @@ const PARAMS: [&str; 4] = ["stream", "max_version", "dl_device", "copy"];
 /// Which parameter a keyword names: identity with the interned names first (the usual
 /// case, both sides interned), then string equality. `Err` is the TypeError Python raises
 /// for an unknown keyword.
-fn keyword_index(py: Python<'_>, name: &Bound<'_, PyAny>) -> PyResult<usize> {
-    let interned = [
-        intern!(py, "stream"),
-        intern!(py, "max_version"),
-        intern!(py, "dl_device"),
-        intern!(py, "copy"),
-    ];
+fn keyword_index(interned: &[&Bound<'_, PyString>; 4], name: &Bound<'_, PyAny>) -> PyResult<usize> {
     if let Some(i) = interned.iter().position(|p| p.is(name)) {
         return Ok(i);
     }
@@ -364,8 +366,16 @@ unsafe fn dlpack_call(
         // SAFETY: `kwnames` is a live tuple (contract).
         let names = unsafe { Borrowed::from_ptr(py, kwnames) };
         let names = names.cast::<PyTuple>()?;
-        for (j, name) in names.iter().enumerate() {
-            let index = keyword_index(py, &name)?;
+        let interned = [
+            intern!(py, "stream"),
+            intern!(py, "max_version"),
+            intern!(py, "dl_device"),
+            intern!(py, "copy"),
+        ];
+        for j in 0..names.len() {
+            // Borrowed: the tuple holds its names for the whole call.
+            let name = names.get_borrowed_item(j)?;
+            let index = keyword_index(&interned, &name)?;
             if bound[index].is_some() {
                 return Err(PyTypeError::new_err(format!(
                     "__dlpack__() got multiple values for argument '{}'",
@@ -387,40 +397,23 @@ unsafe fn dlpack_call(
     )
 }
 
-/// `__dlpack__` with the vectorcall convention of a `METH_FASTCALL | METH_KEYWORDS` method.
+/// `__dlpack__` with the vectorcall convention of a `METH_FASTCALL | METH_KEYWORDS` method,
+/// run inside PyO3's own method trampoline (see `DLPACK_DEF`).
 ///
 /// # Safety
 /// Called by CPython, attached to the interpreter, with `slf` a live instance of
 /// `_TensorBase` (the method descriptor checks the type), `args` pointing to `nargs`
 /// positional arguments followed by one value per name in the `kwnames` tuple (NULL when
 /// there are no keywords), all borrowed for the duration of the call.
-unsafe extern "C" fn dlpack_fastcall(
+unsafe fn dlpack_fastcall(
+    py: Python<'_>,
     slf: *mut ffi::PyObject,
     args: *const *mut ffi::PyObject,
     nargs: ffi::Py_ssize_t,
     kwnames: *mut ffi::PyObject,
-) -> *mut ffi::PyObject {
-    let outcome = catch_unwind(AssertUnwindSafe(|| {
-        // The thread is attached (CPython only calls methods from attached threads);
-        // `Python::attach` makes PyO3 know it, so every PyO3 API in the body behaves as in
-        // a `#[pymethods]` method (immediate decrefs included).
-        Python::attach(|py| {
-            // SAFETY: the arguments satisfy `dlpack_call`'s contract (this function's).
-            match unsafe { dlpack_call(py, slf, args, nargs, kwnames) } {
-                Ok(capsule) => capsule.into_ptr(),
-                Err(err) => {
-                    err.restore(py);
-                    std::ptr::null_mut()
-                }
-            }
-        })
-    }));
-    outcome.unwrap_or_else(|_| {
-        Python::attach(|py| {
-            PySystemError::new_err("panic in strideweave __dlpack__").restore(py);
-        });
-        std::ptr::null_mut()
-    })
+) -> PyResult<*mut ffi::PyObject> {
+    // SAFETY: the arguments satisfy `dlpack_call`'s contract (this function's).
+    unsafe { dlpack_call(py, slf, args, nargs, kwnames) }.map(Py::into_ptr)
 }
 
 /// The method definition of `__dlpack__`; CPython keeps a pointer to it for the life of the
@@ -441,7 +434,15 @@ A DLPack capsule aliasing this tensor's storage: `dltensor`, or `dltensor_versio
 static DLPACK_DEF: MethodDef = MethodDef(ffi::PyMethodDef {
     ml_name: c"__dlpack__".as_ptr(),
     ml_meth: ffi::PyMethodDefPointer {
-        PyCFunctionFastWithKeywords: dlpack_fastcall,
+        // PyO3's trampoline for this calling convention, the one its generated methods use:
+        // it tells PyO3 the thread is attached without a `PyGILState_Ensure` (which
+        // `Python::attach` pays when entered from a raw C callback, about a tenth of an
+        // export), turns a panic into PanicException, and restores an `Err` as the raised
+        // exception.
+        PyCFunctionFastWithKeywords: pyo3::get_trampoline_function!(
+            fastcall_cfunction_with_keywords,
+            dlpack_fastcall
+        ),
     },
     ml_flags: ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
     ml_doc: DLPACK_DOC.as_ptr(),

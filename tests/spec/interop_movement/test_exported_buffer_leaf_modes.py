@@ -3,6 +3,8 @@ hierarchical layouts flatten to their leaf modes, broadcast strides stay 0, and 
 selects the tensor's window."""
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 
@@ -57,3 +59,32 @@ def test_offset_selects_the_tensor_window(dtype):
     a = np.from_dlpack(t)
     assert a[0, 0] == t[0, 0] == 4
     assert a.tolist() == [[t[i, j] for j in range(3)] for i in range(2)] == [[4, 5, 6], [7, 8, 9]]
+
+
+@pytest.mark.parametrize("modes", [1, 2, 4, 5, 8, 12])
+def test_every_count_of_leaf_modes_is_described(modes):
+    # Leaf extents 2 then 1s, strides the running product: every count of modes, whichever
+    # way the export stores its shape and stride arrays, describes the same two values.
+    extents = [2] + [1] * (modes - 1)
+    strides = [1] * modes
+    carrier = sw.CPU(2)
+    carrier[0], carrier[1] = 5.0, 7.0
+    t = sw.Tensor(carrier, 0, layout([extents], [strides]))
+    for max_version in (None, (1, 0)):
+        d = managed(t.__dlpack__(max_version=max_version)).dl_tensor
+        assert d.ndim == modes
+        assert dims(d) == (tuple(extents), tuple(strides))
+    a = np.from_dlpack(t)
+    assert a.shape == tuple(extents)
+    assert a.reshape(-1).tolist() == [5.0, 7.0]
+
+
+@pytest.mark.parametrize("modes", [3, 9])
+def test_shape_and_strides_live_as_long_as_the_capsule(modes):
+    # The arrays belong to the capsule, not to the Tensor or its layout.
+    extents, strides = [1] * (modes - 1) + [3], [3] * (modes - 1) + [1]
+    capsule = sw.Tensor(sw.CPU(3), 0, layout([extents], [strides])).__dlpack__(max_version=(1, 0))
+    gc.collect()
+    junk = [sw.Layout(sw.Shape([[9] * modes]), sw.Stride([[0] * modes])) for _ in range(100)]
+    assert dims(managed(capsule).dl_tensor) == (tuple(extents), tuple(strides))
+    del junk

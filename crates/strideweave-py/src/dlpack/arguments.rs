@@ -20,11 +20,13 @@ fn int_element(arg: &str, elem: &Bound<'_, PyAny>) -> PyResult<(Option<i64>, boo
     }
 }
 
-/// Accepts None, a tuple or a list (subclasses included); returns its two elements.
-fn pair_argument<'py>(
+/// Accepts None, a tuple or a list (subclasses included) and passes its two elements to
+/// `read`; `None` for None.
+fn pair_argument<R>(
     arg: &str,
-    value: Option<&Bound<'py, PyAny>>,
-) -> PyResult<Option<(Bound<'py, PyAny>, Bound<'py, PyAny>)>> {
+    value: Option<&Bound<'_, PyAny>>,
+    read: impl FnOnce(&Bound<'_, PyAny>, &Bound<'_, PyAny>) -> PyResult<R>,
+) -> PyResult<Option<R>> {
     let Some(value) = value else { return Ok(None) };
     if value.is_none() {
         return Ok(None);
@@ -37,10 +39,11 @@ fn pair_argument<'py>(
     };
     if let Ok(t) = value.cast_exact::<PyTuple>() {
         // The common case (NumPy passes `max_version=(1, 0)`): an exact tuple cannot
-        // override item access, so read its items directly instead of through the sequence
-        // protocol.
+        // override item access, so its items are read directly, borrowed (the tuple holds
+        // them), instead of through the sequence protocol.
         two_elements(t.len())?;
-        return Ok(Some((t.get_item(0)?, t.get_item(1)?)));
+        let (first, second) = (t.get_borrowed_item(0)?, t.get_borrowed_item(1)?);
+        return read(&first, &second).map(Some);
     }
     let items = if let Ok(t) = value.cast::<PyTuple>() {
         t.as_sequence().clone()
@@ -53,39 +56,39 @@ fn pair_argument<'py>(
         )));
     };
     two_elements(items.len()?)?;
-    Ok(Some((items.get_item(0)?, items.get_item(1)?)))
+    read(&items.get_item(0)?, &items.get_item(1)?).map(Some)
 }
 
 /// `max_version` → whether to produce the versioned structure.
 pub(super) fn wants_versioned(max_version: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
-    let Some((major, minor)) = pair_argument("max_version", max_version)? else {
-        return Ok(false);
-    };
-    let (major_v, major_neg) = int_element("max_version", &major)?;
-    let (_, minor_neg) = int_element("max_version", &minor)?;
-    if major_neg || minor_neg {
-        return Err(PyValueError::new_err(
-            "max_version components must be non-negative",
-        ));
-    }
-    // `None` means a non-negative int beyond i64: a very high ceiling, still capped at 1.0.
-    Ok(major_v.is_none_or(|m| m >= 1))
+    let versioned = pair_argument("max_version", max_version, |major, minor| {
+        let (major_v, major_neg) = int_element("max_version", major)?;
+        let (_, minor_neg) = int_element("max_version", minor)?;
+        if major_neg || minor_neg {
+            return Err(PyValueError::new_err(
+                "max_version components must be non-negative",
+            ));
+        }
+        // `None` means a non-negative int beyond i64: a very high ceiling, still capped at 1.0.
+        Ok(major_v.is_none_or(|m| m >= 1))
+    })?;
+    Ok(versioned.unwrap_or(false))
 }
 
 /// `dl_device` must name the carrier's own device, if given.
 pub(super) fn check_dl_device(dl_device: Option<&Bound<'_, PyAny>>, device: DLDevice) -> PyResult<()> {
-    let Some((ty, id)) = pair_argument("dl_device", dl_device)? else {
-        return Ok(());
-    };
-    let (ty_v, _) = int_element("dl_device", &ty)?;
-    let (id_v, _) = int_element("dl_device", &id)?;
-    let ours = (i64::from(device.device_type.0), i64::from(device.device_id));
-    if (ty_v, id_v) != (Some(ours.0), Some(ours.1)) {
-        return Err(PyBufferError::new_err(format!(
-            "dl_device ({ty}, {id}) differs from the tensor's DLPack device ({}, {}); \
-             cross-device export is not implemented",
-            ours.0, ours.1
-        )));
-    }
+    pair_argument("dl_device", dl_device, |ty, id| {
+        let (ty_v, _) = int_element("dl_device", ty)?;
+        let (id_v, _) = int_element("dl_device", id)?;
+        let ours = (i64::from(device.device_type.0), i64::from(device.device_id));
+        if (ty_v, id_v) != (Some(ours.0), Some(ours.1)) {
+            return Err(PyBufferError::new_err(format!(
+                "dl_device ({ty}, {id}) differs from the tensor's DLPack device ({}, {}); \
+                 cross-device export is not implemented",
+                ours.0, ours.1
+            )));
+        }
+        Ok(())
+    })?;
     Ok(())
 }

@@ -13,6 +13,23 @@ use super::tensor_reads::inherits_cpu_hooks;
 use crate::carrier_base::CarrierBase;
 use crate::storage::HostStorage;
 
+/// The exported Tensor's carrier, with its native base when it has one (cast once per
+/// export: for a subclass of `_CarrierBase`, every cast walks the class's MRO).
+#[derive(Clone, Copy)]
+pub(super) struct ExportCarrier<'a, 'py> {
+    pub(super) object: &'a Bound<'py, PyAny>,
+    pub(super) base: Option<&'a Bound<'py, CarrierBase>>,
+}
+
+impl<'a, 'py> ExportCarrier<'a, 'py> {
+    pub(super) fn new(object: &'a Bound<'py, PyAny>) -> Self {
+        Self {
+            object,
+            base: object.cast::<CarrierBase>().ok(),
+        }
+    }
+}
+
 /// What resolving the carrier produced: its DLPack device and, for an export, its pointer.
 pub(super) struct CarrierInfo {
     pub(super) device: DLDevice,
@@ -30,7 +47,7 @@ pub(super) struct CarrierInfo {
 /// and `pointer()`, which is 0 once released and otherwise the address of the Rust host
 /// buffer. Reading those directly keeps the whole export in Rust. Any override of either
 /// method, in any subclass, takes the general path and runs the hook through Python.
-pub(super) fn carrier_info(carrier: &Bound<'_, PyAny>, with_pointer: bool) -> PyResult<CarrierInfo> {
+pub(super) fn carrier_info(carrier: ExportCarrier<'_, '_>, with_pointer: bool) -> PyResult<CarrierInfo> {
     if inherits_cpu_hooks(carrier) {
         let device = DLDevice {
             device_type: DLDeviceType::CPU,
@@ -51,15 +68,14 @@ pub(super) fn carrier_info(carrier: &Bound<'_, PyAny>, with_pointer: bool) -> Py
             });
         }
     }
-    hook_info(carrier, with_pointer)
+    hook_info(carrier.object, with_pointer)
 }
 
 /// `CPU.pointer()` without the Python call: `0 if released else storage.pointer()`, with the
 /// released flag. `None` if the carrier does not hold the expected Rust storage (then the
 /// hook runs).
-fn builtin_cpu_pointer(carrier: &Bound<'_, PyAny>) -> PyResult<Option<(usize, bool)>> {
-    let py = carrier.py();
-    let Ok(base) = carrier.cast::<CarrierBase>() else {
+fn builtin_cpu_pointer(carrier: ExportCarrier<'_, '_>) -> PyResult<Option<(usize, bool)>> {
+    let Some(base) = carrier.base else {
         return Ok(None);
     };
     let base = base.get();
@@ -68,7 +84,7 @@ fn builtin_cpu_pointer(carrier: &Bound<'_, PyAny>) -> PyResult<Option<(usize, bo
     }
     Ok(base
         .storage
-        .with(py, |storage| storage.cast::<HostStorage>().ok().map(|s| s.get().address()))
+        .with(carrier.object.py(), |storage| storage.cast::<HostStorage>().ok().map(|s| s.get().address()))
         .flatten()
         .map(|pointer| (pointer, false)))
 }

@@ -46,12 +46,14 @@ mod tensor_reads;
 
 use pyo3::exceptions::{PyBufferError, PyNotImplementedError, PyValueError};
 use pyo3::prelude::*;
-use strideweave_core::dlpack::{TensorDesc, FLAG_READ_ONLY};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyTuple;
+use strideweave_core::dlpack::{DLDeviceType, TensorDesc, FLAG_READ_ONLY};
 
 use crate::error;
 use crate::tensor_base::View;
 use arguments::{check_dl_device, wants_versioned};
-use carrier::{carrier_info, CarrierInfo};
+use carrier::{carrier_info, CarrierInfo, ExportCarrier};
 use tensor_reads::{export_dtype, field, is_mutable, leaf_modes, native_view, Field};
 
 /// Step 1: the one-subtensor requirement, before any carrier is touched. Returns the
@@ -95,27 +97,36 @@ pub(crate) fn export(
     // 1. multi-subtensor
     let subtensors = require_single_subtensor(tensor, view, "__dlpack__")?;
 
+    // The fields of exactly a Tensor are borrowed from its view (no new references); any
+    // other object's are read through `getattr` and held here.
+    let (read_carrier, read_layout, read_dtype);
+
     // 2. carrier: hook, device, pointer; then the null-data check, which needs the extents.
-    let carrier = match view {
-        Some(v) => v.carrier.bind(py).clone(),
-        None => field(tensor, Field::Carrier)?,
-    };
+    let carrier = ExportCarrier::new(match view {
+        Some(v) => v.carrier.bind(py),
+        None => {
+            read_carrier = field(tensor, Field::Carrier)?;
+            &read_carrier
+        }
+    });
     let CarrierInfo {
         device,
         pointer,
         released,
-    } = carrier_info(&carrier, true)?;
-    // The leaf modes: borrowed from exactly a Tensor's native layout, read otherwise.
+    } = carrier_info(carrier, true)?;
     let layout_object = match view {
-        Some(v) => v.layout.bind(py).clone().into_any(),
-        None => field(tensor, Field::Layout)?,
+        Some(v) => v.layout.bind(py).as_any(),
+        None => {
+            read_layout = field(tensor, Field::Layout)?;
+            &read_layout
+        }
     };
     let native_layout = layout_object.cast::<crate::layout::PyLayout>().ok();
     let read_modes;
-    let (shape, strides): (&[i64], &[i64]) = match &native_layout {
+    let (shape, strides): (&[i64], &[i64]) = match native_layout {
         Some(native) => (native.get().core().leaf_extents(), native.get().core().leaf_strides()),
         None => {
-            read_modes = leaf_modes(&layout_object)?;
+            read_modes = leaf_modes(layout_object)?;
             (&read_modes.0, &read_modes.1)
         }
     };
@@ -139,10 +150,13 @@ pub(crate) fn export(
 
     // 4. dtype
     let dtype = match view {
-        Some(v) => v.dtype.bind(py).clone(),
-        None => field(tensor, Field::DType)?,
+        Some(v) => v.dtype.bind(py),
+        None => {
+            read_dtype = field(tensor, Field::DType)?;
+            &read_dtype
+        }
     };
-    let Some(export_dtype) = export_dtype(&dtype)? else {
+    let Some(export_dtype) = export_dtype(dtype)? else {
         return Err(PyBufferError::new_err(format!(
             "DLPack export supports only the Float32 and Int32 dtypes, not {dtype}"
         )));
@@ -157,7 +171,7 @@ pub(crate) fn export(
         .map_err(error::dlpack_desc)?;
     if versioned {
         // Advisory read-only bit: exactly when the tensor is not publicly mutable right now.
-        let flags = if is_mutable(tensor, &carrier, subtensors, released)? {
+        let flags = if is_mutable(tensor, carrier, subtensors, released)? {
             0
         } else {
             FLAG_READ_ONLY
@@ -173,16 +187,31 @@ pub(crate) fn export(
 /// carrier's `dlpack_info()` hook, never on the dtype.
 #[pyfunction]
 #[pyo3(name = "dlpack_device")]
-pub(crate) fn device(tensor: &Bound<'_, PyAny>) -> PyResult<(u32, i32)> {
+pub(crate) fn device(tensor: &Bound<'_, PyAny>) -> PyResult<Py<PyTuple>> {
     let view = native_view(tensor);
     require_single_subtensor(tensor, view, "__dlpack_device__")?;
-    let carrier = match view {
-        Some(v) => v.carrier.bind(tensor.py()).clone(),
-        None => field(tensor, Field::Carrier)?,
-    };
-    let CarrierInfo { device, .. } = carrier_info(&carrier, false)?;
-    Ok((device.device_type.0, device.device_id))
+    let read_carrier;
+    let carrier = ExportCarrier::new(match view {
+        Some(v) => v.carrier.bind(tensor.py()),
+        None => {
+            read_carrier = field(tensor, Field::Carrier)?;
+            &read_carrier
+        }
+    });
+    let CarrierInfo { device, .. } = carrier_info(carrier, false)?;
+    let py = tensor.py();
+    if device.device_type == DLDeviceType::CPU && device.device_id == 0 {
+        // Every built-in exporter's answer: one shared tuple (tuples are immutable) instead
+        // of a new one per call.
+        return CPU_DEVICE
+            .get_or_try_init(py, || PyTuple::new(py, [1u32, 0]).map(Bound::unbind))
+            .map(|t| t.clone_ref(py));
+    }
+    Ok(PyTuple::new(py, [i64::from(device.device_type.0), i64::from(device.device_id)])?.unbind())
 }
+
+/// `(1, 0)`, the DLPack device of host memory, built once.
+static CPU_DEVICE: PyOnceLock<Py<PyTuple>> = PyOnceLock::new();
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(export, m)?)?;

@@ -8,11 +8,13 @@
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::PyString;
+use pyo3::exceptions::PyTypeError;
+use pyo3::types::{PyString, PyType};
 use pyo3::ffi;
 use strideweave_core::dlpack::ExportDType;
 
-use crate::carrier_base::{CarrierBase, Hooks};
+use super::carrier::ExportCarrier;
+use crate::carrier_base::Hooks;
 use crate::layout::PyLayout;
 use crate::tensor_base::{TensorBase, View};
 
@@ -48,10 +50,18 @@ pub(super) enum Field {
 /// are read through `getattr`).
 pub(super) fn native_view<'a>(tensor: &'a Bound<'_, PyAny>) -> Option<&'a View> {
     let b = builtins(tensor.py())?;
-    if !tensor.get_type().is(&b.tensor_type) {
+    if !is_exactly(tensor, &b.tensor_type) {
         return None;
     }
-    tensor.cast::<TensorBase>().ok()?.get().view().ok()
+    // SAFETY: `tensor`'s type is exactly `Tensor`, which `builtins` checked is a subclass of
+    // `_TensorBase`, so the object is a `TensorBase` instance (and the cast's own check, a
+    // walk of the class's MRO, can be skipped).
+    unsafe { tensor.cast_unchecked::<TensorBase>() }.get().view().ok()
+}
+
+/// Whether `object`'s type is exactly `class` (a pointer comparison, no new reference).
+fn is_exactly(object: &Bound<'_, PyAny>, class: &Py<PyAny>) -> bool {
+    std::ptr::eq(object.get_type_ptr().cast::<ffi::PyObject>(), class.as_ptr())
 }
 
 /// `tensor.<field>`: a native field read for a `Tensor`, `getattr` for anything else.
@@ -84,6 +94,10 @@ fn builtins(py: Python<'_>) -> Option<&'static Builtins> {
             let load = || -> PyResult<Builtins> {
                 let cpu = py.import("strideweave.carriers.cpu")?.getattr("CPU")?;
                 let tensor = py.import("strideweave.tensor")?.getattr("Tensor")?;
+                // `native_view` relies on this to read a Tensor's fields without a checked cast.
+                if !tensor.cast::<PyType>()?.is_subclass_of::<TensorBase>()? {
+                    return Err(PyTypeError::new_err("strideweave.Tensor does not subclass _TensorBase"));
+                }
                 let carrier = py.import("strideweave.carriers.base")?.getattr("Carrier")?;
                 let builtin = py
                     .import("strideweave.carriers._builtin")?
@@ -107,12 +121,12 @@ fn builtins(py: Python<'_>) -> Option<&'static Builtins> {
 
 /// Whether `carrier`'s class inherits both `dlpack_info` and `pointer` from the built-in
 /// `CPU` unchanged (then their answers can be computed without calling them).
-pub(super) fn inherits_cpu_hooks(carrier: &Bound<'_, PyAny>) -> bool {
-    let py = carrier.py();
+pub(super) fn inherits_cpu_hooks(carrier: ExportCarrier<'_, '_>) -> bool {
+    let py = carrier.object.py();
     builtins(py).is_some_and(|b| {
         class_hooks_are(carrier, Hooks::CpuDlpack, || {
-            class_attr_is(carrier, intern!(py, "dlpack_info"), &b.cpu_dlpack_info)
-                && class_attr_is(carrier, intern!(py, "pointer"), &b.cpu_pointer)
+            class_attr_is(carrier.object, intern!(py, "dlpack_info"), &b.cpu_dlpack_info)
+                && class_attr_is(carrier.object, intern!(py, "pointer"), &b.cpu_pointer)
         })
     })
 }
@@ -142,10 +156,10 @@ fn class_attr_is(obj: &Bound<'_, PyAny>, name: &Bound<'_, PyString>, function: &
 /// carrier and remembered on it: a class decides its hooks when it is created, and the
 /// issue's rule is that the check is cached, not repeated per call). Objects that are not
 /// `_CarrierBase` instances are checked every time.
-fn class_hooks_are(carrier: &Bound<'_, PyAny>, which: Hooks, check: impl FnOnce() -> bool) -> bool {
-    match carrier.cast::<CarrierBase>() {
-        Ok(base) => base.get().hooks_are(which, check),
-        Err(_) => check(),
+fn class_hooks_are(carrier: ExportCarrier<'_, '_>, which: Hooks, check: impl FnOnce() -> bool) -> bool {
+    match carrier.base {
+        Some(base) => base.get().hooks_are(which, check),
+        None => check(),
     }
 }
 
@@ -202,7 +216,7 @@ pub(super) fn export_dtype(dtype: &Bound<'_, PyAny>) -> PyResult<Option<ExportDT
 /// under a method's name is not a hook override.
 pub(super) fn is_mutable(
     tensor: &Bound<'_, PyAny>,
-    carrier: &Bound<'_, PyAny>,
+    carrier: ExportCarrier<'_, '_>,
     subtensors: usize,
     released: Option<bool>,
 ) -> PyResult<bool> {
@@ -211,7 +225,7 @@ pub(super) fn is_mutable(
         return tensor.call_method0(intern!(py, "is_mutable"))?.is_truthy();
     };
     let builtin_hook = || class_attr_is(tensor, intern!(py, "is_mutable"), &b.tensor_is_mutable);
-    let tensor_hook_is_builtin = if tensor.get_type().is(&b.tensor_type) {
+    let tensor_hook_is_builtin = if is_exactly(tensor, &b.tensor_type) {
         *TENSOR_IS_MUTABLE_BUILTIN.get_or_init(py, builtin_hook)
     } else {
         builtin_hook()
@@ -222,23 +236,24 @@ pub(super) fn is_mutable(
     if subtensors != 1 {
         return Ok(false);
     }
+    let object = carrier.object;
     let builtin = class_hooks_are(carrier, Hooks::BuiltinMutable, || {
-        class_attr_is(carrier, intern!(py, "is_mutable"), &b.carrier_is_mutable)
-            && class_attr_is(carrier, intern!(py, "_is_mutable"), &b.builtin_is_mutable)
+        class_attr_is(object, intern!(py, "is_mutable"), &b.carrier_is_mutable)
+            && class_attr_is(object, intern!(py, "_is_mutable"), &b.builtin_is_mutable)
     });
     if !builtin {
-        return carrier.call_method0(intern!(py, "is_mutable"))?.is_truthy();
+        return object.call_method0(intern!(py, "is_mutable"))?.is_truthy();
     }
-    if let Ok(base) = carrier.cast::<CarrierBase>() {
+    if let Some(base) = carrier.base {
         let base = base.get();
         let released = released.unwrap_or_else(|| base.released());
         return Ok(!released && base.owner_is_none() && base.mutable_flag());
     }
     let released = match released {
         Some(released) => released,
-        None => carrier.getattr(intern!(py, "_sw_released"))?.is_truthy()?,
+        None => object.getattr(intern!(py, "_sw_released"))?.is_truthy()?,
     };
     Ok(!released
-        && carrier.getattr(intern!(py, "_sw_owner"))?.is_none()
-        && carrier.getattr(intern!(py, "_mutable"))?.is_truthy()?)
+        && object.getattr(intern!(py, "_sw_owner"))?.is_none()
+        && object.getattr(intern!(py, "_mutable"))?.is_truthy()?)
 }

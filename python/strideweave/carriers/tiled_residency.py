@@ -21,7 +21,7 @@ from typing import Any, Iterable, Protocol
 
 from strideweave import _autograd, _native
 from strideweave.carriers import tiled_bulk, tiled_tiles
-from strideweave.carriers.base import Allocatable, Carrier, drop_claims, not_a_carrier, take_claim
+from strideweave.carriers.base import RELEASING, Allocatable, Carrier, drop_claims, not_a_carrier, take_claim
 from strideweave.carriers.dtype import DType
 from strideweave.carriers.extension import PreparedTransfer, Unsupported, is_definition_backed
 from strideweave.carriers.move import AwaitResult
@@ -222,6 +222,9 @@ def check_projection(c: _ProjectionSource, tensor: Any, selection: Any, destinat
         if size < total:
             if size == 0 and (isinstance(destination, Allocatable) or is_definition_backed(destination)):
                 grow = True
+            elif destination.is_released() or destination._sw_claim is RELEASING or destination._sw_storage_gone():
+                # Released by another thread since the check above: that is the error.
+                raise RuntimeError("the projection destination is released")
             else:
                 raise ValueError(f"destination is too small: {size} slots for a {total}-slot "
                                  "projection")

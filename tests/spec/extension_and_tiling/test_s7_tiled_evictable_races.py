@@ -11,7 +11,8 @@ what it met, the values are exact, nothing crashes, and nothing stays claimed or
 import pytest
 
 import strideweave as sw
-from racing import THREADS, accepts_release, frequent_thread_switches, run_together  # noqa: F401 (autouse fixture)
+from racing import (THREADS, accepts_release, frequent_thread_switches, messages, ok,  # noqa: F401 (autouse fixture)
+                     raised, run_together)
 from strideweave.carriers.tiled_evictable import TiledEvictable, TileSelection, TileSet
 
 F32 = sw.DType.Float32
@@ -37,20 +38,6 @@ TIERS = {
 def tiled(tiers):
     primary, secondary, _ = TIERS[tiers]
     return TiledEvictable(primary(), secondary(), (GRID,), (TILE,))
-
-
-def raised(outcomes):
-    return [o[1] for o in outcomes if o[0] == "raised"]
-
-
-def ok(outcomes):
-    return [o[1] for o in outcomes if o[0] == "ok"]
-
-
-def messages(outcomes):
-    for exc in raised(outcomes):
-        assert isinstance(exc, RuntimeError), repr(exc)
-    return {str(exc) for exc in raised(outcomes)}
 
 
 def pinned(action, k):

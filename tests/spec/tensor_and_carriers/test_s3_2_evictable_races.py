@@ -10,7 +10,8 @@ a carrier nobody claims accepts `release()`)."""
 import pytest
 
 import strideweave as sw
-from racing import THREADS, accepts_release, frequent_thread_switches, run_together  # noqa: F401 (autouse fixture)
+from racing import (THREADS, accepts_release, frequent_thread_switches, messages, ok,  # noqa: F401 (autouse fixture)
+                     raised, run_together)
 
 F32 = sw.DType.Float32
 ROUNDS = 300
@@ -28,20 +29,6 @@ def evictable(evicted=False):
     if evicted:
         ev.evict()
     return ev
-
-
-def raised(outcomes):
-    return [o[1] for o in outcomes if o[0] == "raised"]
-
-
-def ok(outcomes):
-    return [o[1] for o in outcomes if o[0] == "ok"]
-
-
-def messages(outcomes):
-    for exc in raised(outcomes):
-        assert isinstance(exc, RuntimeError), repr(exc)
-    return {str(exc) for exc in raised(outcomes)}
 
 
 PENDING = "cannot {} Evictable carrier: it participates in a pending move"

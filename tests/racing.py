@@ -35,6 +35,24 @@ def run_together(actions, grad=None, join_seconds=60):
     return outcomes
 
 
+def raised(outcomes):
+    """The exceptions of `run_together`'s outcomes."""
+    return [o[1] for o in outcomes if o[0] == "raised"]
+
+
+def ok(outcomes):
+    """The results of the actions that returned."""
+    return [o[1] for o in outcomes if o[0] == "ok"]
+
+
+def messages(outcomes):
+    """The messages of the exceptions raised, each of which must be a RuntimeError (the loser
+    of a race raises that)."""
+    for exc in raised(outcomes):
+        assert isinstance(exc, RuntimeError), repr(exc)
+    return {str(exc) for exc in raised(outcomes)}
+
+
 def unclaimed(carrier):
     """A carrier nobody claims accepts release() (idempotent on a released one)."""
     carrier.release()

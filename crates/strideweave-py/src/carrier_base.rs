@@ -277,6 +277,39 @@ impl CarrierBase {
         carrier_state::take_claims(claim, &entries, &PyJudge { active: active.as_ref(), releasing })
     }
 
+    /// Claims this carrier for a composite's own `action` (an Evictable's evict/promote, a
+    /// projection into it): RuntimeError worded for `action` if released, owned or claimed
+    /// (but by `active`), checked and claimed in one step.
+    fn _sw_take_claim(
+        slf: &Bound<'_, Self>,
+        claim: &Bound<'_, PyAny>,
+        action: &str,
+        active: Option<Bound<'_, PyAny>>,
+        releasing: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        carrier_state::take_claim(slf, claim, action, &PyJudge { active: active.as_ref(), releasing })
+    }
+
+    /// Makes `owner` this carrier's owner if it is live, unowned and not claimed (but by
+    /// `active`), in one step; False, changing nothing, otherwise.
+    fn _sw_adopt(&self, owner: &Bound<'_, PyAny>, active: Option<Bound<'_, PyAny>>, releasing: &Bound<'_, PyAny>) -> bool {
+        carrier_state::adopt(self, owner, &PyJudge { active: active.as_ref(), releasing })
+    }
+
+    /// Gives up ownership if `owner` owns this carrier; returns whether it did.
+    fn _sw_disown(&self, owner: &Bound<'_, PyAny>) -> bool {
+        let displaced = self.state.disown_if(|held| owner.is(held));
+        let disowned = displaced.is_some();
+        drop(displaced);
+        disowned
+    }
+
+    /// Makes `owner` the owner again of this carrier if nobody owns it (live or released: a
+    /// composite taking back the source of a move between its tiers); returns whether it did.
+    fn _sw_restore_owner(&self, owner: &Bound<'_, PyAny>) -> bool {
+        self.state.restore_owner(owner.clone().unbind()).map_err(drop).is_ok()
+    }
+
     /// Drops `claim` if this carrier still holds it (idempotent).
     fn _sw_drop_claim(&self, claim: &Bound<'_, PyAny>) {
         carrier_state::drop_claim(self, claim);

@@ -105,6 +105,52 @@ pub(crate) fn take_claims(
     }
 }
 
+/// `take_claim`: claims one carrier for a composite's own operation (`action`: "evict",
+/// "project into", ...) if it is live, unowned and no blocking claim holds it, checked in
+/// that order in the same critical section as the claim. The refusals are worded in terms
+/// of the action, as `Evictable.evict()` words them.
+pub(crate) fn take_claim(
+    carrier: &Bound<'_, CarrierBase>,
+    claim: &Bound<'_, PyAny>,
+    action: &str,
+    judge: &PyJudge<'_, '_>,
+) -> PyResult<()> {
+    let py = carrier.py();
+    let rule = ClaimRule { owner_refuses: true, mutable: true };
+    match carrier.get().state().try_claim(claim.clone().unbind(), rule, judge) {
+        Ok(displaced) => {
+            drop(displaced);
+            Ok(())
+        }
+        Err((refused, why)) => {
+            drop(refused);
+            let name = type_name(carrier.as_any())?;
+            Err(match why {
+                Refusal::Released => PyRuntimeError::new_err(format!("cannot {action} a released {name} carrier")),
+                Refusal::Owned(owner) => PyRuntimeError::new_err(format!(
+                    "cannot {action} {name} carrier: it is owned by {}",
+                    owner.bind(py).name()?
+                )),
+                Refusal::Claimed(held) => claimed_error(&name, action, held),
+                other => unexpected(&other),
+            })
+        }
+    }
+}
+
+/// `adopt`: makes `owner` the owner of a live, unowned carrier no blocking claim holds, in
+/// one step. False when refused: the caller words the refusal by its own checks, which the
+/// refused state now fails.
+pub(crate) fn adopt(carrier: &CarrierBase, owner: &Bound<'_, PyAny>, judge: &PyJudge<'_, '_>) -> bool {
+    match carrier.state().adopt(owner.clone().unbind(), judge) {
+        Ok(()) => true,
+        Err((refused, _)) => {
+            drop(refused);
+            false
+        }
+    }
+}
+
 /// Drops `claim` if the carrier still holds it (idempotent).
 pub(crate) fn drop_claim(carrier: &CarrierBase, claim: &Bound<'_, PyAny>) {
     drop(carrier.state().drop_claim_if(|held| claim.is(held)));

@@ -83,6 +83,21 @@ class _ActiveClaim(threading.local):
 
 ACTIVE_CLAIM = _ActiveClaim()
 
+
+class _OwnerWrite(threading.local):
+    """The `(carrier, owner)` whose owner write runs on this thread (`_sw_write_as_owner`).
+
+    An owned carrier refuses public writes; its owner writes through the ordinary checked
+    path, admitted by this record rather than by clearing the owner field for the duration,
+    which every other thread would see as the carrier being unowned (free to release, move
+    or write). The core's `WriteGate::as_owner` admits the owner token the same way.
+    """
+
+    write: tuple[object, object] | None = None
+
+
+OWNER_WRITE = _OwnerWrite()
+
 # Each carrier state transition is atomic on its own: the carrier's state cell (the core's
 # `StateCell`, see crates/strideweave-py/src/carrier_state.rs) checks and changes the state in
 # one step. What the cell cannot cover is a public write through Python hooks: its checks, its
@@ -120,6 +135,16 @@ def take_claims(claim: object, carriers: "Iterable[tuple[Carrier, str, str]]") -
     stores under it and must not see a claim appear in between."""
     with STATE_LOCK:
         _native._CarrierBase._sw_take_claims(claim, tuple(carriers), ACTIVE_CLAIM.request, RELEASING)
+
+
+def take_claim(carrier: "Carrier", claim: object, action: str) -> None:
+    """Claim `carrier` for a composite's own operation (`action`: "evict", "project into"):
+    RuntimeError, worded for the action, if it is released, owned or claimed, checked and
+    claimed in one step of its state cell, so of this and a racing move, release or write
+    exactly one goes ahead. Under the state lock, as `take_claims`, so that no Python-level
+    write is between its checks and its store."""
+    with STATE_LOCK:
+        carrier._sw_take_claim(claim, action, ACTIVE_CLAIM.request, RELEASING)
 
 
 def drop_claims(claim: object, carriers: "Iterable[Carrier]") -> None:
@@ -352,9 +377,11 @@ class Carrier(_native._CarrierBase):
             if not self._is_mutable():
                 raise RuntimeError(f"{type(self).__name__} carrier is not mutable")
             return
-        if self._sw_owner is not None:
+        owner = self._sw_owner
+        admitted = OWNER_WRITE.write
+        if owner is not None and not (admitted is not None and admitted[0] is self and admitted[1] is owner):
             raise RuntimeError(f"{type(self).__name__} carrier is not mutable: owned by "
-                               f"{type(self._sw_owner).__name__}")
+                               f"{type(owner).__name__}")
         if not self._is_mutable():
             raise RuntimeError(f"{type(self).__name__} carrier is not mutable")
         self._sw_check_unclaimed("write to")
@@ -375,14 +402,17 @@ class Carrier(_native._CarrierBase):
         self.set_value(i, v)
 
     def _sw_write_as_owner(self, owner: object, i: int, v: Any) -> None:
-        """A write by the owning composite (Evictable), which bypasses the ownership guard."""
-        if owner is not self._sw_owner:
-            raise RuntimeError("only the owning carrier may write through this path")
-        saved, self._sw_owner = self._sw_owner, None
-        try:
-            self[i] = v
-        finally:
-            self._sw_owner = saved
+        """A write by the owning composite (Evictable, TiledEvictable): the public write's
+        checks and store under the state lock, the owner admitted by `OWNER_WRITE` while the
+        carrier stays owned throughout, so no other thread ever sees it unowned."""
+        with STATE_LOCK:
+            if owner is not self._sw_owner:
+                raise RuntimeError("only the owning carrier may write through this path")
+            saved, OWNER_WRITE.write = OWNER_WRITE.write, (self, owner)
+            try:
+                self[i] = v
+            finally:
+                OWNER_WRITE.write = saved
 
     # ----- pickling ---------------------------------------------------------------------------
     _SW_NATIVE_STATE = ("_sw_version", "_sw_released", "_sw_owner", "_sw_claim", "_storage", "_mutable")

@@ -26,7 +26,7 @@ import contextlib
 import threading
 from typing import Any, Iterable
 
-from strideweave.carriers.base import STATE_LOCK, Carrier, check_index, not_a_carrier
+from strideweave.carriers.base import STATE_LOCK, Carrier, check_index, drop_claims, not_a_carrier, take_claim
 from strideweave.carriers.ownership import Ownership, TwoTiered
 from strideweave.carriers.block_device import BlockDeviceCarrier
 from strideweave.carriers.dtype import DType
@@ -43,6 +43,19 @@ class _TransitionClaim:
     moves of the Evictable from other threads fail instead of racing the tier swap."""
 
     __slots__ = ()
+
+
+def _check_tiers_free(primary: Carrier, secondary: Carrier) -> None:
+    """Construction steps 4 and 5: both tiers live, then each unowned and unclaimed."""
+    for name, tier in (("primary", primary), ("secondary", secondary)):
+        if tier.is_released():
+            raise RuntimeError(f"Evictable {name} tier ({_describe(tier)}) is released")
+    for name, tier in (("primary", primary), ("secondary", secondary)):
+        if tier.is_owned():
+            raise RuntimeError(f"Evictable {name} tier ({_describe(tier)}) is already owned by "
+                               f"{type(tier._sw_owner).__name__}")
+        # A tier a pending move holds would be released under us at that move's commit.
+        tier._sw_check_unclaimed(f"use as the Evictable {name} tier a")
 
 
 def _flat_tensor(carrier: Carrier, size: int) -> Any:
@@ -81,15 +94,7 @@ class Evictable(TwoTiered, Carrier):
                                 "Evictable are not supported")
         if primary is secondary:
             raise ValueError("Evictable primary and secondary must be distinct carrier objects")
-        for name, tier in (("primary", primary), ("secondary", secondary)):
-            if tier.is_released():
-                raise RuntimeError(f"Evictable {name} tier ({_describe(tier)}) is released")
-        for name, tier in (("primary", primary), ("secondary", secondary)):
-            if tier.is_owned():
-                raise RuntimeError(f"Evictable {name} tier ({_describe(tier)}) is already owned by "
-                                   f"{type(tier._sw_owner).__name__}")
-            # A tier a pending move holds would be released under us at that move's commit.
-            tier._sw_check_unclaimed(f"use as the Evictable {name} tier a")
+        _check_tiers_free(primary, secondary)
         dtype = primary.dtype()
         if secondary.dtype() is not dtype:
             raise TypeError(f"Evictable tier dtypes must be identical: primary is {dtype.name}, "
@@ -115,7 +120,9 @@ class Evictable(TwoTiered, Carrier):
         self._secondary = secondary
         self._evicted = False
         self._lock = threading.Lock()
-        self._sw_own_tiers(_Ownership())
+        # Each tier is adopted in one step of its state: one a racing move or release took
+        # since the checks above fails them now, with their message.
+        self._sw_own_tiers(_Ownership(), lambda: _check_tiers_free(primary, secondary))
 
     # ----- queries ------------------------------------------------------------------------
     # `primary` / `secondary` (TwoTiered): the current tiers; eviction releases the primary,
@@ -181,55 +188,60 @@ class Evictable(TwoTiered, Carrier):
 
     def _transition(self, *, evict: bool) -> None:
         action = "evict" if evict else "promote"
-        if self._sw_released:
-            raise RuntimeError(f"cannot {action} a released {type(self).__name__} carrier")
-        if self._sw_owner is not None:
-            raise RuntimeError(f"cannot {action} {type(self).__name__} carrier: it is owned by "
-                               f"{type(self._sw_owner).__name__}")
+        # One transition at a time (a second evict waits, then finds nothing to do). The
+        # Evictable's claim is checked and taken in one step of its state (released, owned,
+        # claimed, each refused with its message), so of a transition and a racing move,
+        # release or write of the Evictable exactly one goes ahead; it is given back only
+        # once the tiers and the residency are final.
         with self._lock:
-            self._sw_check_unclaimed(action)
-            if self._evicted == evict:
-                return None
-            from strideweave.carriers.move import _move_between_tiers
-            source = self._primary if evict else self._secondary
-            target = self._secondary if evict else self._primary
-            size = self._size
-            fresh: Carrier | None = None
-            if target.is_released() or target.size() < size:
-                # Allocation failure leaves everything as it was: nothing is owned yet. The
-                # contract's call exactly (zeroed): large host buffers are kernel-zeroed
-                # mappings, so the zeroing costs no pass over memory.
-                fresh = target.allocate_like(size, mutable=True)
-                self._ownership.take(fresh)
-                destination = fresh
-            else:
-                destination = target
-            self._sw_claim = _TransitionClaim()
+            claim = _TransitionClaim()
+            take_claim(self, claim, action)
             try:
-                _move_between_tiers(_flat_tensor(source, size), destination)
-            except BaseException:
-                if fresh is not None:
-                    self._ownership.drop(fresh)
-                    with contextlib.suppress(Exception):
-                        fresh.release()
-                # The failed move restored its own claims; the source is live and still ours.
-                source._sw_owner = self._ownership
-                raise
+                if self._evicted != evict:
+                    self._move_tiers(evict)
             finally:
-                self._sw_claim = None
-            # Committed: the move disowned and released the source. It stays listed as our
-            # (released) tier so the pair keeps reporting as owned until we are released.
-            source._sw_owner = self._ownership
-            if fresh is not None:
-                self._ownership.drop(target)
-                if not target.is_released():
-                    target.release()
-                if evict:
-                    self._secondary = fresh
-                else:
-                    self._primary = fresh
-            self._evicted = evict
+                drop_claims(claim, (self,))
         return None
+
+    def _move_tiers(self, evict: bool) -> None:
+        """The transition proper, run while the Evictable's claim is held."""
+        from strideweave.carriers.move import _move_between_tiers
+        source = self._primary if evict else self._secondary
+        target = self._secondary if evict else self._primary
+        size = self._size
+        fresh: Carrier | None = None
+        if target.is_released() or target.size() < size:
+            # Allocation failure leaves everything as it was: nothing is owned yet. The
+            # contract's call exactly (zeroed): large host buffers are kernel-zeroed
+            # mappings, so the zeroing costs no pass over memory.
+            fresh = target.allocate_like(size, mutable=True)
+            self._ownership.take(fresh)
+            destination = fresh
+        else:
+            destination = target
+        try:
+            _move_between_tiers(_flat_tensor(source, size), destination)
+        except BaseException:
+            if fresh is not None:
+                self._ownership.drop(fresh)
+                with contextlib.suppress(Exception):
+                    fresh.release()
+            # The failed move restored its own claims and the source's owner; the source is
+            # live and still ours.
+            source._sw_restore_owner(self._ownership)
+            raise
+        # Committed: the move disowned and released the source. It stays listed as our
+        # (released) tier so the pair keeps reporting as owned until we are released.
+        source._sw_restore_owner(self._ownership)
+        if fresh is not None:
+            self._ownership.drop(target)
+            if not target.is_released():
+                target.release()
+            if evict:
+                self._secondary = fresh
+            else:
+                self._primary = fresh
+        self._evicted = evict
 
     # ----- release and factories ---------------------------------------------------------------
     def _release(self) -> None:

@@ -9,9 +9,9 @@ name stands for the composite.
 from __future__ import annotations
 
 import weakref
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
-from strideweave.carriers.base import Carrier
+from strideweave.carriers.base import ACTIVE_CLAIM, RELEASING, Carrier
 
 __all__: list[str] = []
 
@@ -37,20 +37,27 @@ class Ownership:
         """The carriers owned now, in the order they were taken."""
         return list(self._held.values())
 
-    def take(self, carrier: Carrier) -> None:
-        carrier._sw_owner = self
+    def take(self, carrier: Carrier, explain: Callable[[], None] | None = None) -> None:
+        """Own `carrier`, which must be live, unowned and unclaimed: checked and owned in one
+        step of its state, so a racing move or release cannot slip in after the caller's
+        checks. When that step refuses, `explain()` (the caller's checks, which the state now
+        fails) raises the refusal in the caller's words; should the state have changed back
+        meanwhile, the step is tried again."""
+        while not carrier._sw_adopt(self, ACTIVE_CLAIM.request, RELEASING):
+            if explain is None:
+                raise RuntimeError(f"{type(carrier).__name__} carrier cannot be owned: it is released, "
+                                   "owned or held by a pending move")
+            explain()
         self._held[id(carrier)] = carrier
 
     def drop(self, carrier: Carrier) -> None:
-        if carrier._sw_owner is self:
-            carrier._sw_owner = None
+        carrier._sw_disown(self)
         self._held.pop(id(carrier), None)
 
     def disown_all(self) -> None:
         """GC finalizer and release: every carrier held goes back to being unowned."""
         for carrier in self._held.values():
-            if carrier._sw_owner is self:
-                carrier._sw_owner = None
+            carrier._sw_disown(self)
         self._held = {}
 
 
@@ -63,10 +70,15 @@ class TwoTiered:
     _ownership: Ownership
     _finalizer: Any
 
-    def _sw_own_tiers(self, ownership: Ownership) -> None:
-        """Own both tiers through `ownership`; disown them if this object is collected."""
-        ownership.take(self._primary)
-        ownership.take(self._secondary)
+    def _sw_own_tiers(self, ownership: Ownership, explain: Callable[[], None]) -> None:
+        """Own both tiers through `ownership`, or neither (`explain` words a refusal, see
+        `Ownership.take`); disown them if this object is collected."""
+        ownership.take(self._primary, explain)
+        try:
+            ownership.take(self._secondary, explain)
+        except BaseException:
+            ownership.drop(self._primary)
+            raise
         self._ownership = ownership
         self._finalizer = weakref.finalize(self, ownership.disown_all)
 

@@ -52,6 +52,16 @@ for _public in (TileSet, TileSelection, AwaitProjection, AwaitResidency, TileSta
 _INDEXED_TILES = 1 << 16  # ~10 MB of index at most
 
 
+def _check_tiers_free(primary: Carrier, secondary: Carrier) -> None:
+    """Construction step 3: each tier live, unowned and unclaimed."""
+    for name, tier in (("primary", primary), ("secondary", secondary)):
+        if tier.is_released():
+            raise RuntimeError(f"TiledEvictable {name} tier ({type(tier).__name__}) is released")
+        if tier.is_owned():
+            raise RuntimeError(f"TiledEvictable {name} tier ({type(tier).__name__}) is already owned")
+        tier._sw_check_unclaimed(f"use as the TiledEvictable {name} tier a")
+
+
 # ===== the carrier ==============================================================================
 
 @final
@@ -76,12 +86,7 @@ class TiledEvictable(TwoTiered, Carrier):
                                     "a plain Carrier (not an Evictable or TiledEvictable)")
         if primary is secondary:
             raise ValueError("TiledEvictable primary and secondary must be distinct carrier objects")
-        for name, tier in (("primary", primary), ("secondary", secondary)):
-            if tier.is_released():
-                raise RuntimeError(f"TiledEvictable {name} tier ({type(tier).__name__}) is released")
-            if tier.is_owned():
-                raise RuntimeError(f"TiledEvictable {name} tier ({type(tier).__name__}) is already owned")
-            tier._sw_check_unclaimed(f"use as the TiledEvictable {name} tier a")
+        _check_tiers_free(primary, secondary)
         dtype = primary.dtype()
         if secondary.dtype() is not dtype:
             raise TypeError(f"TiledEvictable tier dtypes differ: primary is {dtype.name}, secondary "
@@ -139,9 +144,16 @@ class TiledEvictable(TwoTiered, Carrier):
         self._ownership = _Ownership()
         super().__init__(full, dtype=dtype, mutable=primary.is_mutable())
         self._seed = None
-        self._sw_own_tiers(self._ownership)
         # The storage provider's allocate (run by Carrier.__init__, full > 0) built the tiles.
-        tiled_tiles.adopt_all(cast("list[tiled_tiles.Tile]", self._tiles), self._ownership)
+        tiles = cast("list[tiled_tiles.Tile]", self._tiles)
+        try:
+            # Each tier is adopted in one step of its state: one a racing move or release took
+            # since the checks above fails them now, with their message, and nothing is kept.
+            self._sw_own_tiers(self._ownership, lambda: _check_tiers_free(primary, secondary))
+        except BaseException:
+            tiled_tiles.release_tiles(tiles)
+            raise
+        tiled_tiles.adopt_all(tiles, self._ownership)
 
     # ----- geometry (`primary` / `secondary` come from TwoTiered) ---------------------------
     @property

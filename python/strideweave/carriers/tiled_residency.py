@@ -21,7 +21,7 @@ from typing import Any, Iterable, Protocol
 
 from strideweave import _autograd, _native
 from strideweave.carriers import tiled_bulk, tiled_tiles
-from strideweave.carriers.base import Allocatable, Carrier, not_a_carrier
+from strideweave.carriers.base import RELEASING, Allocatable, Carrier, drop_claims, not_a_carrier, take_claim
 from strideweave.carriers.dtype import DType
 from strideweave.carriers.extension import PreparedTransfer, Unsupported, is_definition_backed
 from strideweave.carriers.move import AwaitResult
@@ -222,6 +222,9 @@ def check_projection(c: _ProjectionSource, tensor: Any, selection: Any, destinat
         if size < total:
             if size == 0 and (isinstance(destination, Allocatable) or is_definition_backed(destination)):
                 grow = True
+            elif destination.is_released() or destination._sw_claim is RELEASING or destination._sw_storage_gone():
+                # Released by another thread since the check above: that is the error.
+                raise RuntimeError("the projection destination is released")
             else:
                 raise ValueError(f"destination is too small: {size} slots for a {total}-slot "
                                  "projection")
@@ -240,10 +243,17 @@ def project(c: Any, tensor: Any, selection: Any, destination: Carrier | None) ->
         c._check_live("project")
         _pin(c, selected)
     owned_destination = destination is None
+    claim = _ProjectionClaim()
+    claimed: Carrier | None = None
     try:
         if destination is None:  # = owned_destination, tested on the variable so it narrows
             destination = c._primary.allocate_like(total, mutable=True, empty=True)
-        elif grow:
+        # Checked and claimed in one step of the destination's state (before it grows, as a
+        # move grows its claimed destination): of this projection and a racing move, release
+        # or write of a caller's destination exactly one goes ahead.
+        take_claim(destination, claim, "project into")
+        claimed = destination
+        if grow:
             if is_definition_backed(destination):
                 from strideweave.carriers.extension import allocate_destination
                 allocate_destination(destination, total)
@@ -251,9 +261,12 @@ def project(c: Any, tensor: Any, selection: Any, destination: Carrier | None) ->
                 destination._allocate(total)
         handle = _native.new_completion(AwaitProjection)
     except BaseException:
+        if claimed is not None:
+            drop_claims(claim, (claimed,))
+        if owned_destination and destination is not None:
+            _release_quietly(destination)
         _unpin(c, selected)
         raise
-    destination._sw_claim = _ProjectionClaim()
     layout = Layout.canonical(Shape(list(compact)))
 
     def finish(error: BaseException | None) -> None:
@@ -264,7 +277,7 @@ def project(c: Any, tensor: Any, selection: Any, destination: Carrier | None) ->
                 result = Tensor(destination, 0, layout)
             except BaseException as exc:  # noqa: BLE001
                 error = exc
-        destination._sw_claim = None
+        drop_claims(claim, (destination,))
         if error is not None:
             if owned_destination:
                 _release_quietly(destination)
@@ -287,7 +300,7 @@ def project(c: Any, tensor: Any, selection: Any, destination: Carrier | None) ->
                     finish(None)
             _native.submit_python(handle, job)
     except BaseException:
-        destination._sw_claim = None
+        drop_claims(claim, (destination,))
         if owned_destination:
             _release_quietly(destination)
         _unpin(c, selected)
@@ -351,13 +364,17 @@ def prepare_to_cpu(request: Any) -> Any:
                 raise RuntimeError("cannot move a TiledEvictable while a residency request or "
                                    "projection is pending")
             sources = None if dst is None else tiled_tiles.storages_of(source._tiles)
-            if sources is not None:
-                _pin(source, every)
+            # Pinned whichever path gathers, so no residency request swaps out (and releases)
+            # a tile under the copy: of the two, exactly one goes ahead.
+            _pin(source, every)
         if sources is None:
-            for index, tile in enumerate(source._tiles):
-                values = tiled_tiles.read_all(tile, source._tile_size)
-                for s, v in zip(source._tile_slots(index), values):
-                    destination._sw_fill(s, v)
+            try:
+                for index, tile in enumerate(source._tiles):
+                    values = tiled_tiles.read_all(tile, source._tile_size)
+                    for s, v in zip(source._tile_slots(index), values):
+                        destination._sw_fill(s, v)
+            finally:
+                _unpin(source, every)
             return None
         # One engine job; the move waits on the returned completion. The tiles stay pinned
         # meanwhile, so no residency request swaps one out under the copy.

@@ -404,6 +404,20 @@ impl<O, C> StateCell<O, C> {
         Ok(())
     }
 
+    /// Makes `owner` the owner again of a carrier nobody owns, whatever else its state: for a
+    /// composite taking back a tier it owned before a move between its tiers, which disowns
+    /// the move's source and may release it. Refused (`owner` handed back) when someone owns
+    /// the carrier, so it never overwrites another owner.
+    pub fn restore_owner(&self, owner: O) -> Result<(), O> {
+        let mut state = self.lock();
+        if state.slots.owner.is_some() {
+            return Err(owner);
+        }
+        let none = state.put_owner(Some(owner));
+        debug_assert!(none.is_none());
+        Ok(())
+    }
+
     /// A framework mutation outside the element path: owned → `Owned`, a blocking claim →
     /// `Claimed`, else the version rises by one.
     pub fn mutate<J: ClaimJudge<O, C>>(&self, judge: &J) -> Result<(), RefusalOf<J, O, C>> {

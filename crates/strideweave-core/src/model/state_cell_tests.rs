@@ -154,6 +154,17 @@ fn adopt_and_disown() {
 }
 
 #[test]
+fn restore_owner_takes_back_a_released_carrier_but_never_displaces_an_owner() {
+    let cell = Cell::new();
+    assert_eq!(cell.try_claim(1, LOOSE, &Judge), Ok(None));
+    assert_eq!(cell.release_claimed(), (true, Some(1)));
+    assert_eq!(cell.restore_owner("a"), Ok(()));
+    assert!(cell.is_owned() && cell.is_released());
+    assert_eq!(cell.restore_owner("b"), Err("b"));
+    assert_eq!(cell.disown_if(|o| *o == "a"), Some("a"));
+}
+
+#[test]
 fn mutations_and_writes_count_in_the_version() {
     let cell = Cell::new();
     assert_eq!(cell.mutate(&Judge), Ok(()));

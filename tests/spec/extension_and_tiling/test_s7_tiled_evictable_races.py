@@ -1,0 +1,150 @@
+"""extension-and-tiling.md §7 TiledEvictable, with its requests racing the other state
+transitions (issue 10: a claim is taken atomically with the checks that guard it): residency
+vs a move of the TiledEvictable ("tiled.to_cpu"), residency vs release, and a projection into
+a caller's destination vs a move or release of that destination.
+
+8 threads, 300 rounds each (100 for the Python-tier variants, whose rounds copy through
+Python hooks). Whatever the interleaving, two conflicting transitions never both take effect
+at once: the one that meets the other's claim or pins raises RuntimeError with the message of
+what it met, the values are exact, nothing crashes, and nothing stays claimed or pinned
+(checked through public API: a carrier nobody claims accepts `release()`)."""
+import pytest
+
+import strideweave as sw
+from racing import (THREADS, accepts_release, frequent_thread_switches, messages, ok,  # noqa: F401 (autouse fixture)
+                     raised, run_together)
+from strideweave.carriers.tiled_evictable import TiledEvictable, TileSelection, TileSet
+
+F32 = sw.DType.Float32
+ROUNDS = 300
+GRID, TILE = 4, 16
+N = GRID * TILE
+VALUES = [float(i) for i in range(N)]
+EVERY = TileSet([(k,) for k in range(GRID)])
+HALF = THREADS // 2
+
+
+def flat(carrier, n=N):
+    return sw.Tensor(carrier, 0, sw.Layout.canonical(sw.Shape(n)))
+
+
+# Built-in tiers copy in Rust; Generic tiers go through the object model (Python hooks).
+TIERS = {
+    "builtin": (lambda: sw.CPU(0, dtype=F32).new_like(VALUES), lambda: sw.FileBacked(dtype=F32), ROUNDS),
+    "python": (lambda: sw.Generic(VALUES, dtype=F32), lambda: sw.Generic([], dtype=F32), ROUNDS // 3),
+}
+
+
+def tiled(tiers):
+    primary, secondary, _ = TIERS[tiers]
+    return TiledEvictable(primary(), secondary(), (GRID,), (TILE,))
+
+
+def pinned(action, k):
+    return (f"cannot {action} tiles of a TiledEvictable: tile ({k},) is pinned by a pending residency "
+            "request or projection")
+
+
+PENDING_WORK = "a TiledEvictable while a residency request or projection is pending"
+
+
+def residency_losses(action):
+    return {f"cannot {action} tiles of a released TiledEvictable"} | {pinned(action, k) for k in range(GRID)}
+
+
+def live_and_exact(te):
+    """A live TiledEvictable still holds the values, and nothing holds it."""
+    assert [te[i] for i in range(N)] == VALUES and te.version == 0
+    assert not any(te.tile_state((k,)).pinned for k in range(GRID))
+    assert accepts_release(te)
+
+
+@pytest.mark.parametrize("tiers", TIERS)
+def test_residency_racing_moves_of_the_tiled_evictable(tiers):
+    for _ in range(TIERS[tiers][2]):
+        te = tiled(tiers)
+        dests = [sw.CPU(N) for _ in range(HALF)]
+        t = flat(te)
+        with sw.no_grad():
+            outcomes = run_together([(lambda: te.evict(EVERY)), (lambda: te.promote(EVERY))] * (HALF // 2)
+                                    + [(lambda d=d: sw.move(t, d)) for d in dests], grad=False)
+        requests, moves = outcomes[:HALF], outcomes[HALF:]
+        assert messages(requests) <= residency_losses("evict") | residency_losses("promote")
+        # A move meets a pending request (at prepare, at submit, or at its commit's release of
+        # the source), another move's claim, or the source released by the move that won
+        # (before its claims, or while its prepare ran: §5's check after prepare says so).
+        assert messages(moves) <= {f"cannot move {PENDING_WORK}", f"cannot release {PENDING_WORK}",
+                                   "cannot move TiledEvictable carrier: it participates in a pending move",
+                                   "cannot move TiledEvictable carrier: it is being released",
+                                   "the source TiledEvictable carrier is released",
+                                   "transfer route 'tiled.to_cpu' for (TiledEvictable, CPU): prepare changed "
+                                   "a carrier's version, size or release state"}
+        moved = ok(moves)
+        assert len(moved) <= 1
+        for result in moved:
+            assert result.tolist() == VALUES
+        if moved:
+            assert te.is_released()
+        else:
+            live_and_exact(te)
+        for d in dests:
+            assert accepts_release(d)
+
+
+@pytest.mark.parametrize("tiers", TIERS)
+def test_residency_racing_release(tiers):
+    for _ in range(TIERS[tiers][2]):
+        te = tiled(tiers)
+        outcomes = run_together([(lambda: te.evict(EVERY)), (lambda: te.promote(EVERY))] * (HALF // 2)
+                                + [te.release] * HALF)
+        requests, releases = outcomes[:HALF], outcomes[HALF:]
+        assert messages(requests) <= residency_losses("evict") | residency_losses("promote")
+        assert messages(releases) <= {f"cannot release {PENDING_WORK}",
+                                      "cannot release TiledEvictable carrier: it is being released"}
+        if f"cannot release {PENDING_WORK}" in messages(releases):
+            assert ok(requests)  # a release met a pending request, which then completed
+        if te.is_released():
+            assert te.size() == 0 and te.primary.is_released() and te.secondary.is_released()
+        else:
+            live_and_exact(te)
+
+
+def test_projection_into_a_callers_destination_racing_its_move_and_release():
+    selection = TileSelection([[2, 0]])
+    projected = VALUES[2 * TILE:3 * TILE] + VALUES[:TILE]
+    zeros = [0.0] * len(projected)
+    for _ in range(ROUNDS):
+        te = tiled("builtin")
+        dest = sw.CPU(len(projected))
+        movers = [sw.CPU(len(projected)) for _ in range(2)]
+        whole, on_dest = flat(te), flat(dest, len(projected))
+
+        def project():
+            return te.project(whole, selection, dest).wait()
+        with sw.no_grad():
+            outcomes = run_together([project] * HALF + [(lambda m=m: sw.move(on_dest, m))
+                                                        for m in movers] + [dest.release] * 2, grad=False)
+        projections, moves, releases = outcomes[:HALF], outcomes[HALF:HALF + 2], outcomes[HALF + 2:]
+        projection_losses = {"cannot project into CPU carrier: it participates in a pending move",
+                             "cannot project into CPU carrier: it is being released",
+                             "cannot project into a released CPU carrier",
+                             "the projection destination is released"}
+        assert messages(projections) <= projection_losses
+        for result in ok(projections):
+            assert result.carrier is dest and result.shape == (len(projected),)
+        moved = ok(moves)
+        assert len(moved) <= 1
+        assert messages(moves) <= {"cannot move CPU carrier: it participates in a pending move",
+                                   "cannot move CPU carrier: it is being released",
+                                   "the source CPU carrier is released"}
+        assert messages(releases) <= {"cannot release CPU carrier: it participates in a pending move",
+                                      "cannot release CPU carrier: it is being released"}
+        if moved:
+            # The move took the destination as some projection left it, never halfway.
+            assert moved[0].tolist() == (projected if ok(projections) else zeros)
+        if not dest.is_released():
+            assert [dest[i] for i in range(len(projected))] == (projected if ok(projections) else zeros)
+        assert accepts_release(dest)
+        for m in movers:
+            assert accepts_release(m)
+        live_and_exact(te)

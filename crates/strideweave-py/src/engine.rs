@@ -390,7 +390,7 @@ fn deadline_after(timeout: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Instant
 /// Creates a pending handle of `cls`, which must be `AwaitResult` or a subclass of it.
 /// Framework use only: this is the one way to obtain a handle.
 #[pyfunction]
-fn new_completion<'py>(cls: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+pub(crate) fn new_completion<'py>(cls: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     let py = cls.py();
     let ok = cls
         .cast::<PyType>()

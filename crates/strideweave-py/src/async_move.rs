@@ -29,7 +29,7 @@ use std::sync::Arc;
 
 use crate::carrier_base::CarrierBase;
 use crate::commit::MoveCommit;
-use crate::engine::{new_completion, AwaitResult};
+use crate::engine::{new_handle, AwaitResult};
 use crate::inline_move::{config, profiling, BuiltinPair, Config, Held};
 use crate::jobs::submit_committing;
 use crate::tensor_base::{TensorBase, View};
@@ -73,18 +73,6 @@ fn release_claim(carrier: &Bound<'_, CarrierBase>, claim: &Bound<'_, PyAny>) {
     }
 }
 
-/// `AwaitMove.bytes_total`'s slot size: the dtype's `bits // 8`, else 8 (`move._slot_bytes`).
-fn slot_bytes(dtype: &Bound<'_, PyAny>) -> PyResult<u64> {
-    let bits = match dtype.getattr_opt(intern!(dtype.py(), "bits"))? {
-        Some(bits) => bits.extract::<i64>().ok(),
-        None => None,
-    };
-    Ok(match bits {
-        Some(b) if b > 0 => (b / 8) as u64,
-        _ => 8,
-    })
-}
-
 /// The storage object of a built-in carrier.
 fn storage_of<'py>(carrier: &Bound<'py, CarrierBase>) -> Option<Bound<'py, PyAny>> {
     carrier.get().storage.get(carrier.py()).map(|s| s.into_bound(carrier.py()))
@@ -103,7 +91,7 @@ fn check_and_claim<'py>(
     cosize: i64,
 ) -> PyResult<Option<(Taken<'py>, bool)>> {
     let py = source.py();
-    let Some(_held) = Held::try_acquire(cfg.state_lock.bind(py))? else {
+    let Some(_held) = Held::try_acquire(cfg, py)? else {
         return Ok(None);
     };
     let (s, d) = (source.get(), destination.get());
@@ -180,6 +168,9 @@ fn move_async_builtin(
     let cosize = layout.cosize();
     let dtype = view.dtype.bind(py);
     let recording = cfg.records(py, dtype);
+    let Some(slot_bytes) = cfg.slot_bytes(dtype) else {
+        return Ok(None);
+    };
     if cosize <= cfg.max_slots
         || !pair.route_is_default()
         || (recording && !pair.reverse().route_is_default())
@@ -189,7 +180,7 @@ fn move_async_builtin(
     let (Ok(src), Ok(dst)) = (source.cast::<CarrierBase>(), destination.cast::<CarrierBase>()) else {
         return Ok(None);
     };
-    let handle = new_completion(cfg.await_move.bind(py).as_any())?;
+    let handle = new_handle(cfg.await_move.bind(py))?;
     let Some((mut taken, grow)) = check_and_claim(cfg, view, src, dst, &handle, pair, cosize)? else {
         return Ok(None);
     };
@@ -205,7 +196,7 @@ fn move_async_builtin(
             return Ok(None); // the Python request grows it again and raises that failure
         }
     }
-    let progress = Py::new(py, TransferProgress::with_total(cosize as u64 * slot_bytes(dtype)?))?;
+    let progress = Py::new(py, TransferProgress::with_total(cosize as u64 * slot_bytes))?;
     let job = match pair {
         BuiltinPair::CpuToCpu => LayoutJob::new(
             &src_storage,

@@ -45,7 +45,10 @@ pub(crate) struct Config {
     pub(crate) tensor: Py<PyType>,
     /// `AwaitMove`, the class of the handle `move_async` returns.
     pub(crate) await_move: Py<PyType>,
-    pub(crate) state_lock: Py<PyAny>,
+    /// `STATE_LOCK.acquire` and `STATE_LOCK.release`, bound once (a method lookup per call
+    /// costs microseconds when the caches are cold, right after a bulk copy).
+    lock_acquire: Py<PyAny>,
+    lock_release: Py<PyAny>,
     /// The claim the carriers hold while the copy runs (reads as "a pending move").
     claim: Py<PyAny>,
     /// Dtypes whose tensors are differentiable (they need an autograd node in grad mode).
@@ -55,9 +58,17 @@ pub(crate) struct Config {
     /// `record(tensor, output)`: makes the autograd node of a recorded move, attaches it to
     /// the result and returns it (`inline_move._record_native_move`).
     pub(crate) record: Py<PyAny>,
+    /// `(dtype, move._slot_bytes(dtype))` for every dtype a built-in carrier stores: the slot
+    /// size of `AwaitMove.bytes_total`, without calling the dtype's `bits` property.
+    slot_bytes: Vec<(Py<PyAny>, u64)>,
 }
 
 impl Config {
+    /// The slot size `move._slot_bytes` gives `dtype`, when it is a built-in carrier's dtype.
+    pub(crate) fn slot_bytes(&self, dtype: &Bound<'_, PyAny>) -> Option<u64> {
+        self.slot_bytes.iter().find(|(d, _)| d.is(dtype)).map(|&(_, n)| n)
+    }
+
     /// Whether a move of `tensor` records an autograd node on this thread.
     pub(crate) fn records(&self, py: Python<'_>, dtype: &Bound<'_, PyAny>) -> bool {
         grad_enabled() && self.differentiable.bind(py).iter().any(|d| d.is(dtype))
@@ -122,8 +133,8 @@ thread_local! {
     static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
 }
 
-/// `configure_inline_move({"cpu": CPU, "tensor": Tensor, "state_lock": ..., "claim": ...,
-/// "differentiable": (...), "max_slots": n, "record": f})`, once.
+/// `configure_inline_move({"cpu": CPU, "file_backed": FileBacked, "tensor": Tensor, ...})`
+/// (one item per `Config` field), once.
 #[pyfunction]
 fn configure_inline_move(py: Python<'_>, config: Config) -> PyResult<()> {
     CONFIG
@@ -174,22 +185,22 @@ fn set_grad_enabled(enabled: bool) -> bool {
     GRAD_ENABLED.with(|mode| mode.replace(enabled))
 }
 
-/// Releases the state lock when dropped, on every path out of the checks.
-pub(crate) struct Held<'a, 'py>(&'a Bound<'py, PyAny>);
+/// Holds `carriers.base.STATE_LOCK`; releases it when dropped, on every path out of the checks.
+pub(crate) struct Held<'py>(Bound<'py, PyAny>);
 
-impl<'a, 'py> Held<'a, 'py> {
+impl<'py> Held<'py> {
     /// The state lock, taken without blocking; None when another thread holds it (the Python
     /// path then waits for it instead).
-    pub(crate) fn try_acquire(lock: &'a Bound<'py, PyAny>) -> PyResult<Option<Self>> {
-        let taken = lock.call_method1(intern!(lock.py(), "acquire"), (false,))?.is_truthy()?;
-        Ok(taken.then_some(Held(lock)))
+    pub(crate) fn try_acquire(cfg: &Config, py: Python<'py>) -> PyResult<Option<Self>> {
+        let taken = cfg.lock_acquire.bind(py).call1((false,))?.is_truthy()?;
+        Ok(taken.then(|| Held(cfg.lock_release.bind(py).clone())))
     }
 }
 
-impl Drop for Held<'_, '_> {
+impl Drop for Held<'_> {
     fn drop(&mut self) {
         // Only fails if this thread does not hold the lock, which it does.
-        let _ = self.0.call_method0(intern!(self.0.py(), "release"));
+        let _ = self.0.call0();
     }
 }
 
@@ -213,7 +224,7 @@ fn check_and_claim<'py>(
     let (Ok(src), Ok(dst)) = (source.cast::<CarrierBase>(), destination.cast::<CarrierBase>()) else {
         return Ok(None);
     };
-    let Some(_held) = Held::try_acquire(cfg.state_lock.bind(py))? else {
+    let Some(_held) = Held::try_acquire(cfg, py)? else {
         return Ok(None);
     };
     let (s, d) = (src.get(), dst.get());

@@ -14,7 +14,8 @@ from strideweave.carriers.base import STATE_LOCK
 from strideweave.carriers.cpu import CPU
 from strideweave.carriers.dtype import DType
 from strideweave.carriers.file_backed import FileBacked
-from strideweave.carriers.move import INLINE_SLOTS, AwaitMove, MoveOperation, _forget_routes, _lookup_route, _MoveState
+from strideweave.carriers.move import (INLINE_SLOTS, AwaitMove, MoveOperation, _forget_routes, _lookup_route, _MoveState,
+                                      _slot_bytes)
 from strideweave.tensor import Tensor
 
 __all__: list[str] = []
@@ -39,9 +40,10 @@ def _record_native_move(tensor: Tensor, output: Tensor) -> MoveOperation:
 
 
 _native.configure_inline_move({
-    "cpu": CPU, "file_backed": FileBacked, "tensor": Tensor, "await_move": AwaitMove, "state_lock": STATE_LOCK,
-    "claim": _InlineMoveClaim(), "differentiable": (DType.Float32, DType.Floating), "max_slots": INLINE_SLOTS,
-    "record": _record_native_move,
+    "cpu": CPU, "file_backed": FileBacked, "tensor": Tensor, "await_move": AwaitMove,
+    "lock_acquire": STATE_LOCK.acquire, "lock_release": STATE_LOCK.release, "claim": _InlineMoveClaim(),
+    "differentiable": (DType.Float32, DType.Floating), "max_slots": INLINE_SLOTS, "record": _record_native_move,
+    "slot_bytes": [(d, _slot_bytes(d)) for d in (DType.Float32, DType.Floating, DType.Int32, DType.Bool)],
 })
 # A route resolved before the native side knew the classes set no flag: resolve them again.
 _forget_routes()

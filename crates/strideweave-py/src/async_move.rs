@@ -30,7 +30,7 @@ use std::sync::Arc;
 use crate::carrier_base::CarrierBase;
 use crate::commit::MoveCommit;
 use crate::engine::{new_handle, AwaitResult};
-use crate::inline_move::{config, profiling, BuiltinPair, Config, Held};
+use crate::inline_move::{carriers_accept, config, profiling, BuiltinPair, Config, Held};
 use crate::jobs::submit_committing;
 use crate::tensor_base::{TensorBase, View};
 use crate::transfer::{LayoutJob, SpanJob, TransferProgress};
@@ -94,13 +94,10 @@ fn check_and_claim<'py>(
     let Some(_held) = Held::try_acquire(cfg, py)? else {
         return Ok(None);
     };
+    if !carriers_accept(view, source, destination)? {
+        return Ok(None);
+    }
     let (s, d) = (source.get(), destination.get());
-    if !s.is_free() || !d.is_free() || !d.mutable_flag() {
-        return Ok(None);
-    }
-    if !destination.getattr(intern!(py, "_dtype"))?.is(view.dtype.bind(py)) {
-        return Ok(None);
-    }
     let Some(storage) = storage_of(destination) else {
         return Ok(None);
     };

@@ -32,7 +32,7 @@ use pyo3::types::{PyTuple, PyType};
 use crate::carrier_base::CarrierBase;
 use crate::jobs::run_blocking;
 use crate::storage::HostStorage;
-use crate::tensor_base::TensorBase;
+use crate::tensor_base::{TensorBase, View};
 use crate::transfer::LayoutJob;
 
 /// What the Python layer registers once (`carriers/inline_move.py`, at import), as a dict
@@ -204,6 +204,19 @@ impl Drop for Held<'_> {
     }
 }
 
+/// The checks of the validation table that both native moves make on the carriers' state,
+/// under the state lock: both live, unowned and unclaimed, the destination mutable and of the
+/// tensor's dtype. False: the Python request decides (and raises).
+pub(crate) fn carriers_accept(view: &View, source: &Bound<'_, CarrierBase>, destination: &Bound<'_, CarrierBase>)
+                              -> PyResult<bool> {
+    let (s, d) = (source.get(), destination.get());
+    if !s.is_free() || !d.is_free() || !d.mutable_flag() {
+        return Ok(false);
+    }
+    let py = destination.py();
+    Ok(destination.getattr(intern!(py, "_dtype"))?.is(view.dtype.bind(py)))
+}
+
 /// The prepared copy, both carriers already claimed.
 struct Claimed<'py> {
     source: Bound<'py, CarrierBase>,
@@ -216,7 +229,7 @@ struct Claimed<'py> {
 /// changed) whenever the Python path must decide.
 fn check_and_claim<'py>(
     cfg: &Config,
-    view: &crate::tensor_base::View,
+    view: &View,
     source: &Bound<'py, PyAny>,
     destination: &Bound<'py, PyAny>,
 ) -> PyResult<Option<Claimed<'py>>> {
@@ -227,13 +240,10 @@ fn check_and_claim<'py>(
     let Some(_held) = Held::try_acquire(cfg, py)? else {
         return Ok(None);
     };
+    if !carriers_accept(view, src, dst)? {
+        return Ok(None);
+    }
     let (s, d) = (src.get(), dst.get());
-    if !s.is_free() || !d.is_free() || !d.mutable_flag() {
-        return Ok(None);
-    }
-    if !destination.getattr(intern!(py, "_dtype"))?.is(view.dtype.bind(py)) {
-        return Ok(None);
-    }
     let (Some(src_storage), Some(dst_storage)) = (s.storage.get(py), d.storage.get(py)) else {
         return Ok(None);
     };

@@ -103,8 +103,9 @@ fn check_and_claim<'py>(
     };
     let size: i64 = storage.getattr(intern!(py, "count"))?.extract()?;
     let grow = size < cosize;
-    if grow && (size != 0 || pair == BuiltinPair::FileToCpu || pair == BuiltinPair::CpuToCpu) {
-        return Ok(None); // too small, and not a growable destination: ValueError
+    // An empty FileBacked grows to the moved span; a CPU carrier never grows.
+    if grow && (size != 0 || pair != BuiltinPair::CpuToFile) {
+        return Ok(None); // too small: ValueError
     }
     drop(s.put_claim(Some(claim.clone().unbind())));
     drop(d.put_claim(Some(claim.clone().unbind())));

@@ -14,8 +14,8 @@ from strideweave.carriers.base import STATE_LOCK
 from strideweave.carriers.cpu import CPU
 from strideweave.carriers.dtype import DType
 from strideweave.carriers.file_backed import FileBacked
-from strideweave.carriers.move import (INLINE_SLOTS, AwaitMove, MoveOperation, _forget_routes, _lookup_route, _MoveState,
-                                      _slot_bytes)
+from strideweave.carriers.move import (_NATIVE_DEFAULTS, INLINE_SLOTS, AwaitMove, MoveOperation, _forget_routes,
+                                      _lookup_route, _MoveState, _slot_bytes)
 from strideweave.tensor import Tensor
 
 __all__: list[str] = []
@@ -33,7 +33,7 @@ def _record_native_move(tensor: Tensor, output: Tensor) -> MoveOperation:
     and attaches for a recorded move between built-in carriers over the pair's default route
     (the native side checked grad mode, the dtype and both routes)."""
     source, destination = tensor.carrier, output.carrier
-    op: MoveOperation = _lookup_route(type(source), type(destination)).operation_class()
+    op = _NATIVE_DEFAULTS[type(source), type(destination)]()  # the pair's route (checked natively)
     op._sw_move = _MoveState(source, destination, tensor.layout, _lookup_route(type(destination), type(source)))
     _autograd.record_unary(op, tensor, output)
     return op

@@ -214,7 +214,7 @@ _REGISTRY: dict[tuple[type, type], type] = {
 }
 # The default operation of each built-in pair the native moves serve (`_native.move_inline`,
 # `_native.move_async_builtin`): they act on a pair only while its route is this one.
-_NATIVE_DEFAULTS: dict[tuple[type, type], type] = {
+_NATIVE_DEFAULTS: dict[tuple[type, type], type[MoveOperation]] = {
     (CPU, CPU): ElementwiseMoveOperation,
     (CPU, FileBacked): CpuToFileBackedMoveOperation,
     (FileBacked, CPU): FileBackedToCpuMoveOperation,

@@ -51,7 +51,7 @@ impl MoveCommit {
     /// carrier holding a `HostStorage` or `FileStorage`, `destination` any carrier.
     #[new]
     #[pyo3(signature = (source, destination, handle, output, progress=None))]
-    fn new(
+    pub(crate) fn new(
         source: &Bound<'_, CarrierBase>,
         destination: Py<CarrierBase>,
         handle: Py<AwaitResult>,

@@ -391,7 +391,6 @@ fn deadline_after(timeout: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Instant
 /// Framework use only: this is the one way to obtain a handle.
 #[pyfunction]
 fn new_completion<'py>(cls: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-    let py = cls.py();
     let ok = cls
         .cast::<PyType>()
         .map(|t| t.is_subclass_of::<AwaitResult>())
@@ -401,8 +400,26 @@ fn new_completion<'py>(cls: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
             "cls must be AwaitResult or a subclass of it",
         ));
     }
-    // `__new__` rather than a call: a subclass __init__ has nothing to initialise here.
-    cls.call_method1("__new__", (cls, token(py)))
+    new_handle(cls.cast::<PyType>()?)
+}
+
+/// A pending handle of `cls` (`AwaitResult` or a subclass: the caller checked), made by the
+/// class's `tp_new` directly: `__new__` rather than a call, since a subclass `__init__` has
+/// nothing to initialise here, and the slot rather than the attribute, since looking up and
+/// running the `__new__` wrapper is most of the cost of a `move_async` when the caches are cold.
+pub(crate) fn new_handle<'py>(cls: &Bound<'py, PyType>) -> PyResult<Bound<'py, PyAny>> {
+    let py = cls.py();
+    let args = PyTuple::new(py, [token(py)])?;
+    // SAFETY: `cls` is a live type object (a subclass of AwaitResult, whose `tp_new` PyO3
+    // defines and every subclass inherits, so the slot is never null); `Py_tp_new` holds a
+    // `newfunc`, called here with that type, an argument tuple we own and no keywords, and
+    // it returns a new reference or null with an exception set.
+    unsafe {
+        let tp = cls.as_type_ptr();
+        let slot = pyo3::ffi::PyType_GetSlot(tp, pyo3::ffi::Py_tp_new);
+        let tp_new: pyo3::ffi::newfunc = std::mem::transmute(slot);
+        Bound::from_owned_ptr_or_err(py, tp_new(tp, args.as_ptr(), std::ptr::null_mut()))
+    }
 }
 
 /// Runs the callable `job()` on an engine wait-lane thread (it may block), holding the GIL.

@@ -22,7 +22,7 @@
 //! transition, then drops the destination's.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
+use std::sync::atomic::{AtomicIsize, AtomicU8, Ordering};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::intern;
@@ -36,32 +36,96 @@ use crate::carrier_base::CarrierBase;
 use crate::carrier_state::PyStateCell;
 use crate::jobs::run_blocking;
 use crate::storage::HostStorage;
-use crate::tensor_base::TensorBase;
+use crate::tensor_base::{TensorBase, View};
 use crate::transfer::LayoutJob;
 
 /// What the Python layer registers once (`carriers/inline_move.py`, at import), as a dict
-/// with one item per field.
+/// with one item per field. The native initiation of `move_async` (`async_move.rs`) shares it.
 #[derive(FromPyObject)]
 #[pyo3(from_item_all)]
-struct Config {
-    cpu: Py<PyType>,
-    tensor: Py<PyType>,
-    state_lock: Py<PyAny>,
+pub(crate) struct Config {
+    pub(crate) cpu: Py<PyType>,
+    pub(crate) file_backed: Py<PyType>,
+    pub(crate) tensor: Py<PyType>,
+    /// `AwaitMove`, the class of the handle `move_async` returns.
+    pub(crate) await_move: Py<PyType>,
+    /// `STATE_LOCK.acquire` and `STATE_LOCK.release`, bound once (a method lookup per call
+    /// costs microseconds when the caches are cold, right after a bulk copy).
+    lock_acquire: Py<PyAny>,
+    lock_release: Py<PyAny>,
     /// The claim the carriers hold while the copy runs (reads as "a pending move").
     claim: Py<PyAny>,
     /// Dtypes whose tensors are differentiable (they need an autograd node in grad mode).
     differentiable: Py<PyTuple>,
     /// The largest cosize run on the caller's thread (`move.INLINE_SLOTS`).
-    max_slots: i64,
-    /// `record(tensor, output)`: the autograd node of a recorded move (`inline_move._record_inline_move`).
-    record: Py<PyAny>,
+    pub(crate) max_slots: i64,
+    /// `record(tensor, output)`: makes the autograd node of a recorded move, attaches it to
+    /// the result and returns it (`inline_move._record_native_move`).
+    pub(crate) record: Py<PyAny>,
+    /// `(dtype, move._slot_bytes(dtype))` for every dtype a built-in carrier stores: the slot
+    /// size of `AwaitMove.bytes_total`, without calling the dtype's `bits` property.
+    slot_bytes: Vec<(Py<PyAny>, u64)>,
+}
+
+impl Config {
+    /// The slot size `move._slot_bytes` gives `dtype`, when it is a built-in carrier's dtype.
+    pub(crate) fn slot_bytes(&self, dtype: &Bound<'_, PyAny>) -> Option<u64> {
+        self.slot_bytes.iter().find(|(d, _)| d.is(dtype)).map(|&(_, n)| n)
+    }
+
+    /// Whether a move of `tensor` records an autograd node on this thread.
+    pub(crate) fn records(&self, py: Python<'_>, dtype: &Bound<'_, PyAny>) -> bool {
+        grad_enabled() && self.differentiable.bind(py).iter().any(|d| d.is(dtype))
+    }
 }
 
 static CONFIG: PyOnceLock<Config> = PyOnceLock::new();
 
-/// True while the route of (CPU, CPU) is known to be the default elementwise route: cleared
-/// whenever the route registry changes, set when the Python path resolves it to the default.
-static DEFAULT_ROUTE: AtomicBool = AtomicBool::new(false);
+/// The configuration, once `carriers/inline_move.py` registered it.
+pub(crate) fn config(py: Python<'_>) -> Option<&Config> {
+    CONFIG.get(py)
+}
+
+/// The pairs of exact built-in classes the native moves serve, each only while the route
+/// registry resolves it to the framework's default operation.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BuiltinPair {
+    CpuToCpu = 1,
+    CpuToFile = 2,
+    FileToCpu = 4,
+}
+
+impl BuiltinPair {
+    /// The pair of exactly these classes, if it is one.
+    pub(crate) fn of(cfg: &Config, py: Python<'_>, source: &Bound<'_, PyType>, destination: &Bound<'_, PyType>)
+                     -> Option<Self> {
+        let (cpu, file) = (cfg.cpu.bind(py), cfg.file_backed.bind(py));
+        match (source.is(cpu), source.is(file), destination.is(cpu), destination.is(file)) {
+            (true, _, true, _) => Some(BuiltinPair::CpuToCpu),
+            (true, _, _, true) => Some(BuiltinPair::CpuToFile),
+            (_, true, true, _) => Some(BuiltinPair::FileToCpu),
+            _ => None,
+        }
+    }
+
+    /// The same pair the other way round (the route a recorded move's backward takes).
+    pub(crate) fn reverse(self) -> Self {
+        match self {
+            BuiltinPair::CpuToCpu => BuiltinPair::CpuToCpu,
+            BuiltinPair::CpuToFile => BuiltinPair::FileToCpu,
+            BuiltinPair::FileToCpu => BuiltinPair::CpuToFile,
+        }
+    }
+
+    /// True while the registry's route of this pair is known to be the default one.
+    pub(crate) fn route_is_default(self) -> bool {
+        DEFAULT_ROUTES.load(Ordering::SeqCst) & self as u8 != 0
+    }
+}
+
+/// One bit per `BuiltinPair` whose route is known to be the default: set when the Python path
+/// resolves the pair to it, all cleared whenever the route registry changes.
+static DEFAULT_ROUTES: AtomicU8 = AtomicU8::new(0);
 
 /// Active profilers in the process: while any is active, moves take the Python path, which
 /// records their events.
@@ -73,8 +137,8 @@ thread_local! {
     static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
 }
 
-/// `configure_inline_move({"cpu": CPU, "tensor": Tensor, "state_lock": ..., "claim": ...,
-/// "differentiable": (...), "max_slots": n, "record": f})`, once.
+/// `configure_inline_move({"cpu": CPU, "file_backed": FileBacked, "tensor": Tensor, ...})`
+/// (one item per `Config` field), once.
 #[pyfunction]
 fn configure_inline_move(py: Python<'_>, config: Config) -> PyResult<()> {
     CONFIG
@@ -82,17 +146,35 @@ fn configure_inline_move(py: Python<'_>, config: Config) -> PyResult<()> {
         .map_err(|_| PyValueError::new_err("the inline move is configured once"))
 }
 
-/// The route registry's word on (CPU, CPU): `True` once resolved to the default route,
-/// `False` whenever the registry changes.
+/// The route registry's word on one pair of exact built-in classes, when it resolves it:
+/// whether the route is the framework's default one. Other pairs are ignored.
 #[pyfunction]
-fn set_inline_route(default: bool) {
-    DEFAULT_ROUTE.store(default, Ordering::SeqCst);
+fn set_default_route(py: Python<'_>, source: &Bound<'_, PyType>, destination: &Bound<'_, PyType>, default: bool) {
+    let Some(pair) = CONFIG.get(py).and_then(|cfg| BuiltinPair::of(cfg, py, source, destination)) else {
+        return;
+    };
+    if default {
+        DEFAULT_ROUTES.fetch_or(pair as u8, Ordering::SeqCst);
+    } else {
+        DEFAULT_ROUTES.fetch_and(!(pair as u8), Ordering::SeqCst);
+    }
+}
+
+/// The route registry changed: no pair's route is known any more.
+#[pyfunction]
+fn forget_default_routes() {
+    DEFAULT_ROUTES.store(0, Ordering::SeqCst);
 }
 
 /// A profiler became active (`+1`) or stopped being active (`-1`).
 #[pyfunction]
 fn count_active_profilers(delta: isize) {
     PROFILERS.fetch_add(delta, Ordering::SeqCst);
+}
+
+/// Whether any profiler is active in the process (the native moves then step aside).
+pub(crate) fn profiling() -> bool {
+    PROFILERS.load(Ordering::SeqCst) > 0
 }
 
 /// Whether operations record autograd nodes on the calling thread.
@@ -107,14 +189,36 @@ fn set_grad_enabled(enabled: bool) -> bool {
     GRAD_ENABLED.with(|mode| mode.replace(enabled))
 }
 
-/// Releases the state lock when dropped, on every path out of the checks.
-struct Held<'a, 'py>(&'a Bound<'py, PyAny>);
+/// Holds `carriers.base.STATE_LOCK`; releases it when dropped, on every path out of the checks.
+pub(crate) struct Held<'py>(Bound<'py, PyAny>);
 
-impl Drop for Held<'_, '_> {
+impl<'py> Held<'py> {
+    /// The state lock, taken without blocking; None when another thread holds it (the Python
+    /// path then waits for it instead).
+    pub(crate) fn try_acquire(cfg: &Config, py: Python<'py>) -> PyResult<Option<Self>> {
+        let taken = cfg.lock_acquire.bind(py).call1((false,))?.is_truthy()?;
+        Ok(taken.then(|| Held(cfg.lock_release.bind(py).clone())))
+    }
+}
+
+impl Drop for Held<'_> {
     fn drop(&mut self) {
         // Only fails if this thread does not hold the lock, which it does.
-        let _ = self.0.call_method0(intern!(self.0.py(), "release"));
+        let _ = self.0.call0();
     }
+}
+
+/// The checks of the validation table that both native moves make on the carriers' state,
+/// under the state lock: both live, unowned and unclaimed, the destination mutable and of the
+/// tensor's dtype. False: the Python request decides (and raises).
+pub(crate) fn carriers_accept(view: &View, source: &Bound<'_, CarrierBase>, destination: &Bound<'_, CarrierBase>)
+                              -> PyResult<bool> {
+    let (s, d) = (source.get(), destination.get());
+    if !s.state().is_free() || !d.state().is_free() || !d.mutable_flag() {
+        return Ok(false);
+    }
+    let py = destination.py();
+    Ok(destination.getattr(intern!(py, "_dtype"))?.is(view.dtype.bind(py)))
 }
 
 /// The prepared copy, both carriers already claimed.
@@ -129,7 +233,7 @@ struct Claimed<'py> {
 /// changed) whenever the Python path must decide.
 fn check_and_claim<'py>(
     cfg: &Config,
-    view: &crate::tensor_base::View,
+    view: &View,
     source: &Bound<'py, PyAny>,
     destination: &Bound<'py, PyAny>,
 ) -> PyResult<Option<Claimed<'py>>> {
@@ -137,18 +241,13 @@ fn check_and_claim<'py>(
     let (Ok(src), Ok(dst)) = (source.cast::<CarrierBase>(), destination.cast::<CarrierBase>()) else {
         return Ok(None);
     };
-    let lock = cfg.state_lock.bind(py);
-    if !lock.call_method1(intern!(py, "acquire"), (false,))?.is_truthy()? {
+    let Some(_held) = Held::try_acquire(cfg, py)? else {
+        return Ok(None);
+    };
+    if !carriers_accept(view, src, dst)? {
         return Ok(None);
     }
-    let _held = Held(lock);
     let (s, d) = (src.get(), dst.get());
-    if !s.state().is_free() || !d.state().is_free() || !d.mutable_flag() {
-        return Ok(None);
-    }
-    if !destination.getattr(intern!(py, "_dtype"))?.is(view.dtype.bind(py)) {
-        return Ok(None);
-    }
     let (Some(src_storage), Some(dst_storage)) = (s.storage.get(py), d.storage.get(py)) else {
         return Ok(None);
     };
@@ -210,7 +309,7 @@ fn move_inline(
     let Some(cfg) = CONFIG.get(py) else {
         return Ok(None);
     };
-    if PROFILERS.load(Ordering::SeqCst) > 0 || !DEFAULT_ROUTE.load(Ordering::SeqCst) {
+    if profiling() || !BuiltinPair::CpuToCpu.route_is_default() {
         return Ok(None);
     }
     let Ok(t) = tensor.cast::<TensorBase>() else {
@@ -233,7 +332,7 @@ fn move_inline(
     {
         return Ok(None);
     }
-    let recording = grad_enabled() && cfg.differentiable.bind(py).iter().any(|d| d.is(view.dtype.bind(py)));
+    let recording = cfg.records(py, view.dtype.bind(py));
     let Some(claimed) = check_and_claim(cfg, view, source, destination)? else {
         return Ok(None);
     };
@@ -270,7 +369,8 @@ fn move_inline(
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(configure_inline_move, m)?)?;
-    m.add_function(wrap_pyfunction!(set_inline_route, m)?)?;
+    m.add_function(wrap_pyfunction!(set_default_route, m)?)?;
+    m.add_function(wrap_pyfunction!(forget_default_routes, m)?)?;
     m.add_function(wrap_pyfunction!(count_active_profilers, m)?)?;
     m.add_function(wrap_pyfunction!(grad_enabled, m)?)?;
     m.add_function(wrap_pyfunction!(set_grad_enabled, m)?)?;

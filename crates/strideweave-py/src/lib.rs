@@ -3,6 +3,7 @@
 use pyo3::prelude::*;
 
 mod access;
+mod async_move;
 mod block;
 mod buffer_copy;
 mod carrier_base;
@@ -39,6 +40,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     tensor_base::register(m)?;
     transfer::register(m)?;
     inline_move::register(m)?;
+    async_move::register(m)?;
     commit::register(m)?;
     tiles::register(m)?;
     buffer_copy::register(m)?;

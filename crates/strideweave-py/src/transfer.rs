@@ -40,6 +40,11 @@ pub struct TransferProgress {
 }
 
 impl TransferProgress {
+    /// Nothing done yet of `total` bytes.
+    pub(crate) fn with_total(total: u64) -> Self {
+        TransferProgress { done: AtomicU64::new(0), total: AtomicU64::new(total) }
+    }
+
     /// Done equals total (a committed transfer).
     pub(crate) fn complete(&self) {
         self.done.store(self.total.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -146,7 +151,7 @@ fn non_negative(name: &str, value: i64) -> PyResult<u64> {
 }
 
 /// A checked span: `count` slots from `src` slot `src_slot` to `dst` slot `dst_slot`.
-struct SpanJob {
+pub(crate) struct SpanJob {
     src: Endpoint,
     src_byte: u64,
     dst: Endpoint,
@@ -155,7 +160,8 @@ struct SpanJob {
 }
 
 impl SpanJob {
-    fn new(src: &Bound<'_, PyAny>, src_slot: i64, dst: &Bound<'_, PyAny>, dst_slot: i64, count: i64) -> PyResult<Self> {
+    pub(crate) fn new(src: &Bound<'_, PyAny>, src_slot: i64, dst: &Bound<'_, PyAny>, dst_slot: i64, count: i64)
+                      -> PyResult<Self> {
         let ((src, dst), kind) = Endpoint::resolve_pair(src, dst)?;
         let size = kind.size() as u64;
         let count = non_negative("count", count)?;
@@ -180,7 +186,7 @@ impl SpanJob {
     }
 
     /// Runs the span in chunks of `PROGRESS_CHUNK`, counting each into `progress`.
-    fn run(self, progress: Option<Arc<Py<TransferProgress>>>) -> Result<(), JobError> {
+    pub(crate) fn run(self, progress: Option<Arc<Py<TransferProgress>>>) -> Result<(), JobError> {
         let cell = progress.as_ref().map(|p| p.get());
         if let Some(cell) = cell {
             cell.total.store(self.nbytes, Ordering::Relaxed);
@@ -244,8 +250,8 @@ pub(crate) struct LayoutJob {
 }
 
 impl LayoutJob {
-    fn new(src: &Bound<'_, PyAny>, src_offset: i64, dst: &Bound<'_, PyAny>, dst_offset: i64, extents: Vec<i64>,
-           strides: Vec<i64>) -> PyResult<Self> {
+    pub(crate) fn new(src: &Bound<'_, PyAny>, src_offset: i64, dst: &Bound<'_, PyAny>, dst_offset: i64,
+                      extents: Vec<i64>, strides: Vec<i64>) -> PyResult<Self> {
         let ((src, dst), kind) = Endpoint::resolve_pair(src, dst)?;
         let host = |name: &str, end: Endpoint| match end {
             Endpoint::Host(b) => Ok(b),

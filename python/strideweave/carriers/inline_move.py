@@ -1,6 +1,8 @@
-"""Registers the native inline move (`_native.move_inline`) with what it needs from the
-Python layers: the classes it serves, the state lock and claim object it takes, and the
-callback that records a move's autograd node. See crates/strideweave-py/src/inline_move.rs.
+"""Registers the native moves (`_native.move_inline`, the small blocking move, and
+`_native.move_async_builtin`, the initiation of a bulk move between built-ins) with what
+they need from the Python layers: the classes they serve, the state lock and inline claim
+object, the handle class, and the callback that records a move's autograd node. See
+crates/strideweave-py/src/inline_move.rs and async_move.rs.
 
 Until this module is imported, `move_inline` steps aside on every call (it is unconfigured),
 so the order of imports cannot change any outcome; `import strideweave` imports it.
@@ -11,7 +13,9 @@ from strideweave import _autograd, _native
 from strideweave.carriers.base import STATE_LOCK
 from strideweave.carriers.cpu import CPU
 from strideweave.carriers.dtype import DType
-from strideweave.carriers.move import INLINE_SLOTS, ElementwiseMoveOperation, _lookup_route, _MoveState
+from strideweave.carriers.file_backed import FileBacked
+from strideweave.carriers.move import (_NATIVE_DEFAULTS, INLINE_SLOTS, AwaitMove, MoveOperation, _forget_routes,
+                                      _lookup_route, _MoveState, _slot_bytes)
 from strideweave.tensor import Tensor
 
 __all__: list[str] = []
@@ -24,16 +28,22 @@ class _InlineMoveClaim:
     __slots__ = ()
 
 
-def _record_inline_move(tensor: Tensor, output: Tensor) -> None:
-    """The autograd node of a committed native inline move: what `_initiate` records and
-    `_publish_and_release` attaches for a recorded CPU→CPU move over the default route."""
-    op = ElementwiseMoveOperation()
-    op._sw_move = _MoveState(tensor.carrier, output.carrier, tensor.layout, _lookup_route(CPU, CPU))
-    _autograd.record_unary(op, tensor, output)  # the native side checked grad mode and dtype
+def _record_native_move(tensor: Tensor, output: Tensor) -> MoveOperation:
+    """The autograd node of a native move, attached to its result: what `_initiate` records
+    and attaches for a recorded move between built-in carriers over the pair's default route
+    (the native side checked grad mode, the dtype and both routes)."""
+    source, destination = tensor.carrier, output.carrier
+    op = _NATIVE_DEFAULTS[type(source), type(destination)]()  # the pair's route (checked natively)
+    op._sw_move = _MoveState(source, destination, tensor.layout, _lookup_route(type(destination), type(source)))
+    _autograd.record_unary(op, tensor, output)
+    return op
 
 
 _native.configure_inline_move({
-    "cpu": CPU, "tensor": Tensor, "state_lock": STATE_LOCK, "claim": _InlineMoveClaim(),
-    "differentiable": (DType.Float32, DType.Floating), "max_slots": INLINE_SLOTS,
-    "record": _record_inline_move,
+    "cpu": CPU, "file_backed": FileBacked, "tensor": Tensor, "await_move": AwaitMove,
+    "lock_acquire": STATE_LOCK.acquire, "lock_release": STATE_LOCK.release, "claim": _InlineMoveClaim(),
+    "differentiable": (DType.Float32, DType.Floating), "max_slots": INLINE_SLOTS, "record": _record_native_move,
+    "slot_bytes": [(d, _slot_bytes(d)) for d in (DType.Float32, DType.Floating, DType.Int32, DType.Bool)],
 })
+# A route resolved before the native side knew the classes set no flag: resolve them again.
+_forget_routes()

@@ -212,6 +212,13 @@ _REGISTRY: dict[tuple[type, type], type] = {
     (CPU, BlockDeviceCarrier): CpuToBlockDeviceMoveOperation,
     (BlockDeviceCarrier, CPU): BlockDeviceToCpuMoveOperation,
 }
+# The default operation of each built-in pair the native moves serve (`_native.move_inline`,
+# `_native.move_async_builtin`): they act on a pair only while its route is this one.
+_NATIVE_DEFAULTS: dict[tuple[type, type], type[MoveOperation]] = {
+    (CPU, CPU): ElementwiseMoveOperation,
+    (CPU, FileBacked): CpuToFileBackedMoveOperation,
+    (FileBacked, CPU): FileBackedToCpuMoveOperation,
+}
 # Resolved routes by exact pair. Sound because resolving seals both classes (their definition
 # state can no longer change); legacy registry edits clear it.
 _ROUTES: dict[tuple[type, type], "_Route"] = {}
@@ -333,17 +340,19 @@ def _lookup_route(source_class: type, destination_class: type) -> _Route:
         route = _resolve_uncached(source_class, destination_class)
         with _registry_lock:
             _ROUTES[key] = route
-            if key == (CPU, CPU):
-                # The native move handles (CPU, CPU) only while its route is the default.
-                _native.set_inline_route(route.operation_class is ElementwiseMoveOperation
-                                         and route.decision is None and route.refusal is None)
+            default = _NATIVE_DEFAULTS.get(key)
+            if default is not None:
+                # The native moves handle a built-in pair only while its route is the default.
+                _native.set_default_route(source_class, destination_class, route.operation_class is default
+                                          and route.decision is None and route.refusal is None)
     return route
 
 
 def _forget_routes() -> None:
-    """The registry changed: every cached route, and the native move's, is stale."""
-    _ROUTES.clear()
-    _native.set_inline_route(False)
+    """The registry changed: every cached route, and the native moves', is stale."""
+    with _registry_lock:
+        _ROUTES.clear()
+        _native.forget_default_routes()
 
 
 def _resolve_uncached(source_class: type, destination_class: type) -> _Route:
@@ -664,6 +673,12 @@ def _publish_and_release(request: _MoveRequest) -> None:
 def move_async(tensor: Tensor, destination: Carrier) -> AwaitMove:
     """Validate one move, submit every transfer that can start, and return its handle
     without waiting. Validation and route errors raise here and return no handle."""
+    # A bulk move between exact built-in carriers is initiated whole in one native call (see
+    # crates/strideweave-py/src/async_move.rs); it returns None, having changed nothing,
+    # whenever the request below must decide.
+    handle = _native.move_async_builtin(tensor, destination)
+    if handle is not None:
+        return cast(AwaitMove, handle)
     return _initiate(tensor, destination).handle
 
 

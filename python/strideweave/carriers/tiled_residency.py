@@ -213,6 +213,8 @@ def check_projection(c: _ProjectionSource, tensor: Any, selection: Any, destinat
         if destination.is_released():
             raise RuntimeError("the projection destination is released")
         if not destination.is_mutable():
+            if destination.is_released():  # released by another thread since the check above
+                raise RuntimeError("the projection destination is released")
             raise RuntimeError("the projection destination is not mutable")
         destination._sw_check_unclaimed("project into")
         if destination.dtype() is not c.dtype():

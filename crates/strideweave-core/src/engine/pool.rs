@@ -68,6 +68,8 @@ struct Counts {
 /// One lane: a queue and the threads serving it. `core` threads live for the process; up to
 /// `max - core` more start on demand and exit when idle.
 struct Lane {
+    /// Whether the lane's threads run as `SCHED_BATCH` (the copy lane; see `run_as_batch`).
+    batch: bool,
     tx: Sender<Job>,
     rx: Receiver<Job>,
     counts: Mutex<Counts>,
@@ -78,9 +80,10 @@ struct Lane {
 }
 
 impl Lane {
-    fn new(core: usize, max: usize, name: &'static str) -> Self {
+    fn new(core: usize, max: usize, name: &'static str, batch: bool) -> Self {
         let (tx, rx) = unbounded();
         Lane {
+            batch,
             tx,
             rx,
             counts: Mutex::new(Counts::default()),
@@ -124,8 +127,8 @@ fn ensure_started() -> &'static Pool {
     }
     let copies = copy_workers();
     let pool: &'static Pool = Box::leak(Box::new(Pool {
-        copy: Lane::new(copies, copies, "sw-copy"),
-        wait: Lane::new(0, WAIT_WORKERS_MAX, "sw-wait"),
+        copy: Lane::new(copies, copies, "sw-copy", true),
+        wait: Lane::new(0, WAIT_WORKERS_MAX, "sw-wait", false),
         pid,
     }));
     for lane in [&pool.copy, &pool.wait] {
@@ -148,7 +151,28 @@ fn spawn_worker(lane: &'static Lane, index: usize, core: bool) {
     }
 }
 
+/// Makes the calling thread a `SCHED_BATCH` thread (Linux; elsewhere nothing): the scheduler
+/// then never lets a wake-up of this thread preempt the thread that woke it. A copy worker is
+/// woken by `submit`, and on a machine with no idle core a normal thread woken that way
+/// usually takes the submitter's core at once: the submitter (`move_async`, which must return
+/// within microseconds) then waits a whole time slice, milliseconds, to return from its
+/// submission. A batch thread still gets its full share of the CPU, and an idle core at once;
+/// it only waits for the next tick instead of preempting. Best effort: a refusal (a sandbox
+/// forbidding `sched_setscheduler`) leaves the thread as it was.
+fn run_as_batch() {
+    #[cfg(target_os = "linux")]
+    {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: `param` is a valid, initialised `sched_param` that outlives the call; pid 0
+        // names the calling thread, and the call changes nothing but its scheduling policy.
+        let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
+    }
+}
+
 fn worker_loop(lane: &'static Lane, core: bool) {
+    if lane.batch {
+        run_as_batch();
+    }
     loop {
         lane.counts.lock().idle += 1;
         let next = if core {
@@ -379,6 +403,20 @@ mod tests {
         let mut got = [rx.recv().unwrap(), rx.recv().unwrap()];
         got.sort();
         assert_eq!(got, [7, 8]);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn copy_workers_never_preempt_their_submitter() {
+        // SAFETY: sched_getscheduler(0) only reads the calling thread's policy.
+        let policy = || unsafe { libc::sched_getscheduler(0) };
+        let (tx, rx) = mpsc::channel();
+        let tx2 = tx.clone();
+        submit(move || tx.send(("copy", policy())).unwrap());
+        submit_blocking(move || tx2.send(("wait", policy())).unwrap());
+        let mut got = [rx.recv().unwrap(), rx.recv().unwrap()];
+        got.sort();
+        assert_eq!(got, [("copy", libc::SCHED_BATCH), ("wait", libc::SCHED_OTHER)]);
     }
 
     #[test]

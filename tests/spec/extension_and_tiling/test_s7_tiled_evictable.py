@@ -318,6 +318,17 @@ def test_facet_methods_take_the_carrier_first():
     assert sw.CPU(1).facet(TiledResidencyFacet) is None
 
 
+def checkpoint(entered, gate, error):
+    """Where a test holds or fails a hook: set `entered`, wait at `gate`, raise `error`
+    (each only when the test has set it)."""
+    if entered is not None:
+        entered.set()
+    if gate is not None:
+        assert gate.wait(TIMEOUT)
+    if error is not None:
+        raise error
+
+
 class GCPU(sw.CPU):
     """A primary-tier class whose element reads can be held at a gate or fail (a projection
     gathers by reading each selected tile, where it lives, through them)."""
@@ -332,12 +343,7 @@ class GCPU(sw.CPU):
         GCPU.created.append(self)
 
     def get_value(self, i):
-        if GCPU.read_entered is not None:
-            GCPU.read_entered.set()
-        if GCPU.read_gate is not None:
-            assert GCPU.read_gate.wait(TIMEOUT)
-        if GCPU.read_error is not None:
-            raise GCPU.read_error
+        checkpoint(GCPU.read_entered, GCPU.read_gate, GCPU.read_error)
         return super().get_value(i)
 
     __getitem__ = get_value
@@ -367,12 +373,7 @@ class GatedMove(MoveOperation):
 
     def _copy(self, tensor, destination, output, element_count):
         GatedMove.seen.append((self, self.inputs(), output))
-        if GatedMove.entered is not None:
-            GatedMove.entered.set()
-        if GatedMove.gate is not None:
-            assert GatedMove.gate.wait(TIMEOUT)
-        if GatedMove.error is not None:
-            raise GatedMove.error
+        checkpoint(GatedMove.entered, GatedMove.gate, GatedMove.error)
         for j in range(output.size()):  # logical order, first mode fastest, on both sides
             output[j] = tensor[j]
 

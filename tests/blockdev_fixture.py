@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import os
 import shutil
 import stat
@@ -146,3 +147,15 @@ def scratch_loop_device() -> Iterator[LoopDevice]:
     use it must control the backing file."""
     with loop_device(16 << 20) as dev:
         yield dev
+
+
+@pytest.fixture
+def device(block_device_path: str) -> Iterator[object]:
+    """A `strideweave.BlockDevice` open on `block_device_path`, closed after the test once
+    every carrier the test made has been collected."""
+    import strideweave as sw
+
+    d = sw.BlockDevice(block_device_path)
+    yield d
+    gc.collect()  # drop every carrier the test made so the device can close
+    d.close()

@@ -17,7 +17,8 @@ def cpu_tensor(values, layout=None, offset=0, dtype=D.Float32, mutable=True):
     for k, v in enumerate(values):
         c[offset + layout.index(k)] = v
     if not mutable:
-        c._mutable = False
+        # The public way to an immutable CPU carrier holding these slots: its factory.
+        c = c.new_like([c[i] for i in range(c.size())], mutable=False)
     return Tensor(c, offset, layout)
 
 

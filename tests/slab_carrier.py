@@ -3,7 +3,6 @@ call, with the route `slab.to_cpu` and a trace of what its callbacks saw."""
 import threading
 
 import strideweave as sw
-from strideweave import _autograd
 from strideweave.carriers.extension import (CarrierDefinition, PreparedTransfer, StorageProvider,
                                             TransferProvider, TransferRoute, Unsupported,
                                             register_carrier_definition)
@@ -40,7 +39,7 @@ def make_slab(trace=None, completion=None):
     Slab = type("Slab", (sw.Carrier,), {})
 
     def prep(request):
-        trace.prepared.append((request, threading.get_ident(), _autograd.is_grad_enabled()))
+        trace.prepared.append((request, threading.get_ident(), sw.is_grad_enabled()))
         if not request.layout.is_injective():
             return Unsupported("broadcast")
 

@@ -1,6 +1,7 @@
 """Shared by the TiledEvictable tests: random logical arrays, tiers seeded with them (first mode
 fastest, the carrier's slot order), a TiledEvictable's slots read back as an array, grid
-coordinates in tile-index order, and racing threads."""
+coordinates in tile-index order, racing threads, and tier classes whose factories note the
+carriers they make (the tiles a TiledEvictable builds with them)."""
 import threading
 
 import numpy as np
@@ -54,3 +55,39 @@ def run_threads(targets, timeout=60):
     for t in threads:
         t.join(timeout)
     return not any(t.is_alive() for t in threads)
+
+
+class NotesFactories:
+    """Mixin for a tier class: `new_like` and `allocate_like` note every carrier they make in
+    `NotesFactories.made`. A TiledEvictable makes each tile of a tier whose class is not
+    exactly CPU or FileBacked with that tier's factories (extension-and-tiling.md §7), so a
+    test sees its tiles there, and the private copies its moves make and release."""
+
+    made: list = []
+
+    def new_like(self, values, **kwargs):
+        made = super().new_like(values, **kwargs)
+        NotesFactories.made.append(made)
+        return made
+
+    def allocate_like(self, size, **kwargs):
+        made = super().allocate_like(size, **kwargs)
+        NotesFactories.made.append(made)
+        return made
+
+
+class NotedCPU(NotesFactories, sw.CPU):
+    pass
+
+
+class NotedFileBacked(NotesFactories, sw.FileBacked):
+    pass
+
+
+class NotedGeneric(NotesFactories, sw.Generic):
+    pass
+
+
+def live_made(*, but=()):
+    """The noted carriers still live, leaving out those in `but` (by identity)."""
+    return [c for c in NotesFactories.made if not c.is_released() and not any(c is b for b in but)]

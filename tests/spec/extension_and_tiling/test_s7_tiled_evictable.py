@@ -8,7 +8,6 @@ import threading
 import pytest
 
 import strideweave as sw
-from strideweave import _autograd
 from strideweave.carriers import tiled_evictable as te_module
 from strideweave.carriers.extension import (CarrierDefinition, StorageProvider,
                                             register_carrier_definition)
@@ -16,6 +15,7 @@ from strideweave.carriers.move import (AwaitResult, MoveOperation, dispatch_move
                                        register_move_operation, registered_move_operation)
 from strideweave.carriers.tiled_evictable import (AwaitProjection, AwaitResidency, TiledEvictable,
                                                   TiledResidencyFacet, TileSelection, TileSet)
+from tiled_data import NotedCPU, NotedFileBacked, NotesFactories, live_made
 
 F32, I32 = sw.DType.Float32, sw.DType.Int32
 TIMEOUT = 20
@@ -278,15 +278,30 @@ def test_residency_argument_checks_in_order():
     assert te.secondary_tiles == TileSet()
 
 
-def test_residency_adds_no_autograd_node_and_no_profile_event(monkeypatch):
-    recorded = []
-    real = _autograd.record_inputs
-    monkeypatch.setattr(_autograd, "record_inputs", lambda *a: recorded.append(a) or real(*a))
+def test_residency_adds_no_autograd_node_and_no_profile_event(gated):
     te = tiled()
+    assert sw.is_grad_enabled()
     with sw.profile() as prof:
         te.evict(TileSet([(0, 0), (1, 1)]))
         te.promote(TileSet([(0, 0)]))
-    assert recorded == [] and prof.events() == []
+    assert prof.events() == []
+    # Between tier classes whose tile move is ours, the node is observable: each tile move's
+    # operation saved no inputs at forward entry and its output got no autograd_ctx.
+    GatedMove.gate.set()
+    te = gated_tiled()
+    with sw.profile() as prof:
+        te.evict(TileSet([(0, 0), (1, 1)]))
+        te.promote(TileSet([(0, 0)]))
+    assert prof.events() == [] and values(te) == [float(i) for i in range(16)]
+    assert [(inputs, output.autograd_ctx) for _, inputs, output in GatedMove.seen] == [((), None)] * 3
+    # a public move of the same pair is profiled and records its node, so the assertions above bite
+    GatedMove.seen = []
+    source = sw.Tensor(cpu([1.0, 2.0], cls=GCPU), 0, sw.Layout.canonical(sw.Shape([2])))
+    with sw.profile() as prof:
+        moved = sw.move(source, GFile(dtype=F32))
+    ((node, inputs, output),) = GatedMove.seen
+    assert prof.events() and len(inputs) == 1 and inputs[0] is source
+    assert output is moved and moved.autograd_ctx is node
 
 
 def test_facet_methods_take_the_carrier_first():
@@ -303,26 +318,35 @@ def test_facet_methods_take_the_carrier_first():
     assert sw.CPU(1).facet(TiledResidencyFacet) is None
 
 
-class GCPU(sw.CPU):
-    """A primary-tier class whose fills can be held at a gate (projection gathers)."""
+def checkpoint(entered, gate, error):
+    """Where a test holds or fails a hook: set `entered`, wait at `gate`, raise `error`
+    (each only when the test has set it)."""
+    if entered is not None:
+        entered.set()
+    if gate is not None:
+        assert gate.wait(TIMEOUT)
+    if error is not None:
+        raise error
 
-    fill_gate = None
-    fill_entered = None
-    fill_error = None
+
+class GCPU(sw.CPU):
+    """A primary-tier class whose element reads can be held at a gate or fail (a projection
+    gathers by reading each selected tile, where it lives, through them)."""
+
+    read_gate = None
+    read_entered = None
+    read_error = None
     created = []
 
     def __init__(self, *a, **k):
         super().__init__(*a, **k)
         GCPU.created.append(self)
 
-    def _sw_fill(self, i, v):
-        if GCPU.fill_entered is not None:
-            GCPU.fill_entered.set()
-        if GCPU.fill_gate is not None:
-            assert GCPU.fill_gate.wait(TIMEOUT)
-        if GCPU.fill_error is not None:
-            raise GCPU.fill_error
-        super()._sw_fill(i, v)
+    def get_value(self, i):
+        checkpoint(GCPU.read_entered, GCPU.read_gate, GCPU.read_error)
+        return super().get_value(i)
+
+    __getitem__ = get_value
 
 
 class GFile(sw.FileBacked):
@@ -338,34 +362,36 @@ class Injected(OSError):
 
 
 class GatedMove(MoveOperation):
-    """Tile moves between GCPU and GFile: waits at `gate`, fails when `error` is set."""
+    """Tile moves between GCPU and GFile: waits at `gate`, fails when `error` is set, and
+    notes what the operation had saved (`inputs()`) and its output Tensor, so a test can see
+    whether the move made an autograd node."""
 
     gate = None
     entered = None
     error = None
+    seen = []
 
     def _copy(self, tensor, destination, output, element_count):
-        if GatedMove.entered is not None:
-            GatedMove.entered.set()
-        if GatedMove.gate is not None:
-            assert GatedMove.gate.wait(TIMEOUT)
-        if GatedMove.error is not None:
-            raise GatedMove.error
-        for j in range(element_count):
-            destination._sw_fill(j, tensor.carrier[tensor.offset + j])
+        GatedMove.seen.append((self, self.inputs(), output))
+        checkpoint(GatedMove.entered, GatedMove.gate, GatedMove.error)
+        for j in range(output.size()):  # logical order, first mode fastest, on both sides
+            output[j] = tensor[j]
 
 
 @pytest.fixture
 def gated():
     GatedMove.gate, GatedMove.entered, GatedMove.error = threading.Event(), threading.Event(), None
-    GCPU.fill_gate = GCPU.fill_entered = GCPU.fill_error = None
+    GatedMove.seen = []
+    GCPU.read_gate = GCPU.read_entered = GCPU.read_error = None
     GCPU.created.clear()
     GFile.created.clear()
     with registered_move_operation(GCPU, GFile, GatedMove), registered_move_operation(GFile, GCPU, GatedMove):
         yield
         GatedMove.gate.set()
+        if GCPU.read_gate is not None:
+            GCPU.read_gate.set()
     GatedMove.gate = GatedMove.entered = GatedMove.error = None
-    GCPU.fill_gate = GCPU.fill_entered = GCPU.fill_error = None
+    GCPU.read_gate = GCPU.read_entered = GCPU.read_error = None
 
 
 def gated_tiled():
@@ -523,10 +549,10 @@ def test_projection_errors_in_order():
 
 def test_projection_pins_its_tiles_until_completion(gated):
     te = gated_tiled()
-    GCPU.fill_gate, GCPU.fill_entered = threading.Event(), threading.Event()
+    GCPU.read_gate, GCPU.read_entered = threading.Event(), threading.Event()
     with sw.no_grad():
         h = te.project(full(te), [[0], [0, 1]])
-    assert GCPU.fill_entered.wait(TIMEOUT) and not h.done
+    assert GCPU.read_entered.wait(TIMEOUT) and not h.done
     assert te.tile_state((0, 1)).pinned and not te.tile_state((1, 0)).pinned
     with pytest.raises(RuntimeError, match="pinned"):
         te[0] = 3.0
@@ -535,7 +561,7 @@ def test_projection_pins_its_tiles_until_completion(gated):
     with pytest.raises(RuntimeError, match="pending"):
         te.release()
     te[2] = 3.0  # tile (1, 0) is not selected
-    GCPU.fill_gate.set()
+    GCPU.read_gate.set()
     out = h.wait()
     assert out.tolist() == [0.0, 1.0, 4.0, 5.0, 8.0, 9.0, 12.0, 13.0]
     assert not te.tile_state((0, 1)).pinned
@@ -545,7 +571,7 @@ def test_projection_pins_its_tiles_until_completion(gated):
 def test_a_failed_projection_publishes_nothing(gated):
     te = gated_tiled()
     GCPU.created.clear()
-    GCPU.fill_error = Injected("injected gather failure")
+    GCPU.read_error = Injected("injected gather failure")
     with sw.no_grad():
         h = te.project(full(te), [[1], [1]])
     with pytest.raises(Injected):
@@ -570,17 +596,26 @@ def test_user_construction_of_handles_is_refused():
 
 # ----- the route and other moves ----------------------------------------------------------------------
 
+def noted_tiled():
+    """`tiled()` on tiers whose factories note the carriers they make: its tiles."""
+    NotesFactories.made.clear()
+    return tiled(primary_cls=NotedCPU, secondary_cls=NotedFileBacked)
+
+
 def test_move_to_cpu_gathers_every_tile_in_place_and_releases():
-    te = tiled()
+    te = noted_tiled()
     te.evict(TileSet([(1, 0), (0, 1)]))
-    secondary_tiles = [te._tiles[i] for i in (1, 2)]
     p, s = te.primary, te.secondary
+    secondary_tiles = [c for c in live_made() if type(c) is NotedFileBacked]
+    assert len(secondary_tiles) == 2 and all(t.is_owned() for t in secondary_tiles)
+    assert sorted(t[k] for t in secondary_tiles for k in range(4)) == [2.0, 3.0, 6.0, 7.0, 8.0, 9.0, 12.0, 13.0]
     with sw.no_grad():
         out = sw.move(full(te), sw.CPU(16))
     assert out.tolist() == [float(i) for i in range(16)]
     assert [out.carrier[i] for i in range(16)] == [float(i) for i in range(16)]
     assert te.is_released() and te.size() == 0
     assert p.is_released() and s.is_released() and all(t.is_released() for t in secondary_tiles)
+    assert live_made() == []  # every tile, and every private copy a tile move made
     with pytest.raises(RuntimeError):
         te[0]
 
@@ -641,10 +676,12 @@ def test_factories_need_the_full_size_and_place_every_tile_on_primary():
 
 
 def test_release_is_idempotent_and_releases_tiles_and_tiers():
-    te = tiled()
+    te = noted_tiled()
     te.evict(TileSet([(1, 1)]))
-    tiles = list(te._tiles)
     p, s = te.primary, te.secondary
+    # the four tiles: the replaced tile and the private copy the move made are released
+    tiles = live_made(but=(p,))
+    assert len(tiles) == 4 and all(t.is_owned() for t in tiles)
     assert te.release() is None and te.release() is None
     assert te.size() == 0 and te.is_released()
     assert all(t.is_released() for t in tiles) and p.is_released() and s.is_released()
@@ -668,9 +705,10 @@ def test_provider_supports_both_tiers_dtypes_and_allocates_only_the_full_size():
 
 
 def _fallback_slab(name):
-    cls = type(name, (sw.Carrier,), {})
+    cls = type(name, (sw.Carrier,), {"allocated": []})
 
     def allocate(c, n):
+        cls.allocated.append(c)
         c.cells = [0.0] * n
 
     def release(c):
@@ -690,8 +728,14 @@ def test_definition_backed_tiers_move_tiles_through_their_section_5_resolution()
     seed = Fast(4, dtype=F32)
     for i in range(4):
         seed[i] = i + 1.0
-    te = TiledEvictable(seed, Slow(0, dtype=F32), (2,), (2,))
+    secondary = Slow(0, dtype=F32)
+    te = TiledEvictable(seed, secondary, (2,), (2,))
     te.evict(TileSet([(1,)]))
-    assert type(te._tiles[1]) is Slow and te._tiles[1].cells == [3.0, 4.0]
+    # the provider filled one Slow carrier since: tile (1,), owned, holding its values
+    (tile,) = [c for c in Slow.allocated if c is not secondary and not c.is_released()]
+    assert type(tile) is Slow and tile.cells == [3.0, 4.0] and tile.is_owned()
+    Fast.allocated.clear()
     te.promote(TileSet([(1,)]))
-    assert type(te._tiles[1]) is Fast and values(te) == [1.0, 2.0, 3.0, 4.0]
+    (back,) = [c for c in Fast.allocated if not c.is_released()]
+    assert type(back) is Fast and back.cells == [3.0, 4.0] and back.is_owned() and tile.is_released()
+    assert values(te) == [1.0, 2.0, 3.0, 4.0]

@@ -27,11 +27,16 @@ if pid == 0:
         code = 1  # returned: impossible, the work lives in the parent
     except RuntimeError as e:
         code = 0 if "fork" in str(e) and str(os.getpid()) in str(e) else 2
-    try:
-        handle._join(1.0)
-        code = code or 4
-    except RuntimeError:
-        pass
+    # The timed waits take the same path: they raise the fork error, never a TimeoutError
+    # after the timeout and never a value.
+    for timed in (lambda: handle.wait(1.0), lambda: handle.exception(1.0)):
+        try:
+            timed()
+            code = code or 4
+        except RuntimeError as e:
+            code = code or (0 if "fork" in str(e) else 5)
+        except BaseException:
+            code = code or 6
     os._exit(code)
 _, status = os.waitpid(pid, 0)
 print(os.waitstatus_to_exitcode(status))

@@ -10,7 +10,6 @@ import threading
 import pytest
 
 import strideweave as sw
-from strideweave import _autograd
 from strideweave.carriers.extension import (CarrierDefinition, PreparedTransfer, StorageProvider,
                                             TransferProvider, TransferRoute,
                                             register_carrier_definition)
@@ -18,6 +17,7 @@ from strideweave.carriers.move import MoveOperation, registered_move_operation
 
 from blockdev_fixture import block_device_path  # noqa: F401
 from dlpack_structs import READ_ONLY, managed
+from user_written_hooks import NodeWatchingMove
 
 F32, I32 = sw.DType.Float32, sw.DType.Int32
 
@@ -306,20 +306,43 @@ def test_round_trips_keep_values_and_version_for_int32_and_generic_tiers():
     assert values(g) == ["a", ("b",), None] and g.version == 0
 
 
-def test_transitions_are_moves_between_tiers_with_no_autograd_node_and_no_profiling(monkeypatch):
-    recorded = []
-    real = _autograd.record_inputs
-    monkeypatch.setattr(_autograd, "record_inputs", lambda *a: recorded.append(a) or real(*a))
+class WatchedCPU(sw.CPU):
+    """Tier classes of our own, so a MoveOperation of ours carries the transitions."""
+
+
+class WatchedFile(sw.FileBacked):
+    pass
+
+
+def test_transitions_are_moves_between_tiers_with_no_autograd_node_and_no_profiling():
     ev = sw.Evictable(cpu([1.0, 2.0]), filebacked())
     assert sw.is_grad_enabled()
     with sw.profile() as prof:
         ev.evict()
         ev.promote()
-    assert prof.events() == [] and recorded == []
-    # the same pair moved publicly is profiled and recorded, so the assertions above bite
+    assert prof.events() == []
+    # Between tier classes whose move is ours, the node is observable: the operation saved no
+    # inputs at forward entry and the transfer's output got no autograd_ctx.
+    NodeWatchingMove.seen = []
+    with registered_move_operation(WatchedCPU, WatchedFile, NodeWatchingMove), \
+            registered_move_operation(WatchedFile, WatchedCPU, NodeWatchingMove):
+        ev = sw.Evictable(WatchedCPU(0).new_like([1.0, 2.0]), WatchedFile(dtype=F32))
+        with sw.profile() as prof:
+            ev.evict()
+            ev.promote()
+        assert prof.events() == [] and values(ev) == [1.0, 2.0]
+        assert [(inputs, output.autograd_ctx) for _, inputs, output in NodeWatchingMove.seen] == [
+            ((), None), ((), None)]
+        # the same pair moved publicly is profiled and recorded, so the assertions above bite
+        NodeWatchingMove.seen = []
+        source = flat(WatchedCPU(0).new_like([1.0, 2.0]))
+        with sw.profile() as prof:
+            moved = sw.move(source, WatchedFile(dtype=F32))
+        ((node, inputs, output),) = NodeWatchingMove.seen
+        assert prof.events() and len(inputs) == 1 and inputs[0] is source and output is moved and moved.autograd_ctx is node
     with sw.profile() as prof:
         sw.move(flat(cpu([1.0, 2.0])), filebacked())
-    assert prof.events() and recorded
+    assert prof.events()
 
 
 def test_transitions_on_released_or_owned_evictable_raise():

@@ -255,10 +255,11 @@ FAULT_CHILD = textwrap.dedent("""
     import errno, os
     import numpy as np
     import strideweave as sw
-    from strideweave.carriers.file_backed import filebacked_directory
     from strideweave.carriers.tiled_evictable import TiledEvictable, TileSet
     F32 = sw.DType.Float32
-    directory = filebacked_directory()            # on the 128 KiB tmpfs
+    probe = sw.FileBacked(dtype=F32)
+    directory = probe.path.parent                 # on the 128 KiB tmpfs
+    probe.release()
     values = np.random.default_rng(1).standard_normal(256 * 256).astype(np.float32).tolist()
 
     def expect_enospc(fn):

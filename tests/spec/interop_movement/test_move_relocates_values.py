@@ -8,7 +8,7 @@ import strideweave as sw
 from strideweave import CPU, FileBacked, Generic, Layout, Shape, Stride, Tensor
 from strideweave.core.representation import PLANAR_FLOAT32_PAIR, Subtensor, tensor_from_subtensors
 
-from move_sources import cpu_tensor, snapshot
+from move_sources import cpu_tensor, filebacked_directory, snapshot
 
 D = sw.DType
 
@@ -202,8 +202,7 @@ def test_reject_a_multi_subtensor_tensor_first():
 
 
 def test_failed_validation_leaves_no_file_behind():
-    from strideweave.carriers import file_backed
-    directory = file_backed.filebacked_directory()
+    directory = filebacked_directory()
     t = cpu_tensor([1.0])
     dest = FileBacked(dtype=D.Int32)
     names = sorted(p.name for p in directory.iterdir())

@@ -24,7 +24,7 @@ import pytest
 
 import strideweave as sw
 from strideweave import CPU, FileBacked, Generic
-from strideweave.carriers import file_backed
+from move_sources import filebacked_directory
 
 from blockdev_fixture import block_device_path  # noqa: F401 (a fixture, used by name)
 
@@ -248,7 +248,7 @@ def test_filebacked_release_and_gc_delete_the_file():
 
 
 def test_filebacked_failed_construction_leaves_no_file():
-    directory = file_backed.filebacked_directory()
+    directory = filebacked_directory()
     before = set(os.listdir(directory))
     with pytest.raises(ValueError):
         FileBacked(dtype=D.Bool)
@@ -314,7 +314,7 @@ def test_generic_allocate_like_zero_fills_every_dtype():
 
 def test_filebacked_directory_name_is_hex():
     import re
-    name = file_backed.filebacked_directory().name
+    name = filebacked_directory().name
     assert re.fullmatch(r"\.strideweave-filebacked-[0-9a-f]+", name), name
 
 

@@ -104,17 +104,6 @@ def seal_by_instance(cls):
     cls()
 
 
-def seal_by_route(cls):
-    try:
-        ext.resolve_route(cls, sw.CPU)
-    except NotImplementedError:
-        pass
-
-
-def seal_by_destination_role(cls):
-    ext.resolve_route(sw.CPU, cls)
-
-
 def seal_by_legacy_registry(cls):
     from strideweave.carriers.move import dispatch_move
     dispatch_move(cls, sw.CPU)
@@ -124,8 +113,9 @@ def seal_by_capability_query(cls):
     ext.is_definition_backed(cls)
 
 
-@pytest.mark.parametrize("seal", [seal_by_instance, seal_by_route, seal_by_destination_role,
-                                  seal_by_legacy_registry, seal_by_capability_query])
+# Sealing by resolving a move route alone is in tests/internal/test_definition_route_decision.py:
+# a move needs instances, and constructing one seals the class first.
+@pytest.mark.parametrize("seal", [seal_by_instance, seal_by_legacy_registry, seal_by_capability_query])
 def test_observed_class_is_sealed(seal):
     cls = fresh_class()
     seal(cls)

@@ -621,10 +621,21 @@ def test_move_to_cpu_gathers_every_tile_in_place_and_releases():
 
 
 def test_route_is_declared_as_tiled_to_cpu():
-    from strideweave.carriers.extension import definition_of
-    (route,) = definition_of(TiledEvictable).transfers
-    assert (route.source_class, route.destination_class, route.route_id) == (TiledEvictable, sw.CPU,
-                                                                             "tiled.to_cpu")
+    # The route a move takes names itself when it declines a request: the one from
+    # TiledEvictable to exact CPU is "tiled.to_cpu" (it takes full tensors only).
+    te = tiled()
+    with sw.no_grad(), pytest.raises(NotImplementedError) as info:
+        sw.move(full(te)[1:3, :], sw.CPU(16))
+    assert "'tiled.to_cpu' for (TiledEvictable, CPU)" in str(info.value)
+    # No route to any other class, not even a subclass of CPU: such a move fails at resolution,
+    # before any prepare, so it names no route.
+    sub_cpu = type("SubCPU", (sw.CPU,), {})
+    for destination in (sub_cpu(16), sw.FileBacked(dtype=F32), sw.Generic([0.0] * 16, dtype=F32)):
+        with sw.no_grad(), pytest.raises(NotImplementedError) as info:
+            sw.move(full(te), destination)
+        assert "no transfer route for (TiledEvictable, " in str(info.value)
+        assert "tiled.to_cpu" not in str(info.value)
+    assert not te.is_released() and values(te) == [float(i) for i in range(16)]
 
 
 def test_non_full_and_other_moves_are_refused_before_effects():
@@ -691,15 +702,13 @@ def test_release_is_idempotent_and_releases_tiles_and_tiers():
             action()
 
 
-def test_provider_supports_both_tiers_dtypes_and_allocates_only_the_full_size():
-    from strideweave.carriers.extension import definition_of
+def test_provider_supports_both_tiers_dtypes():
+    # (That its allocate takes only the full size, which no public call can ask otherwise, is in
+    # tests/internal/test_tiled_evictable_definition.py.)
     te = tiled()
     assert te.supports_storage_dtype(F32) and te.supports_storage_dtype(I32)
     assert not te.supports_storage_dtype(sw.DType.Bool)      # FileBacked cannot store Bool
     assert not te.supports_storage_dtype(sw.DType.Floating)  # CPU cannot
-    with pytest.raises(ValueError, match="full"):
-        definition_of(TiledEvictable).storage.allocate(te, 3)
-    assert values(te) == [float(i) for i in range(16)]
     te.release()
     assert te.supports_storage_dtype(I32)
 

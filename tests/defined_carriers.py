@@ -1,6 +1,8 @@
 """Definition-backed carrier classes for the extension-and-tiling.md §2-§5 tests:
 a StorageProvider keeping slots in `c.cells` (the §6 Slab provider) that logs every callback,
 fresh classes with and without a definition, a no-op transfer provider, and facet types."""
+import pytest
+
 import strideweave as sw
 from strideweave.carriers.extension import (CarrierDefinition, CarrierFacet, PreparedTransfer,
                                             StorageProvider, TransferProvider, register_carrier_definition)
@@ -61,6 +63,15 @@ def defined_class(name="Slab", log=None, *, storage=None, routes=lambda cls: (),
     cls = fresh_class(name)
     storage = storage if storage is not None else list_storage(log, **kw)
     register_carrier_definition(cls, CarrierDefinition(storage, transfers=routes(cls), facets=facets))
+    return cls
+
+
+def sealed_by(observe):
+    """A fresh class after `observe(cls)`, checked to refuse a definition as sealed (TypeError)."""
+    cls = fresh_class()
+    observe(cls)
+    with pytest.raises(TypeError, match="sealed"):
+        register_carrier_definition(cls, CarrierDefinition(list_storage()))
     return cls
 
 

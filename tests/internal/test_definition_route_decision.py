@@ -9,9 +9,9 @@ import pytest
 
 import strideweave as sw
 from strideweave.carriers import extension as ext
-from strideweave.carriers.extension import CarrierDefinition, TransferRoute, register_carrier_definition
+from strideweave.carriers.extension import TransferRoute
 
-from defined_carriers import defined_class, fresh_class, list_storage, noop_provider
+from defined_carriers import defined_class, fresh_class, noop_provider, sealed_by
 
 
 def test_resolve_exact_route_is_a_frozen_decision_naming_the_route():
@@ -38,10 +38,6 @@ def seal_by_destination_role(cls):
 
 @pytest.mark.parametrize("seal", [seal_by_route, seal_by_destination_role])
 def test_route_resolution_seals_a_class_it_names(seal):
-    cls = fresh_class()
-    seal(cls)
-    definition = CarrierDefinition(list_storage())
-    with pytest.raises(TypeError, match="sealed"):
-        register_carrier_definition(cls, definition)
+    cls = sealed_by(seal)
     assert ext.definition_of(cls) is None
     cls()  # still a working definition-free class

@@ -14,7 +14,7 @@ from strideweave.carriers.extension import (CarrierDefinition, CarrierFacet, Tra
                                             register_carrier_definition)
 
 from defined_carriers import (FacetA, FacetASub, FacetB, Log, NotACarrier, defined_class, fresh_class,
-                              list_storage, noop_provider)
+                              list_storage, noop_provider, sealed_by)
 
 D = sw.DType
 
@@ -117,11 +117,7 @@ def seal_by_capability_query(cls):
 # a move needs instances, and constructing one seals the class first.
 @pytest.mark.parametrize("seal", [seal_by_instance, seal_by_legacy_registry, seal_by_capability_query])
 def test_observed_class_is_sealed(seal):
-    cls = fresh_class()
-    seal(cls)
-    definition = CarrierDefinition(list_storage())
-    with pytest.raises(TypeError, match="sealed"):
-        register_carrier_definition(cls, definition)
+    cls = sealed_by(seal)
     assert ext.definition_of(cls) is None
     cls()  # still a working definition-free class
 

@@ -13,7 +13,7 @@ from strideweave.carriers.extension import (CarrierDefinition, PreparedTransfer,
 from strideweave.carriers.move import (ElementwiseMoveOperation, dispatch_move, register_move_operation,
                                        unregister_move_operation)
 
-from defined_carriers import Log, defined_class, fresh_class, list_storage, noop_provider
+from defined_carriers import Log, defined_class, fresh_class, list_storage
 
 F32, I32 = sw.DType.Float32, sw.DType.Int32
 

@@ -19,7 +19,10 @@ deprecated and then removed (ray-project/ray#64037), and the core worker exposes
 delete call, so reference counting is the mechanism.
 
 As a TiledEvictable's secondary tier, each evicted tile is its own sealed object: it is read in
-place, and writing it needs a promotion first (a sealed object is immutable).
+place, and writing it needs a promotion first (a sealed object is immutable). The carrier is a
+`tiled_tiles.HostReadableTile` (a whole tile lands in a bare HostStorage with one native copy
+from the local view, so `tiled.to_cpu` and projections read Ray tiles in bulk) and a
+`tiled_tiles.ShareableTile` (a tier move's private copy shares the sealed object).
 """
 from __future__ import annotations
 
@@ -30,8 +33,9 @@ from typing import Any, Iterable
 import numpy as np
 import ray
 
+from strideweave import _native
 from strideweave.carriers.base import Carrier, check_factory_dtype, check_index, check_size_argument
-from strideweave.carriers.dtype import DType, storage_zero
+from strideweave.carriers.dtype import STORAGE_KIND, DType, storage_zero
 
 __all__ = ["RayObjectCarrier", "RayObjectLostError"]
 
@@ -238,6 +242,22 @@ class RayObjectCarrier(Carrier):
             if self._array is None and not self._sw_released:
                 self._array = array
             return array
+
+    def _sw_land(self, first: int, storage: _native.HostStorage, count: int) -> None:
+        """Slots `[first, first + count)` into `storage` from slot 0: one checked native copy
+        (GIL released) from the local view, fetched first if needed."""
+        size = NUMPY_DTYPE[self._dtype].itemsize
+        _native.copy_buffer_to_host(self._sw_local_array(), first * size, storage, 0, count * size)
+
+    def _sw_host_snapshot(self) -> _native.HostStorage:
+        """Every slot in a fresh bare HostStorage, with what `carrier[i]` reads: the sealed
+        object's bytes in one native copy, or zeros while a pending move has not sealed it."""
+        kind = STORAGE_KIND[self._dtype]
+        if self._ref is None and not self._sw_released:
+            return _native.HostStorage(kind, self._slots)
+        storage = _native.HostStorage(kind, self._slots, False)
+        self._sw_land(0, storage, self._slots)
+        return storage
 
     def _sw_shared_copy(self) -> "RayObjectCarrier":
         """A private copy for a TiledEvictable's tier move (which releases the copy it moves):

@@ -51,6 +51,11 @@ def test_a_host_snapshot_holds_exactly_the_slots():
         assert snap.to_list() == [c[k] for k in range(4)]
         assert tiled_tiles.read_all(c, 4) == [c[k] for k in range(4)]
         assert tiled_tiles.storages_of([c])[0].to_list() == snap.to_list()
+    big = np.arange((2 << 20) // 4 + 3, dtype=np.float32) * np.float32(0.5)  # a mapped snapshot
+    c = RayObjectCarrier()
+    with sw.no_grad():
+        sw.move(sw.Tensor(sw.CPU(0).new_like(big.tolist()), 0, sw.Layout.canonical(sw.Shape(big.size))), c)
+    assert np.array_equal(np.array(c._sw_host_snapshot().to_list(), dtype=np.float32), big)
     pending = RayObjectCarrier().allocate_like(3, empty=True)  # unsealed: reads zero
     assert pending._sw_host_snapshot().to_list() == [0.0] * 3 == [pending[k] for k in range(3)]
     gone = sealed([1.0])

@@ -155,3 +155,21 @@ def test_concurrent_projections_fetch_and_read_the_same_ray_tiles_exactly(cluste
         expected = blocks(data, per_axis, tile)
         np.testing.assert_array_equal(as_array(out, expected.shape), expected)
     assert not any(te.tile_state(c).pinned for c in grid_tiles(grid))
+
+
+def test_tiles_of_megabytes_read_exactly(cluster):
+    """Tiles of 2.25 MiB each (a host snapshot of that size is allocated differently from a
+    small one), half of them on Ray: projections and the move to CPU match NumPy."""
+    grid, tile = (2, 2), (768, 768)
+    logical = (1536, 1536)
+    data = random_data(logical, F32, seed=9)
+    t = ray_tiled(data, grid, tile)
+    te = t.carrier
+    for per_axis in ([[1], [0]], [[1, 0], [1, 0]]):
+        with sw.no_grad():
+            out = te.project(t, TileSelection(per_axis)).wait()
+        expected = blocks(data, per_axis, tile)
+        np.testing.assert_array_equal(np.from_dlpack(out).reshape(expected.shape, order="F"), expected)
+    with sw.no_grad():
+        moved = sw.move(t, sw.CPU(te.size()))
+    np.testing.assert_array_equal(np.from_dlpack(moved).reshape(logical, order="F"), data)

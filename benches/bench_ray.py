@@ -15,6 +15,14 @@ each node with its own object store) and an actor on node B. One round trip, eac
                `.copy()` of that view, the price of writable local memory, which a move into a
                CPU carrier always pays
 
+Second row, on the driver's node: a TiledEvictable (CPU primary, RayObjectCarrier secondary)
+of a (T*4, T*4) Float32 array in a 4x4 grid with every tile evicted to Ray, moved whole to a fresh
+CPU carrier (`sw.move(full, sw.CPU(n))`, "tiled.to_cpu": each Ray tile lands with one native
+copy from its object-store view, then the tiles are placed in Rust), next to what a user would
+otherwise write: `ray.get` of the 16 tile objects (each a `ray.put` of that tile's ndarray) and
+a copy of each into its block of one `np.empty` array. Both sides put their tiles before the
+clock starts and fetch them inside it (64 MiB; 16 MiB with --quick).
+
 The tensor goes to the actor pickled (only the object reference travels); the array's
 reference goes inside a list so that the actor itself calls `ray.get`. Sources are filled
 before the clock starts. Each round runs every variant once, in alternating order; a time is
@@ -36,6 +44,7 @@ import gc  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
+from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -131,6 +140,8 @@ def main(argv: list[str]) -> int:
             """Paired: the median over rounds of this round's time over the base's."""
             return statistics.median(a / b for a, b in zip(times[name], times[base]))
 
+        tiled_rows(ray, RayObjectCarrier, 16 if quick else 64, repeats)
+
         print(f"{size_mib} MiB CPU -> Ray -> CPU on node B, {repeats} rounds (load average "
               f"{load:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs); medians, ratios paired per round")
         print(f"  ray.put + ray.get (a read-only view)          {statistics.median(times['ray']) * 1e3:8.1f} ms")
@@ -142,6 +153,57 @@ def main(argv: list[str]) -> int:
         ray.shutdown()
         cluster.shutdown()
     return 0
+
+
+def tiled_rows(ray: Any, ray_carrier: type, size_mib: int, repeats: int) -> None:
+    """The TiledEvictable row: "tiled.to_cpu" of every tile on Ray vs ray.get + block copies."""
+    from strideweave.carriers.tiled_evictable import TiledEvictable, TileSelection
+
+    side = int((size_mib * MiB // 4) ** 0.5)
+    tile = side // 4
+    data = np.asfortranarray((np.arange(side * side) % 1009).astype(np.float32).reshape((side, side), order="F"))
+    flat = sw.Layout.canonical(sw.Shape(side * side))
+    logical = sw.Layout.canonical(sw.Shape([side, side]))
+    blocks = [(slice(i * tile, (i + 1) * tile), slice(j * tile, (j + 1) * tile)) for j in range(4) for i in range(4)]
+
+    def ours() -> float:
+        seed = sw.CPU(side * side, empty=True)
+        np.copyto(np.from_dlpack(sw.Tensor(seed, 0, flat)), data.ravel(order="F"))
+        te = TiledEvictable(seed, ray_carrier(), (4, 4), (tile, tile))
+        te.evict(TileSelection([list(range(4)), list(range(4))]))
+        gc.collect()
+        with sw.no_grad():
+            start = time.perf_counter()
+            out = sw.move(sw.Tensor(te, 0, logical), sw.CPU(side * side, empty=True))
+            elapsed = time.perf_counter() - start
+        got = np.from_dlpack(sw.Tensor(out.carrier, 0, flat))
+        assert np.array_equal(got, data.ravel(order="F")), "tiled.to_cpu returned wrong values"
+        return elapsed
+
+    def theirs() -> float:
+        refs = [ray.put(np.asfortranarray(data[b])) for b in blocks]
+        gc.collect()
+        start = time.perf_counter()
+        out = np.empty((side, side), dtype=np.float32, order="F")
+        for b, part in zip(blocks, ray.get(refs)):
+            out[b] = part
+        elapsed = time.perf_counter() - start
+        assert np.array_equal(out, data)
+        return elapsed
+
+    runs = {"ours": ours, "theirs": theirs}
+    for run in runs.values():
+        run()
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for k in range(repeats):
+        for name in (list(runs) if k % 2 == 0 else list(reversed(runs))):
+            times[name].append(runs[name]())
+    ratio = statistics.median(a / b for a, b in zip(times["ours"], times["theirs"]))
+    print(f"{size_mib} MiB TiledEvictable, 4x4 tiles of ({tile}, {tile}) all on Ray, to one CPU array on this node, "
+          f"{repeats} rounds (load average {os.getloadavg()[0]:.1f})")
+    print(f"  ray.get of the 16 tiles + block copies into np.empty  {statistics.median(times['theirs']) * 1e3:8.1f} ms")
+    print(f"  strideweave move(full, CPU) (\"tiled.to_cpu\")          {statistics.median(times['ours']) * 1e3:8.1f} ms"
+          f"   ratio {ratio:5.2f}x")
 
 
 if __name__ == "__main__":

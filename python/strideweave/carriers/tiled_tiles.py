@@ -13,7 +13,11 @@ A tile is one of two things:
   describes it.
 
 Both kinds read, write, copy and release through the functions below; `TierTiles` makes
-fresh tiles of one tier.
+fresh tiles of one tier. A carrier tile of another class may declare two capabilities, checked
+with isinstance against the Protocols below (never probed by attribute name):
+`HostReadableTile` (its slots land in a fresh bare HostStorage in one native copy, so reads of
+the whole tile are bulk and its tier's tiles join the batched Rust copies as sources) and
+`ShareableTile` (immutable, so a private copy may share its storage).
 """
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ import contextlib
 import itertools
 import os
 import threading
-from typing import Any, Sequence, Union, cast
+from typing import Any, Protocol, Sequence, Union, runtime_checkable
 
 from strideweave import _native
 from strideweave.carriers import tiled_bulk
@@ -39,6 +43,26 @@ Bare = Union[_native.HostStorage, _native.FileRegion]
 Tile = Union[Carrier, Bare]
 
 _slab_names = itertools.count()
+
+
+@runtime_checkable
+class HostReadableTile(Protocol):
+    """A carrier tile whose slots can be read in bulk: `_sw_host_snapshot()` returns a fresh
+    bare HostStorage of the tile's storage kind holding exactly what `tile[k]` reads for every
+    slot, landed with one checked native copy (`strideweave.ray`: from the local view of the
+    tile's sealed object). Only ever a copy source: nothing writes through it into the tile."""
+
+    def _sw_host_snapshot(self) -> _native.HostStorage: ...
+
+
+@runtime_checkable
+class ShareableTile(Protocol):
+    """An immutable carrier tile that can share its storage: `_sw_shared_copy()` returns a new
+    carrier of the same class over the same storage, whose release drops only its own
+    reference (`strideweave.ray`: a sealed object). What a tier move of a private copy needs,
+    without copying a byte."""
+
+    def _sw_shared_copy(self) -> Carrier: ...
 
 
 def tile_storage(tile: Tile) -> Any:
@@ -59,7 +83,11 @@ def write_slot(tile: Tile, ownership: Ownership, k: int, v: Any) -> None:
 
 
 def read_all(tile: Tile, size: int) -> list[Any]:
-    return [tile[j] for j in range(size)] if isinstance(tile, Carrier) else tile.to_list()
+    if not isinstance(tile, Carrier):
+        return tile.to_list()
+    if isinstance(tile, HostReadableTile):
+        return tile._sw_host_snapshot().to_list()
+    return [tile[j] for j in range(size)]
 
 
 def _split(tiles: Sequence[Tile]) -> tuple[list[Bare], list[Carrier]]:
@@ -100,12 +128,23 @@ def release_all(tiles: Sequence[Tile]) -> None:
 
 
 def storages_of(tiles: Sequence[Tile]) -> list[Any] | None:
-    """The Rust storage of every tile (the tiles themselves when all are bare), or None when
-    one has none."""
+    """The Rust storage a batched copy reads for every tile (the tiles themselves when all are
+    bare), or None when one has none. A `HostReadableTile` gives a fresh snapshot of its slots,
+    which is right only as a copy source: destinations are always fresh tiles of a tier that
+    has Rust storage (`tiled_bulk.native_storage` of its prototype is checked first)."""
     if not any(isinstance(tile, Carrier) for tile in tiles):
         return list(tiles)
-    storages = [tile_storage(tile) for tile in tiles]
+    storages = [source_storage(tile) for tile in tiles]
     return None if any(s is None for s in storages) else storages
+
+
+def source_storage(tile: Tile) -> Any:
+    """The Rust storage a batched copy reads `tile` from: its own (`tile_storage`), else a
+    snapshot of a `HostReadableTile`, else None."""
+    storage = tile_storage(tile)
+    if storage is None and isinstance(tile, HostReadableTile):
+        return tile._sw_host_snapshot()
+    return storage
 
 
 def carrier_copy(tile: Tile, tier: Carrier, size: int) -> Carrier:
@@ -123,10 +162,8 @@ def carrier_copy(tile: Tile, tier: Carrier, size: int) -> Carrier:
     made = tiled_bulk.snapshot(tile)
     if made is not None:
         return made
-    # An immutable tile may share its storage instead (strideweave.ray: a sealed object).
-    shared = getattr(tile, "_sw_shared_copy", None)
-    if shared is not None:
-        return cast(Carrier, shared())
+    if isinstance(tile, ShareableTile):
+        return tile._sw_shared_copy()
     return tile.new_like([tile[k] for k in range(size)], mutable=True)
 
 

@@ -19,7 +19,10 @@ deprecated and then removed (ray-project/ray#64037), and the core worker exposes
 delete call, so reference counting is the mechanism.
 
 As a TiledEvictable's secondary tier, each evicted tile is its own sealed object: it is read in
-place, and writing it needs a promotion first (a sealed object is immutable).
+place, and writing it needs a promotion first (a sealed object is immutable). The carrier is a
+`tiled_tiles.HostReadableTile` (a whole tile lands in a bare HostStorage with one native copy
+from the local view, so `tiled.to_cpu` and projections read Ray tiles in bulk) and a
+`tiled_tiles.ShareableTile` (a tier move's private copy shares the sealed object).
 """
 from __future__ import annotations
 
@@ -30,8 +33,9 @@ from typing import Any, Iterable
 import numpy as np
 import ray
 
+from strideweave import _native
 from strideweave.carriers.base import Carrier, check_factory_dtype, check_index, check_size_argument
-from strideweave.carriers.dtype import DType, storage_zero
+from strideweave.carriers.dtype import STORAGE_KIND, DType, storage_zero
 
 __all__ = ["RayObjectCarrier", "RayObjectLostError"]
 
@@ -239,6 +243,26 @@ class RayObjectCarrier(Carrier):
                 self._array = array
             return array
 
+    def _sw_land(self, first: int, storage: _native.HostStorage, count: int) -> None:
+        """Slots `[first, first + count)` into `storage` from slot 0: one checked native copy
+        (GIL released) from the local view, fetched first if needed."""
+        size = NUMPY_DTYPE[self._dtype].itemsize
+        _native.copy_buffer_to_host(self._sw_local_array(), first * size, storage, 0, count * size)
+
+    def _sw_host_snapshot(self) -> _native.HostStorage:
+        """Every slot in a fresh bare HostStorage, with what `carrier[i]` reads: the sealed
+        object's bytes in one native copy, or zeros while a pending move has not sealed it."""
+        kind = STORAGE_KIND[self._dtype]
+        if self._ref is None and not self._sw_released:
+            return _native.HostStorage(kind, self._slots)
+        # From 2 MiB a zeroed HostStorage is an anonymous mapping with huge pages asked for,
+        # which the copy faults in 2 MiB at a time: about twice as fast as the 4 KiB faults of
+        # a fresh uninitialised heap block of that size (heap blocks win below it).
+        zeroed = self._slots * NUMPY_DTYPE[self._dtype].itemsize >= SNAPSHOT_MAPPED_BYTES
+        storage = _native.HostStorage(kind, self._slots, zeroed)
+        self._sw_land(0, storage, self._slots)
+        return storage
+
     def _sw_shared_copy(self) -> "RayObjectCarrier":
         """A private copy for a TiledEvictable's tier move (which releases the copy it moves):
         a new carrier over the same sealed object and local view, since nobody can change
@@ -260,6 +284,10 @@ class RayObjectCarrier(Carrier):
             self._ref = None
             if not self._exported:
                 self._array = None
+
+
+# The tile size from which a host snapshot is allocated as a (kernel-zeroed) mapping.
+SNAPSHOT_MAPPED_BYTES = 2 << 20
 
 
 def _rebuild_carrier(cls: type[RayObjectCarrier], ref: Any, dtype: DType, slots: int) -> RayObjectCarrier:

@@ -63,8 +63,7 @@ class RayObjectToCpuMoveOperation(WorkerMove):
         if element_count * size >= PREFAULT_MIN_BYTES and not source._sw_is_local():
             # Fault the landing pages in on a copy worker while Ray fetches (bytes unchanged).
             _native.submit_prefault(storage, 0, element_count * size, _ignore)
-        array = source._sw_local_array()
-        _native.copy_buffer_to_host(array, tensor.offset * size, storage, 0, element_count * size)
+        source._sw_land(tensor.offset, storage, element_count)
 
 
 # Below this, faulting the landing pages in ahead is not worth an engine job.

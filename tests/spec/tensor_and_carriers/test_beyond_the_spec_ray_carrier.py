@@ -5,23 +5,19 @@ where this test process is the driver, and node B, each with its own small objec
 third node joins and is removed by the node-failure test. Everything listens on loopback.
 Skipped only when `ray` is not installed (`make test` installs it from requirements-ray.txt).
 """
+import gc
 import os
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
 
-# Before Ray is imported: resolve this machine's node address to loopback (Ray otherwise
-# advertises the external interface), so all cluster traffic stays on 127.0.0.1.
-os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-
-import gc  # noqa: E402
-import pickle  # noqa: E402
-import signal  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import textwrap  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
+import numpy as np
+import pytest
+from ray_cluster import NODE, MiB, two_node_cluster  # before Ray: it keeps Ray on loopback
 
 ray = pytest.importorskip("ray")
 
@@ -40,8 +36,6 @@ from strideweave.ray import (  # noqa: E402
 # process) warns about any fork.
 pytestmark = pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
 
-MiB = 1 << 20
-NODE = dict(num_cpus=1, object_store_memory=100 * MiB, node_ip_address="127.0.0.1")
 
 
 def L(shape, stride):
@@ -115,17 +109,7 @@ class Peer:
 
 @pytest.fixture(scope="module")
 def cluster():
-    from ray.cluster_utils import Cluster
-    c = Cluster()
-    try:
-        c.add_node(**NODE, include_dashboard=False)
-        node_b = c.add_node(**NODE, resources={"node_b": 1})
-        ray.init(address=c.address, log_to_driver=False, logging_level="ERROR")
-        c.wait_for_nodes()
-        yield c, node_b
-    finally:
-        ray.shutdown()
-        c.shutdown()
+    yield from two_node_cluster()
 
 
 @pytest.fixture(scope="module")

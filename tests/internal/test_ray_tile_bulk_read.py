@@ -4,6 +4,8 @@ copy from the local object-store view) and `ShareableTile` (a private copy share
 object), checked with isinstance, never through `tile[k]`. Runs on a fresh single-node Ray
 (`address="local"`); skipped only when `ray` is not installed.
 """
+import threading
+
 import numpy as np
 import pytest
 from ray_cluster import MiB  # before Ray: it keeps Ray on loopback
@@ -102,3 +104,29 @@ def test_the_tiled_reads_never_read_a_ray_tile_element_by_element(monkeypatch):
         np.testing.assert_array_equal(np.from_dlpack(out).reshape((4, 8), order="F"), expected)
         moved = sw.move(full(te), sw.CPU(48))
     np.testing.assert_array_equal(np.from_dlpack(moved).reshape((4, 12), order="F"), data)
+
+
+def test_a_failed_tile_fetch_fails_the_projection_handle_not_project(monkeypatch):
+    """Reading a Ray tile fetches it: that runs on the engine, so `project()` returns at once
+    and a fetch failure (a lost object) fails the handle, with every pin and claim given back."""
+    data = np.arange(48, dtype=np.float32) * np.float32(0.5)
+    te = TiledEvictable(sw.CPU(0).new_like(data.tolist()), RayObjectCarrier(), (2, 3), (2, 4))
+    te.evict(TileSelection([[0], [0, 1]]))
+    entered, gate = threading.Event(), threading.Event()
+
+    def lost(self):
+        entered.set()
+        gate.wait(60)  # a hang guard: the test opens the gate once project() has returned
+        raise RuntimeError(f"object {self.object_ref} is lost")
+    monkeypatch.setattr(RayObjectCarrier, "_sw_host_snapshot", lost)
+    destination = sw.CPU(16)
+    with sw.no_grad():
+        handle = te.project(full(te), TileSelection([[0], [0, 1]]), destination)
+        assert entered.wait(60) and not handle.done  # the fetch runs on another thread
+        gate.set()
+        with pytest.raises(RuntimeError, match="is lost"):
+            handle.wait()
+    monkeypatch.undo()
+    destination.release()  # unclaimed again
+    te.promote(TileSelection([[0], [0, 1]]))  # no tile left pinned
+    assert [te[k] for k in range(48)] == data.tolist()

@@ -288,19 +288,29 @@ def project(c: Any, tensor: Any, selection: Any, destination: Carrier | None) ->
                     destination._allocate(0)
         _finish(c, selected, handle, error, result)
 
+    def place_or_gather() -> None:
+        """On an engine thread: the selected tiles placed in Rust when every end has a Rust
+        storage (a tile read through a fetch, a Ray tile's snapshot, is read here too, so a
+        lost object fails the handle), else the object-model gather."""
+        try:
+            placed = _native_placement(c, selection, destination)
+            if placed is not None:
+                _native.submit_place_blocks(*placed, list(c._tile), list(compact), finish)
+                return
+            _gather(c, selection, destination, compact)
+        except BaseException as exc:  # noqa: BLE001 - the projection's terminal failure
+            finish(exc)
+        else:
+            finish(None)
+
     try:
-        placed = _native_placement(c, selection, destination)
+        placed = None
+        if all(tiled_tiles.tile_storage(c._tiles[i]) is not None for i in selected):
+            placed = _native_placement(c, selection, destination)  # no tile to fetch: at once
         if placed is not None:
             _native.submit_place_blocks(*placed, list(c._tile), list(compact), finish)
         else:
-            def job() -> None:
-                try:
-                    _gather(c, selection, destination, compact)
-                except BaseException as exc:  # noqa: BLE001 - the projection's terminal failure
-                    finish(exc)
-                else:
-                    finish(None)
-            _native.submit_python(handle, job)
+            _native.submit_python(handle, place_or_gather)
     except BaseException:
         drop_claims(claim, (destination,))
         if owned_destination:
@@ -365,10 +375,16 @@ def prepare_to_cpu(request: Any) -> Any:
             if source._pending:  # a request started since prepare: refuse, as prepare does
                 raise RuntimeError("cannot move a TiledEvictable while a residency request or "
                                    "projection is pending")
-            sources = None if dst is None else tiled_tiles.storages_of(source._tiles)
             # Pinned whichever path gathers, so no residency request swaps out (and releases)
             # a tile under the copy: of the two, exactly one goes ahead.
             _pin(source, every)
+        try:
+            # Outside the lock: reading a tile may fetch it (a Ray tile's snapshot), and the
+            # pins keep every tile in place meanwhile.
+            sources = None if dst is None else tiled_tiles.storages_of(source._tiles)
+        except BaseException:
+            _unpin(source, every)
+            raise
         if sources is None:
             try:
                 for index, tile in enumerate(source._tiles):

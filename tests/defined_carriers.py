@@ -6,6 +6,7 @@ import pytest
 import strideweave as sw
 from strideweave.carriers.extension import (CarrierDefinition, CarrierFacet, PreparedTransfer,
                                             StorageProvider, TransferProvider, register_carrier_definition)
+from strideweave.carriers.move import dispatch_move
 
 F32 = sw.DType.Float32
 
@@ -73,6 +74,19 @@ def sealed_by(observe):
     with pytest.raises(TypeError, match="sealed"):
         register_carrier_definition(cls, CarrierDefinition(list_storage()))
     return cls
+
+
+def legacy_registry_refuses(cls):
+    """Whether `cls` is definition-backed, as the public legacy registry tells it: §5 has
+    `dispatch_move` refuse a pair naming a definition-backed class with RuntimeError, naming the
+    class and pointing to TransferRoute, and answer ElementwiseMoveOperation (or the registered
+    operation) otherwise. Like every legacy registry call naming a class, it seals it (§4)."""
+    try:
+        dispatch_move(cls, sw.CPU)
+    except RuntimeError as refusal:
+        assert cls.__name__ in str(refusal) and "TransferRoute" in str(refusal)
+        return True
+    return False
 
 
 def noop_provider():

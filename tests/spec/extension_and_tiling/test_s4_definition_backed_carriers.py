@@ -9,12 +9,12 @@ import pytest
 
 import strideweave as sw
 from strideweave import Carrier
-from strideweave.carriers import extension as ext
-from strideweave.carriers.extension import (CarrierDefinition, CarrierFacet, TransferRoute,
-                                            register_carrier_definition)
+from strideweave.carriers.extension import (CarrierDefinition, CarrierFacet, TransferProvider, TransferRoute,
+                                            Unsupported, register_carrier_definition)
+from strideweave.carriers.tiled_evictable import TiledEvictable, TiledResidencyFacet
 
 from defined_carriers import (FacetA, FacetASub, FacetB, Log, NotACarrier, defined_class, fresh_class,
-                              list_storage, noop_provider, sealed_by)
+                              legacy_registry_refuses, list_storage, sealed_by)
 
 D = sw.DType
 
@@ -70,12 +70,24 @@ def test_register_rejects_an_instance_of_a_carrier_class():
 
 @pytest.mark.parametrize("shipped", shipped_classes(), ids=lambda c: c.__name__)
 def test_register_rejects_shipped_classes(shipped):
-    before = ext.definition_of(shipped)  # TiledEvictable is defined on import (§7); the rest have none
+    # TiledEvictable is defined on import (§7); the rest have none.
+    defined_before = legacy_registry_refuses(shipped)
+    assert defined_before is (shipped is TiledEvictable)
+    log = Log()
     with pytest.raises(TypeError, match="definition"):  # check 2 comes before check 3
         register_carrier_definition(shipped, None)
     with pytest.raises(TypeError, match="shipped"):
-        register_carrier_definition(shipped, CarrierDefinition(list_storage()))
-    assert ext.definition_of(shipped) is before
+        register_carrier_definition(shipped, CarrierDefinition(list_storage(log), facets=[FacetA()]))
+    # Nothing changed: a definition-free class is still one, and TiledEvictable's instances are
+    # still backed by its own definition (its residency facet), never by the refused one.
+    assert legacy_registry_refuses(shipped) is defined_before
+    if shipped is TiledEvictable:
+        primary = sw.CPU(0, dtype=F32).new_like([float(i) for i in range(4)])
+        te = TiledEvictable(primary, sw.FileBacked(dtype=F32), (2,), (2,))
+        assert te.facet(TiledResidencyFacet) is not None and te.facet(FacetA) is None
+        assert [te[i] for i in range(4)] == [0.0, 1.0, 2.0, 3.0]
+        te.release()
+    assert log.calls == []
     # A subclass of a shipped class is a user class, judged on its own (TiledEvictable alone
     # is final and cannot be subclassed at all).
     if shipped.__name__ == "TiledEvictable":
@@ -89,7 +101,13 @@ def test_register_rejects_shipped_classes(shipped):
 def test_register_rejects_a_foreign_route_before_checking_the_seal():
     parent = fresh_class("Parent")
     cls = type("Child", (parent,), {})
-    route = TransferRoute(parent, sw.CPU, "parent.to_cpu", noop_provider())
+    prepared = []
+
+    def prepare(request):
+        prepared.append(request)
+        return Unsupported("parent route reached")
+
+    route = TransferRoute(parent, sw.CPU, "parent.to_cpu", TransferProvider(prepare))
     with pytest.raises(TypeError, match="parent.to_cpu"):
         register_carrier_definition(cls, CarrierDefinition(list_storage(), transfers=[route]))
     cls()  # seal the child (definition-free)
@@ -97,7 +115,16 @@ def test_register_rejects_a_foreign_route_before_checking_the_seal():
         register_carrier_definition(cls, CarrierDefinition(list_storage(), transfers=[route]))
     # The failed registration did not define or seal the parent.
     register_carrier_definition(parent, CarrierDefinition(list_storage(), transfers=[route]))
-    assert ext.definition_of(parent).transfers == (route,)
+    # The parent's definition holds exactly that route: a move to CPU runs its prepare (which
+    # declines, and with no fallback the move names it), and a move anywhere else has none.
+    t = sw.Tensor(parent(2, dtype=F32), 0, flat(2))
+    with sw.no_grad(), pytest.raises(NotImplementedError, match="parent route reached") as info:
+        sw.move(t, sw.CPU(2))
+    assert "'parent.to_cpu' for (Parent, CPU)" in str(info.value)
+    assert [request.tensor for request in prepared] == [t]
+    with sw.no_grad(), pytest.raises(NotImplementedError, match=r"no transfer route for \(Parent, "):
+        sw.move(t, sw.Generic([0.0, 0.0], dtype=F32))
+    assert len(prepared) == 1
 
 
 def seal_by_instance(cls):
@@ -109,43 +136,48 @@ def seal_by_legacy_registry(cls):
     dispatch_move(cls, sw.CPU)
 
 
-def seal_by_capability_query(cls):
-    ext.is_definition_backed(cls)
-
-
 # Sealing by resolving a move route alone is in tests/internal/test_definition_route_decision.py:
-# a move needs instances, and constructing one seals the class first.
-@pytest.mark.parametrize("seal", [seal_by_instance, seal_by_legacy_registry, seal_by_capability_query])
+# a move needs instances, and constructing one seals the class first. Sealing by a capability
+# query is in tests/internal/test_capability_query_seals.py: the query that asks a class for its
+# capabilities is the framework's own, with no public caller that has not sealed the class first.
+@pytest.mark.parametrize("seal", [seal_by_instance, seal_by_legacy_registry])
 def test_observed_class_is_sealed(seal):
     cls = sealed_by(seal)
-    assert ext.definition_of(cls) is None
+    assert not legacy_registry_refuses(cls)  # the refused definition was not bound
     cls()  # still a working definition-free class
 
 
 def test_second_registration_is_rejected():
-    cls = defined_class()
-    first = ext.definition_of(cls)
+    first_log, second_log = Log(), Log()
+    cls = defined_class(log=first_log)
     with pytest.raises(TypeError, match="already has"):
-        register_carrier_definition(cls, CarrierDefinition(list_storage()))
-    assert ext.definition_of(cls) is first
-    cls(1, dtype=F32)
+        register_carrier_definition(cls, CarrierDefinition(list_storage(second_log)))
+    # The first definition still backs the class: construction calls its provider alone.
+    c = cls(1, dtype=F32)
+    assert ("allocate", c, 1) in first_log.calls and second_log.calls == []
     with pytest.raises(TypeError, match="sealed"):  # check 5 before check 6
         register_carrier_definition(cls, CarrierDefinition(list_storage()))
 
 
 def test_registration_returns_none_and_lookup_is_exact():
     cls = fresh_class()
-    definition = CarrierDefinition(list_storage())
-    assert register_carrier_definition(cls, definition) is None
-    assert ext.definition_of(cls) is definition
+    log, facet = Log(), FacetA("this definition")
+    assert register_carrier_definition(cls, CarrierDefinition(list_storage(log), facets=[facet])) is None
+    # Exactly this definition backs the class: its provider allocates, its facet is the instance's.
+    c = cls(2, dtype=F32)
+    assert ("allocate", c, 2) in log.calls and c.facet(FacetA) is facet
+    # Lookup never walks the MRO: the subclass has no definition at all.
     sub = type("Sub", (cls,), {})
-    assert ext.definition_of(sub) is None
-    assert ext.is_definition_backed(cls) and not ext.is_definition_backed(sub)
+    with pytest.raises(TypeError, match="CarrierDefinition"):
+        sub(2, dtype=F32)
+    assert sub().facet(FacetA) is None
+    assert legacy_registry_refuses(cls) and not legacy_registry_refuses(sub)
 
 
 def test_concurrent_registration_and_observation_agree():
     # Whichever wins the shared lock, an instance is definition-backed exactly when the
     # registration succeeded.
+    facet = FacetA("registered")
     for _ in range(50):
         cls = fresh_class()
         outcome = {}
@@ -154,7 +186,7 @@ def test_concurrent_registration_and_observation_agree():
         def register():
             barrier.wait()
             try:
-                register_carrier_definition(cls, CarrierDefinition(list_storage()))
+                register_carrier_definition(cls, CarrierDefinition(list_storage(), facets=[facet]))
                 outcome["registered"] = True
             except TypeError:
                 outcome["registered"] = False
@@ -171,7 +203,10 @@ def test_concurrent_registration_and_observation_agree():
             th.start()
         for th in threads:
             th.join()
-        assert ext.is_definition_backed(outcome["instance"]) is outcome["registered"]
+        # The instance carries the definition's facet exactly when the registration won, and
+        # the class is definition-backed to the legacy registry exactly then too.
+        assert (outcome["instance"].facet(FacetA) is facet) is outcome["registered"]
+        assert legacy_registry_refuses(cls) is outcome["registered"]
 
 
 # ----- §4 construction ----------------------------------------------------------------------
@@ -223,12 +258,12 @@ def test_defined_construction_state():
 
 
 def test_subclass_of_defined_class_is_definition_free():
-    cls = defined_class()
+    cls = defined_class(facets=[FacetA()])
     sub = type("Sub", (cls,), {})
     with pytest.raises(TypeError):
         sub(4, dtype=F32)
     plain = sub()
-    assert not ext.is_definition_backed(plain)
+    assert not legacy_registry_refuses(type(plain)) and plain.facet(FacetA) is None
     with pytest.raises(NotImplementedError):
         plain.size()
 

@@ -14,8 +14,8 @@ import threading
 import numpy as np
 
 import strideweave as sw
-from strideweave.carriers.file_backed import filebacked_directory
 from strideweave.carriers.tiled_evictable import TiledEvictable, TileSet
+from move_sources import filebacked_directory
 from tiled_data import F32, full, grid_tiles, logical_array, random_logical, run_threads, seeded
 
 TIMEOUT = 60
@@ -89,11 +89,13 @@ def test_exit_removes_the_tiles_file_with_the_directory(tmp_path):
     out = run_child("""
         import os
         import strideweave as sw
-        from strideweave.carriers.file_backed import filebacked_directory
         from strideweave.carriers.tiled_evictable import TiledEvictable, TileSet
         te = TiledEvictable(sw.CPU(0).new_like([1.0] * 64), sw.FileBacked(dtype=sw.DType.Float32), (4,), (16,))
         te.evict(TileSet([(0,), (2,)]))
-        print(len(os.listdir(filebacked_directory())))
+        probe = sw.FileBacked(dtype=sw.DType.Float32)  # its parent is FileBacked's directory
+        directory = probe.path.parent
+        probe.release()
+        print(len(os.listdir(directory)))
     """, tmp_path)
     assert out == ["2"]                           # the secondary tier's file and the tiles' file
     assert os.listdir(tmp_path) == []
@@ -103,12 +105,13 @@ def test_a_forked_child_never_changes_the_parents_tiles_file(tmp_path):
     out = run_child("""
         import os
         import strideweave as sw
-        from strideweave.carriers.file_backed import filebacked_directory
         from strideweave.carriers.tiled_evictable import TiledEvictable, TileSet
         values = [float(i) for i in range(64)]
         te = TiledEvictable(sw.CPU(0).new_like(values), sw.FileBacked(dtype=sw.DType.Float32), (4,), (16,))
         te.evict(TileSet([(0,), (1,), (3,)]))
-        directory = filebacked_directory()
+        probe = sw.FileBacked(dtype=sw.DType.Float32)  # its parent is FileBacked's directory
+        directory = probe.path.parent
+        probe.release()
         before = {p.name: p.stat().st_size for p in directory.iterdir()}
         pid = os.fork()
         if pid == 0:

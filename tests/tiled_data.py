@@ -1,12 +1,14 @@
 """Shared by the TiledEvictable tests: random logical arrays, tiers seeded with them (first mode
 fastest, the carrier's slot order), a TiledEvictable's slots read back as an array, grid
 coordinates in tile-index order, racing threads, and tier classes whose factories note the
-carriers they make (the tiles a TiledEvictable builds with them)."""
+carriers they make (the tiles a TiledEvictable builds with them), and the §7 tests' small
+TiledEvictables over the values 0..n-1 with their readers."""
 import threading
 
 import numpy as np
 
 import strideweave as sw
+from strideweave.carriers.tiled_evictable import TiledEvictable
 
 F32, I32 = sw.DType.Float32, sw.DType.Int32
 NP = {F32: np.float32, I32: np.int32}
@@ -91,3 +93,24 @@ class NotedGeneric(NotesFactories, sw.Generic):
 def live_made(*, but=()):
     """The noted carriers still live, leaving out those in `but` (by identity)."""
     return [c for c in NotesFactories.made if not c.is_released() and not any(c is b for b in but)]
+
+
+def cpu(values, dtype=F32, mutable=True, cls=sw.CPU):
+    return cls(0, dtype=dtype).new_like(values, mutable=mutable)
+
+
+def tiled(n_values=16, grid=(2, 2), tile=(2, 2), dtype=F32, primary_cls=sw.CPU,
+          secondary_cls=sw.FileBacked, mutable=True):
+    """Values 0..n-1 seeded from the primary; an empty secondary."""
+    kind = float if dtype is F32 else int
+    p = cpu([kind(i) for i in range(n_values)], dtype, mutable, primary_cls)
+    s = secondary_cls(dtype=dtype)
+    return TiledEvictable(p, s, grid, tile)
+
+
+def values(c):
+    return [c[i] for i in range(c.size())]
+
+
+def snapshot(te):
+    return (values(te), te.version, te.primary_tiles, te.secondary_tiles, te.is_released())

@@ -27,6 +27,19 @@ def test_copies_a_byte_range_of_any_buffer():
     _native.copy_buffer_to_host(b"", 0, dst, 24, 0)  # empty copy at the end
 
 
+def test_a_large_copy_split_over_threads_lands_every_byte_in_place():
+    """From 32 MiB the copy is split over threads: every part lands at its own offset, at
+    unaligned starts and a length no part count divides, and nothing outside the range moves."""
+    n = (40 << 20) // 4 + 7
+    src = (np.arange(n + 5, dtype=np.int64) * 2654435761 % (1 << 31)).astype(np.float32)
+    dst = _native.HostStorage("f32", n + 9)
+    dst.set_values([-1.0] * (n + 9))
+    _native.copy_buffer_to_host(memoryview(src).cast("B"), 3 * 4, dst, 5 * 4, n * 4)
+    out = np.array(dst.to_list(), dtype=np.float32)
+    assert np.array_equal(out[5:5 + n], src[3:3 + n])
+    assert (out[:5] == -1.0).all() and (out[5 + n:] == -1.0).all()
+
+
 @pytest.mark.parametrize("args, error, word", [
     ((0, 0, 36), ValueError, "source"),        # past the source's 32 bytes
     ((4, 0, 32), ValueError, "source"),

@@ -27,7 +27,7 @@ import threading
 from typing import Any, Iterable
 
 from strideweave.carriers.base import STATE_LOCK, Carrier, check_index, drop_claims, not_a_carrier, take_claim
-from strideweave.carriers.ownership import Ownership, TwoTiered
+from strideweave.carriers.ownership import Ownership, TwoTiered, check_tier_pair
 from strideweave.carriers.block_device import BlockDeviceCarrier
 from strideweave.carriers.dtype import DType
 
@@ -92,13 +92,7 @@ class Evictable(TwoTiered, Carrier):
             if isinstance(tier, BlockDeviceCarrier):
                 raise TypeError(f"Evictable {name} tier cannot be a {_describe(tier)}: block tiers in "
                                 "Evictable are not supported")
-        if primary is secondary:
-            raise ValueError("Evictable primary and secondary must be distinct carrier objects")
-        _check_tiers_free(primary, secondary)
-        dtype = primary.dtype()
-        if secondary.dtype() is not dtype:
-            raise TypeError(f"Evictable tier dtypes must be identical: primary is {dtype.name}, "
-                            f"secondary is {secondary.dtype().name}")
+        dtype = check_tier_pair("Evictable", primary, secondary, _check_tiers_free, "must be identical")
         if not secondary._is_mutable():
             raise RuntimeError(f"Evictable secondary tier ({_describe(secondary)}) must be mutable: "
                                "eviction writes into it")

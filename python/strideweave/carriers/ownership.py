@@ -9,9 +9,12 @@ name stands for the composite.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from strideweave.carriers.base import ACTIVE_CLAIM, RELEASING, Carrier
+
+if TYPE_CHECKING:
+    from strideweave.carriers.dtype import DType
 
 __all__: list[str] = []
 
@@ -59,6 +62,21 @@ class Ownership:
         for carrier in self._held.values():
             carrier._sw_disown(self)
         self._held = {}
+
+
+def check_tier_pair(kind: str, primary: Carrier, secondary: Carrier,
+                    check_free: Callable[[Carrier, Carrier], None], dtypes_differ: str) -> "DType":
+    """The checks both composites make of their two tiers, in this order: two distinct objects,
+    both free (`check_free`, in the composite's own order and words), one dtype
+    (`dtypes_differ` words the refusal). Returns that dtype."""
+    if primary is secondary:
+        raise ValueError(f"{kind} primary and secondary must be distinct carrier objects")
+    check_free(primary, secondary)
+    dtype = primary.dtype()
+    if secondary.dtype() is not dtype:
+        raise TypeError(f"{kind} tier dtypes {dtypes_differ}: primary is {dtype.name}, "
+                        f"secondary is {secondary.dtype().name}")
+    return dtype
 
 
 class TwoTiered:

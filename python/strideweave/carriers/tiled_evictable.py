@@ -30,7 +30,7 @@ from strideweave.carriers.base import Carrier, check_size_argument, not_a_carrie
 from strideweave.carriers.cpu import CPU
 from strideweave.carriers.dtype import DType
 from strideweave.carriers.evictable import Evictable
-from strideweave.carriers.ownership import TwoTiered
+from strideweave.carriers.ownership import TwoTiered, check_tier_pair
 from strideweave.carriers.extension import (CarrierDefinition, CarrierFacet, StorageProvider,
                                             TransferProvider, TransferRoute,
                                             _register_shipped_definition)
@@ -84,13 +84,7 @@ class TiledEvictable(TwoTiered, Carrier):
             if not isinstance(tier, Carrier) or isinstance(tier, (TiledEvictable, Evictable)):
                 raise not_a_carrier(f"TiledEvictable {name} tier", tier,
                                     "a plain Carrier (not an Evictable or TiledEvictable)")
-        if primary is secondary:
-            raise ValueError("TiledEvictable primary and secondary must be distinct carrier objects")
-        _check_tiers_free(primary, secondary)
-        dtype = primary.dtype()
-        if secondary.dtype() is not dtype:
-            raise TypeError(f"TiledEvictable tier dtypes differ: primary is {dtype.name}, secondary "
-                            f"is {secondary.dtype().name}")
+        dtype = check_tier_pair("TiledEvictable", primary, secondary, _check_tiers_free, "differ")
         grid = _check_shape(grid_shape, "grid_shape")
         tile = _check_shape(tile_shape, "tile_shape")
         for name, shape in (("grid_shape", grid), ("tile_shape", tile)):

@@ -274,7 +274,7 @@ impl CarrierBase {
         active: Option<Bound<'_, PyAny>>,
         releasing: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        carrier_state::take_claims(claim, &entries, &PyJudge { active: active.as_ref(), releasing })
+        carrier_state::take_claims(claim, &entries, &PyJudge { active: active.as_ref(), releasing, owner: None })
     }
 
     /// Claims this carrier for a composite's own `action` (an Evictable's evict/promote, a
@@ -287,13 +287,13 @@ impl CarrierBase {
         active: Option<Bound<'_, PyAny>>,
         releasing: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        carrier_state::take_claim(slf, claim, action, &PyJudge { active: active.as_ref(), releasing })
+        carrier_state::take_claim(slf, claim, action, &PyJudge { active: active.as_ref(), releasing, owner: None })
     }
 
     /// Makes `owner` this carrier's owner if it is live, unowned and not claimed (but by
     /// `active`), in one step; False, changing nothing, otherwise.
     fn _sw_adopt(&self, owner: &Bound<'_, PyAny>, active: Option<Bound<'_, PyAny>>, releasing: &Bound<'_, PyAny>) -> bool {
-        carrier_state::adopt(self, owner, &PyJudge { active: active.as_ref(), releasing })
+        carrier_state::adopt(self, owner, &PyJudge { active: active.as_ref(), releasing, owner: None })
     }
 
     /// Gives up ownership if `owner` owns this carrier; returns whether it did.
@@ -302,12 +302,6 @@ impl CarrierBase {
         let disowned = displaced.is_some();
         drop(displaced);
         disowned
-    }
-
-    /// Makes `owner` the owner again of this carrier if nobody owns it (live or released: a
-    /// composite taking back the source of a move between its tiers); returns whether it did.
-    fn _sw_restore_owner(&self, owner: &Bound<'_, PyAny>) -> bool {
-        self.state.restore_owner(owner.clone().unbind()).map_err(drop).is_ok()
     }
 
     /// Drops `claim` if this carrier still holds it (idempotent).
@@ -323,19 +317,21 @@ impl CarrierBase {
         active: Option<Bound<'_, PyAny>>,
         releasing: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        carrier_state::check_unclaimed(slf, action, &PyJudge { active: active.as_ref(), releasing })
+        carrier_state::check_unclaimed(slf, action, &PyJudge { active: active.as_ref(), releasing, owner: None })
     }
 
-    /// Starts a release: RuntimeError if owned or claimed (but by `active`); `(False, None)`
+    /// Starts a release: RuntimeError if owned (but by `owner`) or claimed (but by `active`); `(False, None)`
     /// if released already; else `(True, saved)`, the carrier claimed by `releasing` unless
     /// `active` holds it, and `saved` the claim `_sw_finish_release`/`_sw_abort_release`
     /// restore.
+    #[pyo3(signature = (active, releasing, owner=None))]
     fn _sw_begin_release(
         slf: &Bound<'_, Self>,
         active: Option<Bound<'_, PyAny>>,
         releasing: &Bound<'_, PyAny>,
+        owner: Option<Bound<'_, PyAny>>,
     ) -> PyResult<(bool, Option<Py<PyAny>>)> {
-        carrier_state::begin_release(slf, &PyJudge { active: active.as_ref(), releasing })
+        carrier_state::begin_release(slf, &PyJudge { active: active.as_ref(), releasing, owner: owner.as_ref() })
     }
 
     /// The release hook succeeded: released, claim back to `saved`, in one step.
@@ -355,7 +351,7 @@ impl CarrierBase {
         active: Option<Bound<'_, PyAny>>,
         releasing: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        carrier_state::mutate(slf, &PyJudge { active: active.as_ref(), releasing })
+        carrier_state::mutate(slf, &PyJudge { active: active.as_ref(), releasing, owner: None })
     }
 
     /// Count one successful public write in the version. A pending move's own transfer

@@ -38,6 +38,8 @@ pub(crate) enum Held {
 pub(crate) struct PyJudge<'a, 'py> {
     pub(crate) active: Option<&'a Bound<'py, PyAny>>,
     pub(crate) releasing: &'a Bound<'py, PyAny>,
+    /// The owner the transition runs for, if any: that owner does not refuse it.
+    pub(crate) owner: Option<&'a Bound<'py, PyAny>>,
 }
 
 impl ClaimJudge<Py<PyAny>, Py<PyAny>> for PyJudge<'_, '_> {
@@ -57,6 +59,10 @@ impl ClaimJudge<Py<PyAny>, Py<PyAny>> for PyJudge<'_, '_> {
 
     fn owner(&self, owner: &Py<PyAny>) -> Py<PyType> {
         owner.bind(self.releasing.py()).get_type().unbind()
+    }
+
+    fn owner_passes(&self, owner: &Py<PyAny>) -> bool {
+        self.owner.is_some_and(|ours| ours.is(owner))
     }
 }
 

@@ -312,6 +312,13 @@ class Carrier(_native._CarrierBase):
         self._sw_write_slot(i, lambda index: self.set_value(index, v))
 
     def release(self) -> None:
+        self._sw_release_for(None)
+
+    def _sw_release_for(self, owner: object | None) -> None:
+        """`release()`; with `owner`, for that owner: the composite that owns this carrier as
+        a tier releasing it at the commit of a move between its tiers. The owner does not
+        refuse it and stays, so the carrier goes from owned and live to owned and released
+        in one step, never unowned in between."""
         # The checks and the start are one transition of the carrier's state: an owned or
         # claimed carrier raises, a released one returns. Unless the move running on this
         # thread claims the carrier (a move's commit releasing its own source keeps its claim:
@@ -320,7 +327,7 @@ class Carrier(_native._CarrierBase):
         # racing move or write fails instead of using storage that is being freed. Begun under
         # the state lock so that no Python-level write is between its checks and its store.
         with STATE_LOCK:
-            began, saved = self._sw_begin_release(ACTIVE_CLAIM.request, RELEASING)
+            began, saved = self._sw_begin_release(ACTIVE_CLAIM.request, RELEASING, owner)
         if not began:
             return None
         try:

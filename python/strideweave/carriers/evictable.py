@@ -220,13 +220,10 @@ class Evictable(TwoTiered, Carrier):
                 self._ownership.drop(fresh)
                 with contextlib.suppress(Exception):
                     fresh.release()
-            # The failed move restored its own claims and the source's owner; the source is
-            # live and still ours.
-            source._sw_restore_owner(self._ownership)
+            # The failed move restored its own claims; the source is live and still ours.
             raise
-        # Committed: the move disowned and released the source. It stays listed as our
-        # (released) tier so the pair keeps reporting as owned until we are released.
-        source._sw_restore_owner(self._ownership)
+        # Committed: the move released the source for us, its owner, so it stays ours: listed
+        # as our (released) tier, the pair keeps reporting as owned until we are released.
         if fresh is not None:
             self._ownership.drop(target)
             if not target.is_released():

@@ -654,13 +654,9 @@ def _publish_and_release(request: _MoveRequest) -> None:
     # the source in between and make this release fail.
     saved, ACTIVE_CLAIM.request = ACTIVE_CLAIM.request, request
     try:
-        if request.between_tiers and source._sw_owner is not None:
-            owner, source._sw_owner = source._sw_owner, None
-            try:
-                source.release()
-            except BaseException:
-                source._sw_owner = owner
-                raise
+        if request.between_tiers:
+            # The composite's own tier, released for its owner (which it stays).
+            source._sw_release_for(source._sw_owner)
         else:
             source.release()
     finally:

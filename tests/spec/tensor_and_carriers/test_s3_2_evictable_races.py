@@ -143,6 +143,37 @@ def test_the_owners_writes_never_show_its_tier_unowned_to_a_racing_release_or_mo
         assert accepts_release(ev) and tier.is_released()
 
 
+def test_the_tier_an_evict_leaves_goes_from_owned_and_live_to_owned_and_released():
+    """The source tier of a transition is released for the Evictable at the move's commit and
+    stays owned: racing readers never see it unowned while live, and a racing release or
+    move of it is refused as owned (before) or as released (after)."""
+    for _ in range(ROUNDS):
+        ev = evictable()
+        tier = ev.primary
+        seen = []
+
+        def watch():
+            for _ in range(50):
+                seen.append((tier.is_owned(), tier.is_released()))
+
+        def release_tier():
+            tier.release()
+
+        def move_tier():
+            return sw.move(flat(tier), sw.CPU(N))
+        outcomes = run_together([ev.evict] + [watch] * (HALF - 1) + [release_tier, move_tier] * (HALF // 2))
+        assert not raised(outcomes[:HALF])
+        assert (False, False) not in seen and all(owned for owned, _ in seen)
+        attacked = outcomes[HALF:]
+        assert not ok(attacked)
+        for exc in raised(attacked):
+            assert isinstance(exc, RuntimeError), repr(exc)
+            assert "owned by Evictable" in str(exc) or "released" in str(exc), repr(exc)
+        assert tier.is_owned() and tier.is_released() and ev.is_evicted()
+        assert [ev.secondary[i] for i in range(N)] == VALUES
+        assert accepts_release(ev)
+
+
 @pytest.mark.parametrize("evicted", [False, True])
 def test_racing_transitions_of_one_evictable_leave_it_unclaimed(evicted):
     # Transitions serialize: each either moves the values or finds them in place.

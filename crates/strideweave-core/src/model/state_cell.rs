@@ -44,6 +44,12 @@ pub trait ClaimJudge<O, C> {
     type Owner;
     fn judge(&self, held: &C) -> Verdict<Self::Blocked>;
     fn owner(&self, owner: &O) -> Self::Owner;
+    /// Whether `owner` lets the transition go ahead on an owned carrier (a composite
+    /// releasing its own tier at the commit of a move between its tiers); no owner does,
+    /// unless the judge says so.
+    fn owner_passes(&self, _owner: &O) -> bool {
+        false
+    }
 }
 
 /// The judge for which every held claim blocks and refusals report only their cause.
@@ -164,8 +170,8 @@ impl<O, C> Locked<'_, O, C> {
 
     fn check_owner<J: ClaimJudge<O, C>>(&self, judge: &J) -> Result<(), RefusalOf<J, O, C>> {
         match &self.slots.owner {
-            Some(owner) => Err(Refusal::Owned(judge.owner(owner))),
-            None => Ok(()),
+            Some(owner) if !judge.owner_passes(owner) => Err(Refusal::Owned(judge.owner(owner))),
+            _ => Ok(()),
         }
     }
 
@@ -404,19 +410,6 @@ impl<O, C> StateCell<O, C> {
         Ok(())
     }
 
-    /// Makes `owner` the owner again of a carrier nobody owns, whatever else its state: for a
-    /// composite taking back a tier it owned before a move between its tiers, which disowns
-    /// the move's source and may release it. Refused (`owner` handed back) when someone owns
-    /// the carrier, so it never overwrites another owner.
-    pub fn restore_owner(&self, owner: O) -> Result<(), O> {
-        let mut state = self.lock();
-        if state.slots.owner.is_some() {
-            return Err(owner);
-        }
-        let none = state.put_owner(Some(owner));
-        debug_assert!(none.is_none());
-        Ok(())
-    }
 
     /// A framework mutation outside the element path: owned → `Owned`, a blocking claim →
     /// `Claimed`, else the version rises by one.

@@ -154,14 +154,31 @@ fn adopt_and_disown() {
 }
 
 #[test]
-fn restore_owner_takes_back_a_released_carrier_but_never_displaces_an_owner() {
+fn an_owner_the_judge_admits_releases_and_stays_the_owner() {
+    /// Judge that lets owner "a" release its own carrier.
+    struct OwnerA;
+    impl ClaimJudge<&'static str, u32> for OwnerA {
+        type Blocked = Why;
+        type Owner = &'static str;
+        fn judge(&self, held: &u32) -> Verdict<Why> {
+            Judge.judge(held)
+        }
+        fn owner(&self, owner: &&'static str) -> &'static str {
+            owner
+        }
+        fn owner_passes(&self, owner: &&'static str) -> bool {
+            *owner == "a"
+        }
+    }
     let cell = Cell::new();
-    assert_eq!(cell.try_claim(1, LOOSE, &Judge), Ok(None));
-    assert_eq!(cell.release_claimed(), (true, Some(1)));
-    assert_eq!(cell.restore_owner("a"), Ok(()));
-    assert!(cell.is_owned() && cell.is_released());
-    assert_eq!(cell.restore_owner("b"), Err("b"));
-    assert_eq!(cell.disown_if(|o| *o == "a"), Some("a"));
+    assert_eq!(cell.adopt("b", &Judge), Ok(()));
+    assert_eq!(cell.begin_release(|| 99, &OwnerA), Err(Refusal::Owned("b")), "another owner refuses");
+    assert_eq!(cell.disown_if(|o| *o == "b"), Some("b"));
+    assert_eq!(cell.adopt("a", &Judge), Ok(()));
+    assert_eq!(cell.begin_release(|| 99, &Judge), Err(Refusal::Owned("a")), "no owner passes by default");
+    assert_eq!(cell.begin_release(|| 99, &OwnerA), Ok(ReleaseStart::Began { marked: true }));
+    assert_eq!(cell.finish_release(None), Some(99));
+    assert!(cell.is_released() && cell.is_owned(), "released for its owner, which it stays");
 }
 
 #[test]

@@ -28,13 +28,11 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use std::sync::Arc;
 
-use strideweave_core::model::{ClaimRule, Strict};
-
 use crate::carrier_base::CarrierBase;
-use crate::carrier_state::{drop_claim, PyStateCell};
+use crate::carrier_state::drop_claim;
 use crate::commit::MoveCommit;
 use crate::engine::{new_handle, AwaitResult};
-use crate::inline_move::{carriers_accept, config, profiling, BuiltinPair, Config, Held};
+use crate::inline_move::{carriers_accept, claim_both, config, exact_single_view, profiling, BuiltinPair, Config, Held};
 use crate::jobs::submit_committing;
 use crate::tensor_base::{TensorBase, View};
 use crate::transfer::{LayoutJob, SpanJob, TransferProgress};
@@ -93,7 +91,6 @@ fn check_and_claim<'py>(
     if !carriers_accept(view, source, destination)? {
         return Ok(None);
     }
-    let (s, d) = (source.get(), destination.get());
     let Some(storage) = storage_of(destination) else {
         return Ok(None);
     };
@@ -103,17 +100,10 @@ fn check_and_claim<'py>(
     if grow && (size != 0 || pair != BuiltinPair::CpuToFile) {
         return Ok(None); // too small: ValueError
     }
-    // The checks above read the state without its lock to give up early; the claims are
-    // taken with the state's own checks, atomically for both carriers (a worker committing
-    // another move releases its source and drops its claim in one transition of the cell, so
-    // it cannot slip in between).
-    let rules = [
-        (s.state(), ClaimRule::FREE),
-        (d.state(), ClaimRule { owner_refuses: true, mutable: d.mutable_flag() }),
-    ];
-    match PyStateCell::claim_all(&rules, || claim.clone().unbind(), &Strict) {
-        Ok(displaced) => drop(displaced),
-        Err(_) => return Ok(None),
+    // A worker committing another move releases its source and drops its claim in one
+    // transition of the cell, so it cannot slip in between these checks and the claims.
+    if !claim_both(source, destination, || claim.clone().unbind()) {
+        return Ok(None);
     }
     let taken = Taken {
         source: source.clone(),
@@ -145,18 +135,11 @@ fn move_async_builtin(
     if profiling() {
         return Ok(None);
     }
-    let Ok(t) = tensor.cast::<TensorBase>() else {
-        return Ok(None);
-    };
-    let tensor_type = cfg.tensor.bind(py);
-    if !t.get_type().is(tensor_type) {
-        return Ok(None);
-    }
-    let Ok(view) = t.get().view() else {
+    let Some(view) = exact_single_view(cfg, tensor) else {
         return Ok(None);
     };
     let source = view.carrier.bind(py);
-    if !view.single || source.is(destination) {
+    if source.is(destination) {
         return Ok(None);
     }
     let Some(pair) = BuiltinPair::of(cfg, py, &source.get_type(), &destination.get_type()) else {
@@ -214,7 +197,7 @@ fn move_async_builtin(
         return Ok(None); // the Python request submits it and fails its handle with the error
     };
     handle.setattr(intern!(py, "_progress"), &progress)?;
-    let output = TensorBase::new_view(tensor_type, dst.clone().into_any().unbind(), 0, view.layout.clone_ref(py),
+    let output = TensorBase::new_view(cfg.tensor.bind(py), dst.clone().into_any().unbind(), 0, view.layout.clone_ref(py),
                                       view.dtype.clone_ref(py))?;
     // The node is attached to the result before the copy starts (nobody can reach the result
     // until the handle completes); a failure clears it (`MoveRollback`).

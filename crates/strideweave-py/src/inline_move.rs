@@ -221,6 +221,39 @@ pub(crate) fn carriers_accept(view: &View, source: &Bound<'_, CarrierBase>, dest
     Ok(destination.getattr(intern!(py, "_dtype"))?.is(view.dtype.bind(py)))
 }
 
+/// Claims both carriers for one move, with `claim` (made once per carrier), in one
+/// transition of their state cells that checks them too: the source live, unowned and
+/// unclaimed, the destination also mutable. `carriers_accept` reads the state without the
+/// cells' locks to give up early; this is where the checks hold. False: nothing claimed.
+pub(crate) fn claim_both(
+    source: &Bound<'_, CarrierBase>,
+    destination: &Bound<'_, CarrierBase>,
+    claim: impl FnMut() -> Py<PyAny>,
+) -> bool {
+    let (s, d) = (source.get(), destination.get());
+    let rules = [
+        (s.state(), ClaimRule::FREE),
+        (d.state(), ClaimRule { owner_refuses: true, mutable: d.mutable_flag() }),
+    ];
+    match PyStateCell::claim_all(&rules, claim, &Strict) {
+        Ok(displaced) => {
+            drop(displaced);
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// The view of `tensor` when it is exactly a `Tensor` (no subclass: a subclass may override
+/// what the native moves skip) of one subtensor; None otherwise.
+pub(crate) fn exact_single_view<'a>(cfg: &Config, tensor: &'a Bound<'_, PyAny>) -> Option<&'a View> {
+    let t = tensor.cast::<TensorBase>().ok()?;
+    if !t.get_type().is(cfg.tensor.bind(tensor.py())) {
+        return None;
+    }
+    t.get().view().ok().filter(|view| view.single)
+}
+
 /// The prepared copy, both carriers already claimed.
 struct Claimed<'py> {
     source: Bound<'py, CarrierBase>,
@@ -280,15 +313,8 @@ fn check_and_claim<'py>(
     ) else {
         return Ok(None);
     };
-    // The checks above read the state without its lock to give up early; the claims are
-    // taken with the state's own checks, atomically for both carriers.
-    let rules = [
-        (s.state(), ClaimRule::FREE),
-        (d.state(), ClaimRule { owner_refuses: true, mutable: d.mutable_flag() }),
-    ];
-    match PyStateCell::claim_all(&rules, || cfg.claim.clone_ref(py), &Strict) {
-        Ok(displaced) => drop(displaced),
-        Err(_) => return Ok(None),
+    if !claim_both(src, dst, || cfg.claim.clone_ref(py)) {
+        return Ok(None);
     }
     Ok(Some(Claimed {
         source: src.clone(),
@@ -312,20 +338,12 @@ fn move_inline(
     if profiling() || !BuiltinPair::CpuToCpu.route_is_default() {
         return Ok(None);
     }
-    let Ok(t) = tensor.cast::<TensorBase>() else {
+    let Some(view) = exact_single_view(cfg, tensor) else {
         return Ok(None);
     };
-    let tensor_type = cfg.tensor.bind(py);
     let cpu = cfg.cpu.bind(py);
-    if !t.get_type().is(tensor_type) {
-        return Ok(None);
-    }
-    let Ok(view) = t.get().view() else {
-        return Ok(None);
-    };
     let source = view.carrier.bind(py);
-    if !view.single
-        || !source.get_type().is(cpu)
+    if !source.get_type().is(cpu)
         || !destination.get_type().is(cpu)
         || source.is(destination)
         || view.layout.bind(py).get().core().cosize() > cfg.max_slots
@@ -353,7 +371,7 @@ fn move_inline(
     drop(held);
     drop(dst.get().state().drop_claim_if(ours));
     let output = TensorBase::new_view(
-        tensor_type,
+        cfg.tensor.bind(py),
         dst.clone().into_any().unbind(),
         0,
         view.layout.clone_ref(py),

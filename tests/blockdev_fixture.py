@@ -117,6 +117,25 @@ def shrink(dev: LoopDevice, new_size: int) -> None:
         pytest.fail(f"losetup -c {dev.path} failed: {r.stderr.strip()}")
 
 
+def raw_read(path: str, offset: int, n: int) -> bytes:
+    """Reads device bytes through a separate buffered descriptor."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.pread(fd, n, offset)
+    finally:
+        os.close(fd)
+
+
+def raw_write(path: str, offset: int, data: bytes) -> None:
+    """Writes device bytes through a separate descriptor and flushes them."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        assert os.pwrite(fd, data, offset) == len(data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def set_read_only(node: str, read_only: bool) -> None:
     """Flips the kernel's read-only flag of a block device (`blockdev --setro/--setrw`);
     writes through an already open descriptor then fail with EPERM."""

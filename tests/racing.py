@@ -3,6 +3,7 @@ public API that a carrier is left unclaimed."""
 import sys
 import threading
 
+import numpy as np
 import pytest
 
 import strideweave as sw
@@ -57,6 +58,23 @@ def unclaimed(carrier):
     """A carrier nobody claims accepts release() (idempotent on a released one)."""
     carrier.release()
     return carrier.is_released()
+
+
+def one_source_won_each_race(outcomes, sources, final, step):
+    """Racing moves of distinct sources into one destination (source k holding
+    `arange + step * k`): at least one won, the destination holds one winner's values, each
+    winner's source is released, and each loser raised RuntimeError, its source live,
+    unchanged and unclaimed."""
+    winners = [k for k, o in enumerate(outcomes) if o[0] == "ok"]
+    assert winners, outcomes
+    assert any(np.array_equal(final, np.arange(final.size, dtype=np.float32) + step * w) for w in winners)
+    for k, s in enumerate(sources):
+        if k in winners:
+            assert s.carrier.is_released()
+        else:
+            assert isinstance(outcomes[k][1], RuntimeError), outcomes[k]
+            assert not s.carrier.is_released() and s.carrier[0] == float(step * k)
+            assert unclaimed(s.carrier)
 
 
 def accepts_release(carrier):

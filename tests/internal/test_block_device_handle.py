@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 
 from blockdev_fixture import (  # noqa: F401  (pytest fixtures are used by name)
+    raw_read,
+    raw_write,
     block_device_path,
     scratch_loop_device,
     loop_unavailable_reason,
@@ -48,24 +50,6 @@ def sysfs_geometry(path: str) -> tuple[int, int, int]:
             return int(f.read())
 
     return read("size") * 512, read("queue/logical_block_size"), read("queue/physical_block_size")
-
-
-def raw_read(path: str, offset: int, n: int) -> bytes:
-    """Reads device bytes through a separate buffered descriptor."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return os.pread(fd, n, offset)
-    finally:
-        os.close(fd)
-
-
-def raw_write(path: str, offset: int, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        assert os.pwrite(fd, data, offset) == len(data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def storage_holding(data: bytes, shift: int = 0) -> "_native.HostStorage":

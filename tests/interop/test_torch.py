@@ -10,24 +10,11 @@ import numpy as np
 import pytest
 
 import strideweave as sw
+from dlpack_sources import cpu_tensor
 
 torch = pytest.importorskip("torch", reason="torch is not installed (make test-interop installs it)")
 
 F32, I32 = sw.DType.Float32, sw.DType.Int32
-
-
-def layout(shape, stride):
-    return sw.Layout(sw.Shape(shape), sw.Stride(stride))
-
-
-def cpu_tensor(values, shape, stride, *, offset=0, dtype=F32, size=None, mutable=True):
-    n = len(values) if size is None else size
-    carrier = sw.CPU(n, dtype=dtype)
-    for i, v in enumerate(values):
-        carrier[i] = v
-    if not mutable:
-        carrier = carrier.new_like([carrier[i] for i in range(n)], mutable=False)
-    return sw.Tensor(carrier, offset, layout(shape, stride))
 
 
 # (shape, stride, offset): contiguous, column-major, row-major, hierarchical, gapped,

@@ -21,26 +21,10 @@ from strideweave.carriers.extension import (CarrierDefinition, PreparedTransfer,
                                             TransferProvider, TransferRoute, register_carrier_definition)
 
 from cells_storage import cells_storage
+from gated_moves import GateCompletion
 
 D = sw.DType
 BOUND = 30.0  # seconds; a safety net against hangs, never a speed requirement
-
-
-class GateCompletion:
-    """A ProviderCompletion that finishes when the test opens its gate."""
-
-    def __init__(self, failure=None):
-        self.gate = threading.Event()
-        self.failure = failure
-
-    @property
-    def done(self):
-        return self.gate.is_set()
-
-    def wait(self):
-        self.gate.wait()
-        if self.failure is not None:
-            raise self.failure
 
 
 class HandleGated(Carrier):

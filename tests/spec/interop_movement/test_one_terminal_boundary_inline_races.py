@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import strideweave as sw
-from racing import THREADS, frequent_thread_switches, run_together, unclaimed  # noqa: F401 (autouse fixture)
+from racing import (THREADS, frequent_thread_switches, one_source_won_each_race, run_together,  # noqa: F401
+                    unclaimed)
 from strideweave import CPU, Layout, Shape, Stride, Tensor
 
 ROUNDS = 300
@@ -61,17 +62,8 @@ def test_racing_blocking_moves_into_one_destination_never_mix_sources(grad_mode)
         sources = [filled(np.arange(n, dtype=np.float32) + 1000 * k) for k in range(THREADS)]
         dest = CPU(n)
         outcomes = run_together([(lambda s=s: sw.move(s, dest)) for s in sources], grad_mode)
-        winners = [k for k, o in enumerate(outcomes) if o[0] == "ok"]
-        assert winners, outcomes
         final = np.from_dlpack(Tensor(dest, 0, flat(n))).copy()
-        assert any(np.array_equal(final, np.arange(n, dtype=np.float32) + 1000 * w) for w in winners)
-        for k, s in enumerate(sources):
-            if k in winners:
-                assert s.carrier.is_released()
-            else:
-                assert isinstance(outcomes[k][1], RuntimeError), outcomes[k]
-                assert not s.carrier.is_released() and s.carrier[0] == float(1000 * k)
-                assert unclaimed(s.carrier)
+        one_source_won_each_race(outcomes, sources, final, 1000)
         assert unclaimed(dest)
 
 

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import strideweave as sw
-from racing import THREADS, frequent_thread_switches, run_together, unclaimed  # noqa: F401 (autouse fixture)
+from racing import (THREADS, frequent_thread_switches, one_source_won_each_race, run_together,  # noqa: F401
+                    unclaimed)
 from strideweave import CPU, FileBacked, Layout, Shape, Stride, Tensor
 
 F32 = sw.DType.Float32
@@ -81,17 +82,7 @@ def test_racing_worker_moves_into_one_destination_never_mix_sources(source_cls, 
         sources = [filled(np.arange(N, dtype=np.float32) + 100_000 * k, source_cls) for k in range(THREADS)]
         dest = fresh(destination_cls)
         outcomes = run_together([(lambda s=s: sw.move_async(s, dest).wait()) for s in sources], grad_mode)
-        winners = [k for k, o in enumerate(outcomes) if o[0] == "ok"]
-        assert winners, outcomes
-        final = values_of(Tensor(dest, 0, flat(N)))
-        assert any(np.array_equal(final, np.arange(N, dtype=np.float32) + 100_000 * w) for w in winners)
-        for k, s in enumerate(sources):
-            if k in winners:
-                assert s.carrier.is_released()
-            else:
-                assert isinstance(outcomes[k][1], RuntimeError), outcomes[k]
-                assert not s.carrier.is_released() and s.carrier[0] == float(100_000 * k)
-                assert unclaimed(s.carrier)
+        one_source_won_each_race(outcomes, sources, values_of(Tensor(dest, 0, flat(N))), 100_000)
         assert unclaimed(dest)
 
 

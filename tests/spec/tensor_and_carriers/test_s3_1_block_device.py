@@ -20,6 +20,8 @@ from strideweave import DType
 from strideweave import BlockDevice, Layout, Shape, Stride, Tensor
 
 from blockdev_fixture import (  # noqa: F401  (pytest fixtures are used by name)
+    raw_read,
+    raw_write,
     block_device_path,
     device,
     loop_unavailable_reason,
@@ -29,23 +31,6 @@ from blockdev_fixture import (  # noqa: F401  (pytest fixtures are used by name)
 )
 
 MiB = 1 << 20
-
-
-def raw_read(path: str, offset: int, n: int) -> bytes:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return os.pread(fd, n, offset)
-    finally:
-        os.close(fd)
-
-
-def raw_write(path: str, offset: int, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        assert os.pwrite(fd, data, offset) == len(data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def os_geometry(path) -> tuple[int, int, int]:

@@ -10,13 +10,14 @@ import threading
 import pytest
 
 import strideweave as sw
-from strideweave.carriers.extension import (CarrierDefinition, PreparedTransfer, StorageProvider,
+from strideweave.carriers.extension import (CarrierDefinition, PreparedTransfer,
                                             TransferProvider, TransferRoute,
                                             register_carrier_definition)
 from strideweave.carriers.move import MoveOperation, registered_move_operation
 
 from blockdev_fixture import block_device_path  # noqa: F401
 from dlpack_structs import READ_ONLY, managed
+from slab_carrier import slab_storage
 from user_written_hooks import NodeWatchingMove
 
 F32, I32 = sw.DType.Float32, sw.DType.Int32
@@ -93,18 +94,7 @@ _KEEP = []
 
 def _slab_class(name, route_to_cpu):
     cls = type(name, (sw.Carrier,), {})
-
-    def allocate(c, n):
-        c.cells = [0.0] * n
-
-    def release(c):
-        c.cells = []
-
-    def write(c, i, v):
-        c.cells[i] = v
-
-    storage = StorageProvider(lambda c, d: d is F32, lambda c: len(c.cells), allocate, release,
-                              lambda c, i: c.cells[i], write)
+    storage = slab_storage(fallback=False)
     routes = ()
     if route_to_cpu:
         def prep(request):

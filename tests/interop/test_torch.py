@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import strideweave as sw
-from dlpack_sources import cpu_tensor
+from dlpack_sources import cpu_tensor, layout
 
 torch = pytest.importorskip("torch", reason="torch is not installed (make test-interop installs it)")
 

@@ -3,7 +3,7 @@ and what a Python user composes on top of it (issue 13): `wait(timeout=)`,
 `exception(timeout=)`, a public `add_done_callback`, `future()` bridging to
 `concurrent.futures` and `asyncio`, and a carrier's `with` block around a pending move.
 
-Handles come from the public API only: a definition-backed `HandleGated` carrier whose route
+Handles come from the public API only: a definition-backed `Gated` carrier (tests/gated_moves.py) whose route
 to CPU completes only when the test opens a gate gives a deterministically pending
 `AwaitMove`. Event waits carry generous bounds only so that a broken engine fails instead of
 hanging; no assertion depends on how long anything takes."""
@@ -16,48 +16,18 @@ import threading
 import pytest
 
 import strideweave as sw
-from strideweave import CPU, Carrier, Layout, Shape, Stride, Tensor
-from strideweave.carriers.extension import (CarrierDefinition, PreparedTransfer,
-                                            TransferProvider, TransferRoute, register_carrier_definition)
+from strideweave import CPU
+from gated_moves import PREPARED, GateCompletion, gated_tensor
 
-from cells_storage import cells_storage
-from gated_moves import GateCompletion
-
-D = sw.DType
 BOUND = 30.0  # seconds; a safety net against hangs, never a speed requirement
-
-
-class HandleGated(Carrier):
-    pass
-
-
-PREPARED: list = []
-
-
-def _prepare(request):
-    completion = PREPARED.pop(0)
-
-    def submit():
-        cells = request.tensor.carrier.cells
-        for k in range(request.physical_span):
-            request.destination[k] = cells[request.tensor.offset + k]
-        return completion
-    return PreparedTransfer(submit)
-
-
-register_carrier_definition(HandleGated, CarrierDefinition(
-    cells_storage(), transfers=(TransferRoute(HandleGated, CPU, "handles.to_cpu", TransferProvider(_prepare)),)))
 
 
 def start(values=(1.0, 2.0), failure=None):
     """A pending public AwaitMove and the gate that completes it."""
     completion = GateCompletion(failure)
     PREPARED.append(completion)
-    c = HandleGated(len(values), dtype=D.Float32)
-    for i, v in enumerate(values):
-        c[i] = v
     with sw.no_grad():
-        handle = sw.move_async(Tensor(c, 0, Layout(Shape(len(values)), Stride(1))), CPU(len(values)))
+        handle = sw.move_async(gated_tensor(list(values)), CPU(len(values)))
     assert handle.done is False
     return handle, completion.gate
 
@@ -301,12 +271,11 @@ def test_no_coroutine_protocol():
 def test_leaving_a_with_block_while_its_carrier_is_in_a_pending_move_raises():
     completion = GateCompletion()
     PREPARED.append(completion)
-    c = HandleGated(2, dtype=D.Float32)
-    c[0], c[1] = 1.0, 2.0
+    t = gated_tensor([1.0, 2.0])
     with pytest.raises(RuntimeError, match="pending move"):
         with CPU(2) as dest:
             with sw.no_grad():
-                h = sw.move_async(Tensor(c, 0, Layout(Shape(2), Stride(1))), dest)
+                h = sw.move_async(t, dest)
     assert not dest.is_released()  # the claim protected it; nothing changed
     completion.gate.set()
     assert h.wait(timeout=BOUND).tolist() == [1.0, 2.0]

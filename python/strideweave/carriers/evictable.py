@@ -194,7 +194,12 @@ class Evictable(TwoTiered, Carrier):
                 if self._evicted != evict:
                     self._move_tiers(evict)
             finally:
-                drop_claims(claim, (self,))
+                # Given back under the state lock, as it was taken: a write checks the
+                # residency and then the claim under that lock, so it must not see the
+                # residency from before the transition and the claim from after it (a write
+                # into the tier this transition has just released).
+                with STATE_LOCK:
+                    drop_claims(claim, (self,))
         return None
 
     def _move_tiers(self, evict: bool) -> None:

@@ -42,7 +42,8 @@ __all__ = ["__version__", "Shape", "Stride", "Layout", "HostStorage", "FileStora
            "copy_spans", "submit_copy_spans", "copy_blocks", "submit_copy_blocks", "copy_storages",
            "submit_place_blocks", "release_storages", "FileSlab", "FileRegion", "copy_buffer_to_host",
            "configure_inline_move", "set_default_route", "forget_default_routes", "move_async_builtin",
-           "MoveRollback", "count_active_profilers", "grad_enabled", "set_grad_enabled", "move_inline", "MoveCommit", "submit_prefault"]
+           "MoveRollback", "count_active_profilers", "grad_enabled", "set_grad_enabled", "move_inline", "MoveCommit", "submit_prefault",
+           "MoveRequest", "configure_move_request"]
 
 class _IntTree:
     """What Shape and Stride share (stub only: at run time each is its own class, and
@@ -416,3 +417,40 @@ class MoveCommit:
     """The GIL-free success commit of a built-in move, run by the worker that finished its copy."""
     def __new__(cls, source: _CarrierBase, destination: _CarrierBase, handle: AwaitResult[Any], output: Any,
                 progress: TransferProgress | None = None) -> Self: ...
+
+# The move request of every move the native moves do not take whole (move_request.rs).
+def configure_move_request(hooks: dict[str, Any]) -> None: ...
+
+@final
+class MoveRequest:
+    """One move from its checks to its one terminal commit; also the claim its carriers hold."""
+    def __new__(cls, tensor: Any, destination: _CarrierBase, between_tiers: bool) -> Self: ...
+    @staticmethod
+    def check(tensor: Any, destination: Any, between_tiers: bool,
+              resolve: Callable[[], tuple[Any, Any, bool]]) -> tuple[Any, Any, bool, bool]: ...
+    @property
+    def tensor(self) -> Any: ...
+    # The carriers are `Carrier`s and the handle an `AwaitMove` (classes of the layers above).
+    @property
+    def source(self) -> Any: ...
+    @property
+    def destination(self) -> Any: ...
+    @property
+    def layout(self) -> Any: ...
+    @property
+    def cosize(self) -> int: ...
+    @property
+    def handle(self) -> Any: ...
+    @property
+    def between_tiers(self) -> bool: ...
+    @property
+    def committed(self) -> bool: ...
+    node: Any
+    recorded: Any
+    token: Any
+    output: Any
+    prepared: Any
+    open_destination: Any
+    grown: bool
+    def commit(self, error: BaseException | None = None) -> None: ...
+    def abandon(self) -> None: ...

@@ -82,8 +82,10 @@ def targets() -> list:
                 found.append((f"{cls_name}.{meth}", lambda instance=instance, meth=meth, **_: getattr(instance, meth)))
                 found.append((f"{cls_name}().{meth}",
                               lambda cls_name=cls_name, meth=meth, **_: getattr(getattr(_native, cls_name)(), meth)))
+    # The move request's checks take any objects: hostile ones fail a row of the table.
+    found.append(("MoveRequest.check", lambda **_: _native.MoveRequest.check))
     for cls_name in ("HostStorage", "FileStorage", "BlockDeviceHandle", "Layout", "Shape", "Stride",
-                     "_TensorBase", "_CarrierBase"):
+                     "_TensorBase", "_CarrierBase", "MoveRequest"):
         found.append((cls_name, lambda cls_name=cls_name, **_: getattr(_native, cls_name)))
     return found
 

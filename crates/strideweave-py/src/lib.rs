@@ -16,6 +16,7 @@ mod file_slab;
 mod inline_move;
 mod jobs;
 mod kernels;
+mod move_request;
 mod set_once;
 mod layout;
 mod prefault;
@@ -42,6 +43,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     inline_move::register(m)?;
     async_move::register(m)?;
     commit::register(m)?;
+    move_request::register(m)?;
     tiles::register(m)?;
     buffer_copy::register(m)?;
     prefault::register(m)?;

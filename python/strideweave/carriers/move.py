@@ -3,11 +3,15 @@ exact-pair registry (docs/spec/interop-movement.md; docs/spec/extension-and-tili
 
 One path serves every move. `move_async` validates in the specification's order, resolves
 the exact-pair route (and, when recording, the reverse route first), claims both carriers,
-sizes the destination, then submits the transfer. Bulk transfers between Rust storages run
-on the engine's worker threads with the GIL released; Python `_copy` hooks and provider
-`submit()` run on the caller's thread. Whatever finishes the transfer calls `_commit` exactly
-once: publish the result (and its autograd node), release the source, drop the claims,
-record `move_complete`, and only then resolve the `AwaitMove`. `move` is `move_async(...).wait()`.
+sizes the destination, then submits the transfer. The request itself, its checks in the core's
+table order and its one terminal commit, is native (`_native.MoveRequest`,
+crates/strideweave-py/src/move_request.rs); this module supplies what the specification
+writes in Python terms: routes, the MoveOperation hooks, providers, the autograd node. Bulk
+transfers between Rust storages run on the engine's worker threads with the GIL released;
+Python `_copy` hooks and provider `submit()` run on the caller's thread. Whatever finishes the
+transfer calls `request.commit` exactly once: publish the result (and its autograd node),
+release the source, drop the claims, record `move_complete`, and only then resolve the
+`AwaitMove`. `move` is `move_async(...).wait()`.
 """
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ from typing import Any, Callable, cast
 from strideweave import _autograd, _native, profiler
 from strideweave._autograd import Operation
 from strideweave.carriers import extension
-from strideweave.carriers.base import (ACTIVE_CLAIM, Allocatable, STATE_LOCK, Carrier, drop_claims, not_a_carrier,
+from strideweave.carriers.base import (ACTIVE_CLAIM, RELEASING, Allocatable, Carrier, not_a_carrier,
                                       take_claims)
 from strideweave.carriers.block_device import BlockDeviceCarrier
 from strideweave.carriers.cpu import CPU
@@ -395,135 +399,71 @@ class _MoveState:
         self.reverse_route = reverse_route
 
 
-class _MoveRequest:
-    """One move between initiation and its terminal commit; it is also the claim its carriers
-    hold. `prepared` keeps a provider's PreparedTransfer (and whatever it captured) alive until
-    the commit; `open_destination` is the destination while a provider's own threads may still
-    write it (from submit until its completion reports done)."""
-
-    __slots__ = ("tensor", "source", "destination", "layout", "cosize", "handle", "node", "recorded",
-                 "token", "grown", "between_tiers", "committed", "output", "prepared", "open_destination",
-                 "__weakref__")
-
-    def __init__(self, tensor: Tensor, destination: Carrier, between_tiers: bool) -> None:
-        self.tensor = tensor
-        self.source = tensor.carrier
-        self.destination = destination
-        self.layout = tensor.layout
-        self.cosize = tensor.layout.cosize
-        self.handle = _native.new_completion(AwaitMove)
-        self.handle._progress = _native.TransferProgress()
-        self.handle._progress.set(0, self.cosize * _slot_bytes(tensor.dtype()))
-        self.node: MoveOperation | None = None
-        self.recorded = False
-        self.token: profiler._MoveToken | None = None
-        self.grown = False
-        self.between_tiers = between_tiers
-        self.committed = False
-        self.output: Any = None  # the result Tensor, bound before the transfer is submitted
-        self.prepared: Any = None
-        self.open_destination: Carrier | None = None
-
-
 def _slot_bytes(dtype: Any) -> int:
     bits = getattr(dtype, "bits", None)
     return bits // 8 if isinstance(bits, int) and bits > 0 else 8
 
 
-def _validate(tensor: Any, destination: Any, between_tiers: bool) -> None:
-    """The validation table of docs/spec/interop-movement.md, in order, before any effect."""
-    if isinstance(tensor, Tensor) and len(tensor.subtensors) != 1:
-        raise NotImplementedError("move is not implemented for a multi-subtensor Tensor")
-    if not isinstance(tensor, Tensor):
-        raise TypeError(f"tensor must be a Tensor, not {type(tensor).__name__}")
-    source = tensor.carrier
-    if source.is_released():
-        raise RuntimeError(f"the source {type(source).__name__} carrier is released")
-    if source.is_owned() and not between_tiers:
-        raise RuntimeError(f"the source {type(source).__name__} carrier is owned by "
-                           f"{type(source._sw_owner).__name__} and cannot be moved directly")
-    source._sw_check_unclaimed("move")
-    if not isinstance(destination, Carrier):
-        raise not_a_carrier("destination", destination)
-    if destination is source:
-        raise ValueError("destination must be a different carrier from the tensor's own carrier")
-    if destination.is_released():
-        raise RuntimeError(f"the destination {type(destination).__name__} carrier is released")
-    mutable = destination._is_mutable() if between_tiers else destination.is_mutable()
-    if not mutable:
-        raise RuntimeError(f"the destination {type(destination).__name__} carrier is not publicly mutable")
-    destination._sw_check_unclaimed("move into")
-    if destination.dtype() is not tensor.dtype():
-        raise TypeError(f"destination dtype {destination.dtype().name} does not match the tensor's "
-                        f"dtype {tensor.dtype().name}")
-
-
-def _check_pins(operation_class: type[MoveOperation], source: Carrier, destination: Carrier) -> None:
-    pinned_source, pinned_destination = operation_class.source_class, operation_class.destination_class
-    if pinned_source is not None and type(source) is not pinned_source:
-        raise TypeError(f"{operation_class.__name__} requires a {pinned_source.__name__} source carrier, "
-                        f"not {type(source).__name__}")
-    if pinned_destination is not None and type(destination) is not pinned_destination:
-        raise TypeError(f"{operation_class.__name__} requires a {pinned_destination.__name__} destination "
-                        f"carrier, not {type(destination).__name__}")
+# One move between initiation and its terminal commit; it is also the claim its carriers
+# hold. Native (crates/strideweave-py/src/move_request.rs): it walks the core's validation
+# table and commits through the core's terminal commit, calling the hooks below.
+# `prepared` keeps a provider's PreparedTransfer (and whatever it captured) alive until the
+# commit; `open_destination` is the destination while a provider's own threads may still write
+# it (from submit until its completion reports done).
+_MoveRequest = _native.MoveRequest
+_native.configure_move_request({
+    "tensor": Tensor, "carrier": Carrier, "await_move": AwaitMove, "not_a_carrier": not_a_carrier,
+    "active_claim": ACTIVE_CLAIM, "releasing": RELEASING, "grows_when_empty": _grows_when_empty,
+    "allocatable": Allocatable, "attach_result": _autograd.attach_result, "move_complete": profiler._move_complete,
+    "slot_bytes": _slot_bytes,
+})
 
 
 def _initiate(tensor: Any, destination: Any, *, between_tiers: bool = False, route: _Route | None = None,
               operation: MoveOperation | None = None, attach: bool = True) -> _MoveRequest:
     """Validate, resolve, claim, size and submit one move. Errors before submission raise
     here; errors after it become the handle's terminal failure."""
-    # A sequence in either position fails the table's own rows (not a Tensor / not a Carrier).
-    _validate(tensor, destination, between_tiers)
+
+    def resolve() -> tuple[_Route, _Route | None, bool]:
+        # Called by the checks once the arguments have passed the validation table (so
+        # `tensor` is a Tensor): the routes the remaining rows check. A sequence in either
+        # position fails the table's own rows (not a Tensor / not a Carrier) before this.
+        source_class, destination_class = type(tensor.carrier), type(destination)
+        recording = attach and not between_tiers and _autograd.is_grad_enabled() and tensor.is_differentiable()
+        reverse = _lookup_route(destination_class, source_class) if recording else None
+        if route is not None:
+            return route, reverse, recording
+        if operation is None:
+            return _lookup_route(source_class, destination_class), reverse, recording
+        return _operation_route(type(operation), source_class, destination_class), reverse, recording
+
+    chosen, reverse, recording, grow = _MoveRequest.check(tensor, destination, between_tiers, resolve)
     source = tensor.carrier
-    recording = attach and not between_tiers and _autograd.is_grad_enabled() and tensor.is_differentiable()
-    reverse = _lookup_route(type(destination), type(source)) if recording else None
-    if route is None:
-        route = (_lookup_route(type(source), type(destination)) if operation is None
-                 else _operation_route(type(operation), type(source), type(destination)))
     prepared = None
-    if route.operation_class is not None:
-        _check_pins(route.operation_class, source, destination)
-    cosize = tensor.layout.cosize
-    size = destination.size()
-    grow = False
-    if size < cosize:
-        if size == 0 and _grows_when_empty(destination):
-            grow = True
-        else:
-            raise ValueError(f"destination {type(destination).__name__} is too small: {size} slots for a "
-                             f"layout cosize of {cosize}")
-    # Refusals come after the whole validation table, before any effect (reverse route first).
-    if reverse is not None:
-        reverse.check_permitted()
-    route.check_permitted()
-    if route.decision is not None:
-        prepared = extension.prepare_route(route.decision, tensor, destination)
+    if chosen.decision is not None:
+        prepared = extension.prepare_route(chosen.decision, tensor, destination)
         if prepared is None:
-            route = _Route(ElementwiseMoveOperation)
+            chosen = _Route(ElementwiseMoveOperation)
     request = _MoveRequest(tensor, destination, between_tiers)
     if operation is not None:
         op = operation
-    elif route.operation_class is not None:
-        op = route.operation_class()
+    elif chosen.operation_class is not None:
+        op = chosen.operation_class()
     else:
         op = MoveOperation()
-    implementation = type(op) if prepared is None else type(route.decision.route.provider)
+    implementation = type(op) if prepared is None else type(chosen.decision.route.provider)
     request.prepared = prepared
     # The claims are checked and taken in one step: of two racing requests (or a request and
     # a release) exactly one gets past here, and the other raises RuntimeError.
     take_claims(request, ((source, "source", "move"), (destination, "destination", "move into")))
-    if not between_tiers:
-        try:
-            request.token = profiler._move_submit_begin(type(source), type(destination), implementation)
-        except BaseException:
-            drop_claims(request, (source, destination))
-            raise
     try:
+        if not between_tiers:
+            request.token = profiler._move_submit_begin(type(source), type(destination), implementation)
         if grow:
             if extension.is_definition_backed(destination):
-                extension.allocate_destination(destination, cosize)
+                extension.allocate_destination(destination, tensor.layout.cosize)
             else:
-                destination._allocate(cosize)
+                destination._allocate(tensor.layout.cosize)
             request.grown = True
         # Valid by construction (live destination of at least cosize slots, offset 0).
         request.output = Tensor._from_subtensors(
@@ -533,15 +473,13 @@ def _initiate(tensor: Any, destination: Any, *, between_tiers: bool = False, rou
             request.recorded = _autograd.record_inputs(op, (tensor,))
             op._sw_move = _MoveState(source, destination, tensor.layout, reverse)
     except BaseException:
-        _restore(request)
-        if request.node is not None:
-            request.node._sw_clear()
+        request.abandon()
         profiler._move_submit_abort(request.token)
         raise
     try:
         _submit(request, op, prepared)
     except BaseException as exc:  # noqa: BLE001 - past the claims, every failure is terminal
-        _commit(request, exc)
+        request.commit(exc)
     if not between_tiers:
         profiler._move_submit_end(request.token, request.handle)
     return request
@@ -558,30 +496,30 @@ def _submit(request: _MoveRequest, op: MoveOperation, prepared: Any) -> None:
                 return prepared.submit()
         outcome = _run_claimed(request, submit)
         if isinstance(outcome, BaseException):
-            _commit(request, outcome)
+            request.commit(outcome)
         elif outcome is None:
-            _commit(request, None)
+            request.commit(None)
         else:
             def finish_provider() -> None:
                 try:
                     extension.check_provider_completion(outcome)
                 except BaseException as exc:  # noqa: BLE001 - any failure is the terminal one
-                    _commit(request, exc)
+                    request.commit(exc)
                 else:
-                    _commit(request, None)
+                    request.commit(None)
             _native.submit_python(request.handle, finish_provider)
         return
     transfer = op._sw_native_transfer(request)
     if transfer is not None:
         if transfer.runs_inline():
             blocking = cast(Callable[..., None], transfer.blocking)  # set whenever it runs inline
-            _commit(request, _run_claimed(request, lambda: blocking(*transfer.args)))
+            request.commit(_run_claimed(request, lambda: blocking(*transfer.args)))
         else:
             extra = transfer.progress_argument(request.handle._progress)
             commit = _worker_commit(request, transfer)
             if commit is not None:
                 extra["commit"] = commit  # success commits on the worker; `then` hears failures
-            transfer.submit(*transfer.args, lambda error: _commit(request, error), **extra)
+            transfer.submit(*transfer.args, lambda error: request.commit(error), **extra)
         return
 
     def copy() -> None:
@@ -591,7 +529,7 @@ def _submit(request: _MoveRequest, op: MoveOperation, prepared: Any) -> None:
         if returned is not None:
             raise TypeError(f"{type(op).__name__}._copy must return None, not {type(returned).__name__}")
 
-    _commit(request, _run_claimed(request, copy))
+    request.commit(_run_claimed(request, copy))
 
 
 def _run_claimed(request: _MoveRequest, fn: Callable) -> Any:
@@ -605,63 +543,6 @@ def _run_claimed(request: _MoveRequest, fn: Callable) -> Any:
         return exc
     finally:
         ACTIVE_CLAIM.request = saved
-
-
-def _restore(request: _MoveRequest) -> None:
-    """Undo the request's effects after a failure: claims, and a destination it grew."""
-    request.open_destination = None
-    request.prepared = None
-    drop_claims(request, (request.source, request.destination))
-    if request.grown and isinstance(request.destination, Allocatable):
-        with contextlib.suppress(Exception):
-            request.destination._allocate(0)
-
-
-def _commit(request: _MoveRequest, error: BaseException | None) -> None:
-    """The one terminal boundary of a request (runs exactly once, on whichever thread
-    finishes the transfer)."""
-    with STATE_LOCK:
-        if request.committed:
-            return
-        request.committed = True
-    request.open_destination = None
-    if error is None:
-        try:
-            _publish_and_release(request)
-        except BaseException as exc:  # noqa: BLE001
-            error = exc
-    if error is not None:
-        _restore(request)
-        if request.node is not None:
-            request.node._sw_clear()
-        profiler._move_complete(request.token, False)
-        request.handle._fail(error)
-        return
-    request.prepared = None
-    progress = request.handle._progress
-    progress.set(progress.total, progress.total)
-    profiler._move_complete(request.token, True)
-    request.handle._succeed(request.output)
-
-
-def _publish_and_release(request: _MoveRequest) -> None:
-    output = request.output
-    if request.node is not None:
-        _autograd.attach_result(request.node, output, request.recorded)
-    source = request.source
-    # The source is released while this request still claims it (as its own transfer, so the
-    # release passes the claim check): dropping the claims first would let another move take
-    # the source in between and make this release fail.
-    saved, ACTIVE_CLAIM.request = ACTIVE_CLAIM.request, request
-    try:
-        if request.between_tiers:
-            # The composite's own tier, released for its owner (which it stays).
-            source._sw_release_for(source._sw_owner)
-        else:
-            source.release()
-    finally:
-        ACTIVE_CLAIM.request = saved
-    drop_claims(request, (request.destination, request.source))
 
 
 # ===== public entry points =======================================================================

@@ -2,16 +2,20 @@
 //! [`move_async`] (returns a [`MoveHandle`] at once; the transfer runs on the engine's
 //! worker pool).
 //!
-//! Both run the same request (`request.rs`): validation in the specification's order,
+//! Both run the same request (`request.rs`): validation in the specification's order
+//! ([`VALIDATION_ORDER`], which the Python binding's request walks too),
 //! claims on both carriers taken atomically with their checks, growth of an empty
 //! allocatable destination to the layout's cosize, the transfer of the exact pair's route
-//! ([`route`]), and one terminal commit — publish the result, then release the source — or
+//! ([`route`]), and one terminal commit ([`Terminal`], shared with the Python binding's
+//! request) — publish the result, then release the source — or
 //! a rollback that leaves the source live, shrinks a grown destination and frees both
 //! claims. A pending move refuses every conflicting write, release and move of its carriers
 //! with [`ModelError::Claimed`].
 
 mod request;
 pub mod route;
+mod table;
+mod terminal;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +26,8 @@ use super::tensor::Tensor;
 use crate::engine::{pool, Completion};
 
 pub use route::{route_kind, RouteKind};
+pub use table::{validate, validate_rows, Check, VALIDATION_ORDER};
+pub use terminal::{CommitSteps, Terminal};
 
 /// The outcome a move records once.
 pub type MoveOutcome = Result<Tensor, ModelError>;

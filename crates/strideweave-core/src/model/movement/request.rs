@@ -5,6 +5,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use super::route::{self, Job, Route, RouteKind};
+use super::table::{validate_rows, Check};
+use super::terminal::{CommitSteps, Terminal};
 use super::super::carrier::{same_carrier, Carrier, CarrierExt};
 use super::super::error::{ModelError, Result};
 use super::super::state::{ClaimGuard, ClaimId, Role};
@@ -25,44 +27,44 @@ fn name(c: &dyn Carrier) -> String {
     c.state().class_name().to_string()
 }
 
-/// Validates `tensor` → `destination` in docs/spec/interop-movement.md's table order (the rows a
-/// Rust type cannot violate — "not a Tensor", "not a Carrier" — are the type system's),
-/// then claims both carriers and grows an empty allocatable destination.
+/// Validates `tensor` → `destination` in the order of the specification's table
+/// ([`VALIDATION_ORDER`](super::VALIDATION_ORDER); the rows a Rust type cannot violate — "not
+/// a Tensor", "not a Carrier", a pinned class — pass at once), then claims both carriers and
+/// grows an empty allocatable destination.
 pub(crate) fn initiate(tensor: &Tensor, destination: &Arc<dyn Carrier>) -> Result<Pending> {
+    // The table's first row: a source carrier exists only for a single-subtensor tensor.
     let sub = tensor.single("move")?;
     let source = sub.carrier();
     let layout = sub.layout().clone();
-    if source.is_released() {
-        return Err(ModelError::Released { carrier: name(&**source) });
-    }
-    if source.is_owned() {
-        return Err(ModelError::Owned { carrier: name(&**source) });
-    }
-    if same_carrier(source, destination) {
-        return Err(ModelError::SameCarrier);
-    }
-    if destination.is_released() {
-        return Err(ModelError::Released { carrier: name(&**destination) });
-    }
-    if !destination.is_mutable() {
-        return Err(ModelError::NotMutable { carrier: name(&**destination) });
-    }
-    if destination.elem_kind() != tensor.dtype() {
-        return Err(ModelError::DTypeMismatch {
+    let kind = route::route_kind(source.class_key(), destination.class_key());
+    let cosize = layout.cosize() as usize;
+    validate_rows(Check::IsTensor, Check::RoutePermitted, &mut |row| match row {
+        Check::OneSubtensor | Check::IsTensor | Check::IsCarrier | Check::PinnedClasses => Ok(()),
+        Check::SourceLive => live(&**source),
+        Check::SourceUnowned if source.is_owned() => Err(ModelError::Owned { carrier: name(&**source) }),
+        Check::SourceUnowned => Ok(()),
+        Check::SourceUnclaimed => unclaimed(&**source, "move"),
+        Check::DistinctCarriers if same_carrier(source, destination) => Err(ModelError::SameCarrier),
+        Check::DistinctCarriers => Ok(()),
+        Check::DestinationLive => live(&**destination),
+        Check::DestinationMutable if !destination.is_mutable() => {
+            Err(ModelError::NotMutable { carrier: name(&**destination) })
+        }
+        Check::DestinationMutable => Ok(()),
+        Check::DestinationUnclaimed => unclaimed(&**destination, "move into"),
+        Check::SameDType if destination.elem_kind() != tensor.dtype() => Err(ModelError::DTypeMismatch {
             carrier: name(&**destination),
             expected: tensor.dtype(),
             found: destination.elem_kind(),
-        });
-    }
-    // The pinned-class row: every built-in route is keyed by its exact pair, so the
-    // resolved route always matches it; custom routes would check their pins here.
-    let kind = route::route_kind(source.class_key(), destination.class_key());
-    let cosize = layout.cosize() as usize;
-    check_room(&**destination, cosize)?;
-    // A pair without a transfer is refused after the validation table, before any effect.
-    if kind == RouteKind::Unsupported {
-        return Err(ModelError::NoRoute { from: name(&**source), to: name(&**destination) });
-    }
+        }),
+        Check::SameDType => Ok(()),
+        Check::Room => check_room(&**destination, cosize).map(drop),
+        // A pair without a transfer is refused after the validation table, before any effect.
+        Check::RoutePermitted if kind == RouteKind::Unsupported => {
+            Err(ModelError::NoRoute { from: name(&**source), to: name(&**destination) })
+        }
+        Check::RoutePermitted => Ok(()),
+    })?;
 
     // The checks above are re-made atomically by the claims; they ran first only to report
     // in the specified order.
@@ -89,6 +91,20 @@ pub(crate) fn initiate(tensor: &Tensor, destination: &Arc<dyn Carrier>) -> Resul
     Ok(Pending { src_claim, dst_claim, route, offset: sub.offset(), output, grew })
 }
 
+fn live(carrier: &dyn Carrier) -> Result<()> {
+    if carrier.is_released() {
+        return Err(ModelError::Released { carrier: name(carrier) });
+    }
+    Ok(())
+}
+
+fn unclaimed(carrier: &dyn Carrier, action: &'static str) -> Result<()> {
+    if carrier.state().is_claimed() {
+        return Err(ModelError::Claimed { carrier: name(carrier), action });
+    }
+    Ok(())
+}
+
 enum Room {
     Enough,
     Grow,
@@ -111,10 +127,11 @@ impl Pending {
         self.route.kind()
     }
 
-    /// Run the transfer, then the one terminal commit: on success the destination's claim
-    /// ends (its value is published with the result tensor) and then the source is released
-    /// together with the end of its claim; on failure a grown destination shrinks back to
-    /// empty, both claims end, and the source stays live and unchanged.
+    /// Run the transfer, then the one terminal commit ([`Terminal`]): on success the source
+    /// is released together with the end of its claim, then the destination's claim ends
+    /// (its value is published with the result tensor); on failure a grown destination
+    /// shrinks back to empty while still claimed, both claims end, and the source stays live
+    /// and unchanged.
     pub(crate) fn run(self) -> Result<Tensor> {
         let outcome = {
             let job = Job {
@@ -136,21 +153,43 @@ impl Pending {
         let Pending { src_claim, dst_claim, route, output, grew, .. } = self;
         // The transfer is over: let go of its storages before the source's release hook.
         drop(route);
-        match outcome {
-            Ok(()) => {
-                dst_claim.finish();
-                src_claim.commit_release();
-                Ok(output)
-            }
-            Err(e) => {
-                if grew {
-                    let _ = dst_claim.carrier().allocate(0);
-                }
-                drop(output);
-                drop(dst_claim);
-                drop(src_claim);
-                Err(e)
-            }
+        let mut steps = Claims { source: Some(src_claim), destination: Some(dst_claim) };
+        match Terminal::new().commit(&mut steps, outcome, grew) {
+            Some(Ok(())) => Ok(output),
+            Some(Err(e)) => Err(e),
+            None => unreachable!("a fresh terminal commits"),
         }
+    }
+}
+
+/// The Rust request's claims, ended by its terminal commit.
+struct Claims {
+    source: Option<ClaimGuard>,
+    destination: Option<ClaimGuard>,
+}
+
+impl CommitSteps for Claims {
+    type Error = ModelError;
+
+    fn release_source(&mut self) -> Result<()> {
+        if let Some(claim) = self.source.take() {
+            claim.commit_release();
+        }
+        Ok(())
+    }
+
+    fn shrink_destination(&mut self) {
+        if let Some(claim) = &self.destination {
+            let _ = claim.carrier().allocate(0);
+        }
+    }
+
+    fn end_claims(&mut self) {
+        if let Some(claim) = self.destination.take() {
+            claim.finish();
+        }
+        // A source claim still held here belongs to a failed move: dropping it gives the
+        // claim back and leaves the source live.
+        drop(self.source.take());
     }
 }

@@ -1,0 +1,633 @@
+//! `_native.MoveRequest`: one move of the Python carriers from its validation to its one
+//! terminal commit, for every move the two native moves (`inline_move.rs`, `async_move.rs`)
+//! do not take whole.
+//!
+//! The request walks the core's validation table (`model::movement::VALIDATION_ORDER`) and
+//! finishes through the core's [`Terminal`], so the order of the checks, the order of the
+//! commit's steps and its exactly-once guarantee are the Rust model's own. What the Python
+//! carriers add enters through their hooks, called here where the specification calls them:
+//! `_is_mutable`/`is_mutable`, `dtype`, `release` (with its `_release` hook), `_allocate(0)`
+//! to shrink a grown destination, and the framework's own Python pieces the request drives:
+//! route resolution (a callback: routes are Python classes and definitions), the autograd
+//! node's attachment and the profiler's `move_complete`.
+//!
+//! What stays in `carriers/move.py` is what the specification defines in Python terms: which
+//! route a pair takes, how a `MoveOperation` or a provider runs its transfer, and the node
+//! a recorded move makes. The request object is also the claim its carriers hold, so the
+//! claim checks (`transfer_may_write`, `open_destination`) read its fields.
+//!
+//! Commit order (the core's [`Terminal`]): on success attach the node, release the source
+//! while the request still claims it (so no other move takes it in between), then drop both
+//! claims, complete the progress, record `move_complete` and resolve the handle; on failure
+//! shrink a grown destination while it is still claimed (so no other move starts filling it
+//! first), drop both claims, clear the node, record `move_complete` and fail the handle.
+
+use parking_lot::Mutex;
+use pyo3::exceptions::{PyNotImplementedError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::{PyTraverseError, PyVisit};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyTuple, PyType};
+
+use strideweave_core::model::movement::{validate, Check, CommitSteps, Terminal};
+
+use crate::carrier_base::CarrierBase;
+use crate::carrier_state::{check_unclaimed, drop_claim, type_name, PyJudge};
+use crate::engine::{new_handle, AwaitResult};
+use crate::tensor_base::TensorBase;
+use crate::transfer::TransferProgress;
+
+/// What `carriers/move.py` registers once, as a dict with one item per field.
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+struct RequestHooks {
+    tensor: Py<PyType>,
+    carrier: Py<PyType>,
+    await_move: Py<PyType>,
+    /// `base.not_a_carrier(name, value)`: the TypeError for a non-carrier argument.
+    not_a_carrier: Py<PyAny>,
+    /// `base.ACTIVE_CLAIM` (a thread-local whose `request` is the move running on this thread)
+    /// and `base.RELEASING`, the claim of a carrier whose release hook runs.
+    active_claim: Py<PyAny>,
+    releasing: Py<PyAny>,
+    /// `move._grows_when_empty(carrier)`: whether an empty destination may grow to the span.
+    grows_when_empty: Py<PyAny>,
+    /// `base.Allocatable`: a destination the request grew shrinks back through its `_allocate`.
+    allocatable: Py<PyAny>,
+    /// `_autograd.attach_result(node, output, recorded)`.
+    attach_result: Py<PyAny>,
+    /// `profiler._move_complete(token, succeeded)`.
+    move_complete: Py<PyAny>,
+    /// `move._slot_bytes(dtype)`: the slot size `AwaitMove.bytes_total` counts.
+    slot_bytes: Py<PyAny>,
+}
+
+static HOOKS: PyOnceLock<RequestHooks> = PyOnceLock::new();
+
+fn hooks(py: Python<'_>) -> PyResult<&RequestHooks> {
+    HOOKS.get(py).ok_or_else(|| PyRuntimeError::new_err("the move request is not configured"))
+}
+
+/// `configure_move_request({...})` (one item per `RequestHooks` field), once.
+#[pyfunction]
+fn configure_move_request(py: Python<'_>, hooks: RequestHooks) -> PyResult<()> {
+    HOOKS.set(py, hooks).map_err(|_| PyValueError::new_err("the move request is configured once"))
+}
+
+/// The fields a request gains after its construction; read and set from Python by the move
+/// module and by the claim checks. Never locked while Python code runs.
+#[derive(Default)]
+struct Parts {
+    node: Option<Py<PyAny>>,
+    recorded: Option<Py<PyAny>>,
+    token: Option<Py<PyAny>>,
+    output: Option<Py<PyAny>>,
+    prepared: Option<Py<PyAny>>,
+    open_destination: Option<Py<PyAny>>,
+    grown: bool,
+}
+
+/// One move between its initiation and its terminal commit; also the claim its carriers hold.
+#[pyclass(frozen, weakref, module = "strideweave._native")]
+pub struct MoveRequest {
+    #[pyo3(get)]
+    tensor: Py<PyAny>,
+    #[pyo3(get)]
+    source: Py<CarrierBase>,
+    #[pyo3(get)]
+    destination: Py<CarrierBase>,
+    #[pyo3(get)]
+    layout: Py<PyAny>,
+    #[pyo3(get)]
+    cosize: i64,
+    #[pyo3(get)]
+    handle: Py<AwaitResult>,
+    #[pyo3(get)]
+    between_tiers: bool,
+    progress: Py<TransferProgress>,
+    terminal: Terminal,
+    parts: Mutex<Parts>,
+}
+
+/// `value`, with Python's None as absent.
+fn present(value: Option<Bound<'_, PyAny>>) -> Option<Py<PyAny>> {
+    value.filter(|v| !v.is_none()).map(Bound::unbind)
+}
+
+fn cloned(py: Python<'_>, value: &Option<Py<PyAny>>) -> Option<Py<PyAny>> {
+    value.as_ref().map(|v| v.clone_ref(py))
+}
+
+impl MoveRequest {
+    fn read(&self, py: Python<'_>, field: fn(&Parts) -> &Option<Py<PyAny>>) -> Option<Py<PyAny>> {
+        cloned(py, field(&self.parts.lock()))
+    }
+
+    fn write(&self, field: fn(&mut Parts) -> &mut Option<Py<PyAny>>, value: Option<Bound<'_, PyAny>>) {
+        // The displaced object is dropped after the lock: its `__del__` may read us.
+        let old = std::mem::replace(field(&mut self.parts.lock()), present(value));
+        drop(old);
+    }
+}
+
+/// The rows of the validation table that need only the arguments, answered for the Python
+/// carriers with the messages the specification's tests name.
+struct Arguments<'a, 'py> {
+    hooks: &'a RequestHooks,
+    tensor: &'a Bound<'py, PyAny>,
+    destination: &'a Bound<'py, PyAny>,
+    between_tiers: bool,
+    source: Option<Bound<'py, CarrierBase>>,
+}
+
+impl<'py> Arguments<'_, 'py> {
+    fn py(&self) -> Python<'py> {
+        self.tensor.py()
+    }
+
+    fn is_tensor(&self) -> PyResult<bool> {
+        self.tensor.is_instance(self.hooks.tensor.bind(self.py()))
+    }
+
+    fn source(&self) -> &Bound<'py, CarrierBase> {
+        self.source.as_ref().expect("the source is known from the IsTensor row on")
+    }
+
+    fn destination(&self) -> &Bound<'py, CarrierBase> {
+        self.destination.cast::<CarrierBase>().expect("a Carrier from the IsCarrier row on")
+    }
+
+    fn judge<'a>(&'a self, active: &'a Option<Bound<'py, PyAny>>, releasing: &'a Bound<'py, PyAny>)
+                 -> PyJudge<'a, 'py> {
+        PyJudge { active: active.as_ref(), releasing, owner: None }
+    }
+
+    fn unclaimed(&self, carrier: &Bound<'py, CarrierBase>, action: &str) -> PyResult<()> {
+        let py = self.py();
+        let active = self.hooks.active_claim.bind(py).getattr(intern!(py, "request"))?;
+        let active = (!active.is_none()).then_some(active);
+        let releasing = self.hooks.releasing.bind(py);
+        check_unclaimed(carrier, action, &self.judge(&active, releasing))
+    }
+
+    fn check(&mut self, row: Check) -> PyResult<()> {
+        let py = self.py();
+        match row {
+            Check::OneSubtensor => {
+                if self.is_tensor()? && subtensor_count(self.tensor)? != 1 {
+                    return Err(PyNotImplementedError::new_err("move is not implemented for a multi-subtensor Tensor"));
+                }
+            }
+            Check::IsTensor => {
+                if !self.is_tensor()? {
+                    return Err(PyTypeError::new_err(format!("tensor must be a Tensor, not {}", type_name(self.tensor)?)));
+                }
+                let carrier = self.tensor.getattr(intern!(py, "carrier"))?;
+                self.source = Some(carrier.cast_into::<CarrierBase>()?);
+            }
+            Check::SourceLive => {
+                if self.source().get().released() {
+                    return Err(PyRuntimeError::new_err(format!(
+                        "the source {} carrier is released",
+                        type_name(self.source().as_any())?
+                    )));
+                }
+            }
+            Check::SourceUnowned => {
+                let owner = self.source().getattr(intern!(py, "_sw_owner"))?;
+                if !owner.is_none() && !self.between_tiers {
+                    return Err(PyRuntimeError::new_err(format!(
+                        "the source {} carrier is owned by {} and cannot be moved directly",
+                        type_name(self.source().as_any())?,
+                        type_name(&owner)?
+                    )));
+                }
+            }
+            Check::SourceUnclaimed => self.unclaimed(self.source(), "move")?,
+            Check::IsCarrier => {
+                if !self.destination.is_instance(self.hooks.carrier.bind(py))? {
+                    let error = self.hooks.not_a_carrier.bind(py).call1(("destination", self.destination))?;
+                    return Err(PyErr::from_value(error));
+                }
+            }
+            Check::DistinctCarriers => {
+                if self.destination.is(self.source()) {
+                    return Err(PyValueError::new_err(
+                        "destination must be a different carrier from the tensor's own carrier",
+                    ));
+                }
+            }
+            Check::DestinationLive => {
+                if self.destination().get().released() {
+                    return Err(PyRuntimeError::new_err(format!(
+                        "the destination {} carrier is released",
+                        type_name(self.destination)?
+                    )));
+                }
+            }
+            Check::DestinationMutable => {
+                // A composite moving between its own tiers asks the tier's hook: the tier is
+                // owned, which the public answer refuses.
+                let hook = if self.between_tiers { intern!(py, "_is_mutable") } else { intern!(py, "is_mutable") };
+                if !self.destination.call_method0(hook)?.is_truthy()? {
+                    return Err(PyRuntimeError::new_err(format!(
+                        "the destination {} carrier is not publicly mutable",
+                        type_name(self.destination)?
+                    )));
+                }
+            }
+            Check::DestinationUnclaimed => self.unclaimed(self.destination(), "move into")?,
+            Check::SameDType => {
+                let theirs = self.destination.call_method0(intern!(py, "dtype"))?;
+                let ours = self.tensor.call_method0(intern!(py, "dtype"))?;
+                if !theirs.is(&ours) {
+                    return Err(PyTypeError::new_err(format!(
+                        "destination dtype {} does not match the tensor's dtype {}",
+                        theirs.getattr(intern!(py, "name"))?,
+                        ours.getattr(intern!(py, "name"))?
+                    )));
+                }
+            }
+            Check::PinnedClasses | Check::Room | Check::RoutePermitted => {
+                unreachable!("the route's rows are answered by `Route`")
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How many subtensors a Tensor has: its native view knows, unless it was never set up.
+fn subtensor_count(tensor: &Bound<'_, PyAny>) -> PyResult<usize> {
+    if let Ok(view) = tensor.cast::<TensorBase>().map(|t| t.get().view().map(|v| v.single)) {
+        if let Ok(single) = view {
+            if single {
+                return Ok(1);
+            }
+        }
+    }
+    tensor.getattr(intern!(tensor.py(), "subtensors"))?.len()
+}
+
+/// The rows that need the resolved route: the route (a `move._Route`) and, for a recorded
+/// move, the reverse route.
+struct Route<'a, 'py> {
+    hooks: &'a RequestHooks,
+    arguments: &'a Arguments<'a, 'py>,
+    route: &'a Bound<'py, PyAny>,
+    reverse: &'a Bound<'py, PyAny>,
+    grow: bool,
+}
+
+impl Route<'_, '_> {
+    fn check(&mut self, row: Check) -> PyResult<()> {
+        let py = self.route.py();
+        let (source, destination) = (self.arguments.source().as_any(), self.arguments.destination.as_any());
+        match row {
+            Check::PinnedClasses => {
+                let operation = self.route.getattr(intern!(py, "operation_class"))?;
+                if operation.is_none() {
+                    return Ok(());
+                }
+                for (pin, carrier, role) in [
+                    (intern!(py, "source_class"), source, "source"),
+                    (intern!(py, "destination_class"), destination, "destination"),
+                ] {
+                    let pinned = operation.getattr(pin)?;
+                    if !pinned.is_none() && !carrier.get_type().is(&pinned) {
+                        return Err(PyTypeError::new_err(format!(
+                            "{} requires a {} {role} carrier, not {}",
+                            operation.getattr(intern!(py, "__name__"))?,
+                            pinned.getattr(intern!(py, "__name__"))?,
+                            type_name(carrier)?
+                        )));
+                    }
+                }
+            }
+            Check::Room => {
+                let cosize: i64 = self.arguments.tensor.getattr(intern!(py, "layout"))?.getattr(intern!(py, "cosize"))?.extract()?;
+                let size: i64 = destination.call_method0(intern!(py, "size"))?.extract()?;
+                if size < cosize {
+                    if size == 0 && self.hooks.grows_when_empty.bind(py).call1((destination,))?.is_truthy()? {
+                        self.grow = true;
+                    } else {
+                        return Err(PyValueError::new_err(format!(
+                            "destination {} is too small: {size} slots for a layout cosize of {cosize}",
+                            type_name(destination)?
+                        )));
+                    }
+                }
+            }
+            Check::RoutePermitted => {
+                // The reverse route first: a recorded move must be able to go back.
+                if !self.reverse.is_none() {
+                    self.reverse.call_method0(intern!(py, "check_permitted"))?;
+                }
+                self.route.call_method0(intern!(py, "check_permitted"))?;
+            }
+            _ => unreachable!("the argument rows are answered by `Arguments`"),
+        }
+        Ok(())
+    }
+}
+
+/// The request's side of the core's terminal commit (see the module docs).
+struct Steps<'a, 'py> {
+    request: &'a Bound<'py, MoveRequest>,
+    hooks: &'a RequestHooks,
+}
+
+impl CommitSteps for Steps<'_, '_> {
+    type Error = PyErr;
+
+    fn publish(&mut self) -> PyResult<()> {
+        let py = self.request.py();
+        let (node, output, recorded) = {
+            let parts = self.request.get().parts.lock();
+            (cloned(py, &parts.node), cloned(py, &parts.output), cloned(py, &parts.recorded))
+        };
+        if let Some(node) = node {
+            self.hooks.attach_result.bind(py).call1((node, output, recorded))?;
+        }
+        Ok(())
+    }
+
+    fn release_source(&mut self) -> PyResult<()> {
+        let py = self.request.py();
+        let request = self.request.get();
+        let source = request.source.bind(py);
+        // Released as this request's own act (its claim admits the release, and the carrier
+        // stays claimed by it to everybody else until the release is over).
+        let active = self.hooks.active_claim.bind(py);
+        let saved = active.getattr(intern!(py, "request"))?;
+        active.setattr(intern!(py, "request"), self.request)?;
+        let released = if request.between_tiers {
+            // The composite's own tier, released for its owner, which it stays.
+            let owner = source.getattr(intern!(py, "_sw_owner"))?;
+            source.call_method1(intern!(py, "_sw_release_for"), (owner,))
+        } else {
+            source.call_method0(intern!(py, "release"))
+        };
+        active.setattr(intern!(py, "request"), saved)?;
+        released.map(drop)
+    }
+
+    fn shrink_destination(&mut self) {
+        let py = self.request.py();
+        let destination = self.request.get().destination.bind(py);
+        // Best effort: the move has failed either way, and its claims must still end.
+        if destination.is_instance(self.hooks.allocatable.bind(py)).unwrap_or(false) {
+            let _ = destination.call_method1(intern!(py, "_allocate"), (0,));
+        }
+    }
+
+    fn end_claims(&mut self) {
+        let request = self.request.get();
+        let py = self.request.py();
+        let claim = self.request.as_any();
+        drop_claim(request.destination.bind(py).get(), claim);
+        drop_claim(request.source.bind(py).get(), claim);
+    }
+}
+
+#[pymethods]
+impl MoveRequest {
+    /// `MoveRequest(tensor, destination, between_tiers)` for arguments `check` accepted: the
+    /// request with its pending handle (an `AwaitMove` whose progress totals the moved span).
+    #[new]
+    fn new(tensor: &Bound<'_, PyAny>, destination: &Bound<'_, CarrierBase>, between_tiers: bool) -> PyResult<Self> {
+        let py = tensor.py();
+        let hooks = hooks(py)?;
+        let source = tensor.getattr(intern!(py, "carrier"))?.cast_into::<CarrierBase>()?;
+        let layout = tensor.getattr(intern!(py, "layout"))?;
+        let cosize: i64 = layout.getattr(intern!(py, "cosize"))?.extract()?;
+        let dtype = tensor.call_method0(intern!(py, "dtype"))?;
+        let slot_bytes: u64 = hooks.slot_bytes.bind(py).call1((dtype,))?.extract()?;
+        let total = u64::try_from(cosize).unwrap_or(0).saturating_mul(slot_bytes);
+        let handle = new_handle(hooks.await_move.bind(py))?;
+        let progress = Py::new(py, TransferProgress::with_total(total))?;
+        handle.setattr(intern!(py, "_progress"), &progress)?;
+        Ok(MoveRequest {
+            tensor: tensor.clone().unbind(),
+            source: source.unbind(),
+            destination: destination.clone().unbind(),
+            layout: layout.unbind(),
+            cosize,
+            handle: handle.cast_into::<AwaitResult>()?.unbind(),
+            between_tiers,
+            progress,
+            terminal: Terminal::new(),
+            parts: Mutex::new(Parts::default()),
+        })
+    }
+
+    /// Every check of docs/spec/interop-movement.md's table before any effect, in the
+    /// core's order (`VALIDATION_ORDER`). `resolve()` is called once the arguments have
+    /// passed and returns `(route, reverse_route_or_None, recording)`; the route's rows
+    /// (pinned classes, room, permitted routes) follow. Returns `(route, reverse, recording,
+    /// grow)`, `grow` true when an empty destination must grow to the moved span.
+    #[staticmethod]
+    fn check<'py>(
+        tensor: &Bound<'py, PyAny>,
+        destination: &Bound<'py, PyAny>,
+        between_tiers: bool,
+        resolve: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let py = tensor.py();
+        let hooks = hooks(py)?;
+        let mut arguments = Arguments { hooks, tensor, destination, between_tiers, source: None };
+        let mut resolved: Option<(Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyAny>)> = None;
+        let mut grow = false;
+        validate(&mut |row| match row {
+            Check::PinnedClasses | Check::Room | Check::RoutePermitted => {
+                if resolved.is_none() {
+                    let out = resolve.call0()?;
+                    let (route, reverse, recording) = out.extract()?;
+                    resolved = Some((route, reverse, recording));
+                }
+                let (route, reverse, _) = resolved.as_ref().expect("resolved above");
+                let mut rows = Route { hooks, arguments: &arguments, route, reverse, grow };
+                rows.check(row)?;
+                grow = rows.grow;
+                Ok(())
+            }
+            row => arguments.check(row),
+        })?;
+        let (route, reverse, recording) = resolved.expect("the route's rows ran");
+        PyTuple::new(py, [route, reverse, recording, grow.into_pyobject(py)?.to_owned().into_any()])
+    }
+
+    /// Lets the cycle collector see what the request holds: a failure's traceback frames
+    /// often refer back to the request through the handle's recorded failure.
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.tensor)?;
+        visit.call(&self.source)?;
+        visit.call(&self.destination)?;
+        visit.call(&self.layout)?;
+        visit.call(&self.handle)?;
+        visit.call(&self.progress)?;
+        // Never blocks the collector: a request whose parts are being changed right now is
+        // reachable from the thread changing them, so skipping them this pass is sound.
+        if let Some(parts) = self.parts.try_lock() {
+            for field in [&parts.node, &parts.recorded, &parts.token, &parts.output, &parts.prepared,
+                          &parts.open_destination] {
+                visit.call(field)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn __clear__(&self) {
+        let cleared = std::mem::take(&mut *self.parts.lock());
+        drop(cleared);
+    }
+
+    /// Whether the terminal commit has run.
+    #[getter]
+    fn committed(&self) -> bool {
+        self.terminal.is_committed()
+    }
+
+    #[getter]
+    fn node(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.read(py, |p| &p.node)
+    }
+
+    #[setter]
+    fn set_node(&self, value: Option<Bound<'_, PyAny>>) {
+        self.write(|p| &mut p.node, value)
+    }
+
+    #[getter]
+    fn recorded(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.read(py, |p| &p.recorded)
+    }
+
+    #[setter]
+    fn set_recorded(&self, value: Option<Bound<'_, PyAny>>) {
+        self.write(|p| &mut p.recorded, value)
+    }
+
+    #[getter]
+    fn token(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.read(py, |p| &p.token)
+    }
+
+    #[setter]
+    fn set_token(&self, value: Option<Bound<'_, PyAny>>) {
+        self.write(|p| &mut p.token, value)
+    }
+
+    #[getter]
+    fn output(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.read(py, |p| &p.output)
+    }
+
+    #[setter]
+    fn set_output(&self, value: Option<Bound<'_, PyAny>>) {
+        self.write(|p| &mut p.output, value)
+    }
+
+    #[getter]
+    fn prepared(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.read(py, |p| &p.prepared)
+    }
+
+    #[setter]
+    fn set_prepared(&self, value: Option<Bound<'_, PyAny>>) {
+        self.write(|p| &mut p.prepared, value)
+    }
+
+    #[getter]
+    fn open_destination(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.read(py, |p| &p.open_destination)
+    }
+
+    #[setter]
+    fn set_open_destination(&self, value: Option<Bound<'_, PyAny>>) {
+        self.write(|p| &mut p.open_destination, value)
+    }
+
+    #[getter]
+    fn grown(&self) -> bool {
+        self.parts.lock().grown
+    }
+
+    #[setter]
+    fn set_grown(&self, grown: bool) {
+        self.parts.lock().grown = grown;
+    }
+
+    /// The one terminal commit (the module docs' order), on whichever thread finishes the
+    /// transfer: `error` None after a transfer that succeeded, else its exception. Later calls
+    /// do nothing.
+    #[pyo3(signature = (error=None))]
+    fn commit(slf: &Bound<'_, Self>, error: Option<Bound<'_, PyAny>>) -> PyResult<()> {
+        let py = slf.py();
+        let hooks = hooks(py)?;
+        let request = slf.get();
+        let transfer = match error.filter(|e| !e.is_none()) {
+            None => Ok(()),
+            Some(e) => Err(PyErr::from_value(e)),
+        };
+        let grown = request.parts.lock().grown;
+        let mut steps = Steps { request: slf, hooks };
+        // The provider's threads write the destination no longer once the request finishes.
+        let open = request.parts.lock().open_destination.take();
+        drop(open);
+        let Some(outcome) = request.terminal.commit(&mut steps, transfer, grown) else {
+            return Ok(());
+        };
+        let (prepared, node, token, output) = {
+            let mut parts = request.parts.lock();
+            (parts.prepared.take(), cloned(py, &parts.node), cloned(py, &parts.token), cloned(py, &parts.output))
+        };
+        drop(prepared);
+        let handle = request.handle.bind(py);
+        match outcome {
+            Ok(()) => {
+                request.progress.get().complete();
+                hooks.move_complete.bind(py).call1((token, true))?;
+                handle.get().succeed(output.map_or_else(|| py.None(), |o| o));
+            }
+            Err(error) => {
+                if let Some(node) = node {
+                    node.bind(py).call_method0(intern!(py, "_sw_clear"))?;
+                }
+                hooks.move_complete.bind(py).call1((token, false))?;
+                handle.call_method1(intern!(py, "_fail"), (error.into_value(py),))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Undo a request that fails before its transfer is submitted: shrink a grown
+    /// destination, drop both claims and clear the autograd node. The handle is never
+    /// resolved (the caller raises instead); a later `commit` does nothing.
+    fn abandon(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let hooks = hooks(py)?;
+        let request = slf.get();
+        let grown = request.parts.lock().grown;
+        let mut steps = Steps { request: slf, hooks };
+        let abandoned = Err(PyRuntimeError::new_err("the move request was abandoned before its transfer"));
+        if request.terminal.commit(&mut steps, abandoned, grown).is_none() {
+            return Ok(());
+        }
+        let (prepared, open, node) = {
+            let mut parts = request.parts.lock();
+            (parts.prepared.take(), parts.open_destination.take(), cloned(py, &parts.node))
+        };
+        drop((prepared, open));
+        if let Some(node) = node {
+            node.bind(py).call_method0(intern!(py, "_sw_clear"))?;
+        }
+        Ok(())
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<MoveRequest>()?;
+    m.add_function(wrap_pyfunction!(configure_move_request, m)?)?;
+    Ok(())
+}

@@ -29,6 +29,10 @@ Issue 6 (`sw.move_async`):
                          against the same N blocking moves one after another, CPU→FileBacked
                          and FileBacked→CPU, 64 MiB each; and one move_async overlapping Python
                          arithmetic on the caller's thread (sum of the two alone / overlapped)
+
+Issue 10 (the general move request, `_native.MoveRequest`):
+  general request        1024-element moves from a user's CPU subclass (which the native moves
+                         leave to the general request), grad off and on, against `a.copy()`
 """
 from __future__ import annotations
 
@@ -286,6 +290,44 @@ def bench_async(repeats: int) -> None:
     gc.collect()
 
 
+class UserCPU(sw.CPU):
+    """A user's CPU subclass: the native moves leave its moves to the general request."""
+
+
+def bench_general_request(repeats: int) -> None:
+    # The per-request cost of the general move request (`_native.MoveRequest`), which every
+    # move the native moves do not take runs: user subclasses, hooks, definition routes,
+    # profiled moves. Compared with the same bytes through `a.copy()`.
+    small = 1024
+    small_data = np.arange(small, dtype=np.float32)
+    count = 300 if repeats <= 3 else 2000
+    best = {"numpy": float("inf"), False: float("inf"), True: float("inf")}
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(count):
+            small_data.copy()
+        best["numpy"] = min(best["numpy"], (time.perf_counter() - start) / count)
+        for grad in (False, True):
+            sources = []
+            for _ in range(count):
+                c = UserCPU(small)
+                np.from_dlpack(sw.Tensor(c, 0, flat(small)))[:] = small_data
+                sources.append(sw.Tensor(c, 0, flat(small)))
+            destinations = [sw.CPU(small) for _ in range(count)]
+            sw.set_grad_enabled(grad)
+            start = time.perf_counter()
+            for s, d in zip(sources, destinations):
+                sw.move(s, d)
+            best[grad] = min(best[grad], (time.perf_counter() - start) / count)
+            sw.set_grad_enabled(True)
+            del sources, destinations
+    for grad in (False, True):
+        print(f"  general request (1024 Float32 UserCPU→CPU, blocking), grad {'on ' if grad else 'off'}: "
+              f"{best[grad] * 1e6:6.2f} µs   a.copy() {best['numpy'] * 1e6:5.2f} µs   "
+              f"ratio {best[grad] / best['numpy']:5.1f}x")
+    gc.collect()
+
+
 def bench_overlap(repeats: int, nbytes: int = 64 * MiB) -> None:
     n = nbytes // 4
     data = np.random.default_rng(3).standard_normal(n, dtype=np.float32)
@@ -353,6 +395,8 @@ def main(quick: bool) -> None:
         print("issue 6: move_async")
         bench_async(repeats)
         bench_overlap(repeats)
+        print("issue 10: the general move request")
+        bench_general_request(repeats)
 
 
 if __name__ == "__main__":

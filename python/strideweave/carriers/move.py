@@ -485,6 +485,9 @@ def _initiate(tensor: Any, destination: Any, *, between_tiers: bool = False, rou
     return request
 
 
+_Blocking = Callable[..., None]
+
+
 def _submit(request: _MoveRequest, op: MoveOperation, prepared: Any) -> None:
     if prepared is not None:
         # A provider may hand the copy to its own threads and report through a completion:
@@ -512,7 +515,9 @@ def _submit(request: _MoveRequest, op: MoveOperation, prepared: Any) -> None:
     transfer = op._sw_native_transfer(request)
     if transfer is not None:
         if transfer.runs_inline():
-            blocking = cast(Callable[..., None], transfer.blocking)  # set whenever it runs inline
+            # Set whenever it runs inline. (The cast's type is a constant: subscripting
+            # `Callable` on every move cost a few microseconds.)
+            blocking = cast(_Blocking, transfer.blocking)
             request.commit(_run_claimed(request, lambda: blocking(*transfer.args)))
         else:
             extra = transfer.progress_argument(request.handle._progress)

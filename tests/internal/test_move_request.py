@@ -171,3 +171,19 @@ def test_check_walks_the_core_table_and_resolves_the_route_only_after_the_argume
     assert (reverse, recording, grow) == (None, False, False)
     assert move_module._MoveRequest.check(t, FileBacked(dtype=F32), False,
                                           lambda: (move_module._lookup_route(CPU, FileBacked), None, False))[3]
+
+
+def test_the_handle_reaches_its_outcome_even_when_clearing_the_node_raises():
+    class Unclearable:
+        def _sw_clear(self):
+            raise ValueError("cannot clear")
+
+    t, dest = filled(np.arange(N, dtype=np.float32)), CPU(N)
+    request = claimed_request(t, dest)
+    request.node = Unclearable()
+    with pytest.raises(ValueError, match="cannot clear"):
+        request.commit(OSError("the copy failed"))
+    # A waiter sees the move's own failure, and nothing stays claimed.
+    with pytest.raises(OSError, match="the copy failed"):
+        request.handle.wait(timeout=60)
+    assert accepts_release(dest) and accepts_release(t.carrier)

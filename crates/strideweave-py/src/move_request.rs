@@ -257,6 +257,14 @@ impl<'py> Arguments<'_, 'py> {
     }
 }
 
+/// `profiler._move_complete(token, succeeded)`, for a profiled request only.
+fn record_completion(hooks: &RequestHooks, py: Python<'_>, token: Option<Py<PyAny>>, succeeded: bool) -> PyResult<()> {
+    match token {
+        Some(token) => hooks.move_complete.bind(py).call1((token, succeeded)).map(drop),
+        None => Ok(()),
+    }
+}
+
 /// How many subtensors a Tensor has: its native view knows, unless it was never set up.
 fn subtensor_count(tensor: &Bound<'_, PyAny>) -> PyResult<usize> {
     if let Ok(view) = tensor.cast::<TensorBase>().map(|t| t.get().view().map(|v| v.single)) {
@@ -584,21 +592,23 @@ impl MoveRequest {
         };
         drop(prepared);
         let handle = request.handle.bind(py);
-        match outcome {
+        // The handle reaches its outcome whatever the bookkeeping hooks do: a waiter must
+        // never hang because the profiler or a node raised. Their failure is raised after.
+        let bookkeeping = match outcome {
             Ok(()) => {
                 request.progress.get().complete();
-                hooks.move_complete.bind(py).call1((token, true))?;
+                let recorded = record_completion(hooks, py, token, true);
                 handle.get().succeed(output.map_or_else(|| py.None(), |o| o));
+                recorded
             }
             Err(error) => {
-                if let Some(node) = node {
-                    node.bind(py).call_method0(intern!(py, "_sw_clear"))?;
-                }
-                hooks.move_complete.bind(py).call1((token, false))?;
+                let cleared = node.map_or(Ok(()), |node| node.bind(py).call_method0(intern!(py, "_sw_clear")).map(drop));
+                let recorded = record_completion(hooks, py, token, false);
                 handle.call_method1(intern!(py, "_fail"), (error.into_value(py),))?;
+                cleared.and(recorded)
             }
-        }
-        Ok(())
+        };
+        bookkeeping
     }
 
     /// Undo a request that fails before its transfer is submitted: shrink a grown

@@ -366,7 +366,7 @@ fn submit_span(src: &Bound<'_, PyAny>, src_slot: i64, dst: &Bound<'_, PyAny>, ds
                commit: Option<Py<MoveCommit>>) -> PyResult<()> {
     let job = SpanJob::new(src, src_slot, dst, dst_slot, count)?;
     let progress = progress.map(Arc::new);
-    submit_committing(then, commit, move || job.run(progress))
+    submit_committing(then, commit, move || job.run(progress)).map(drop)
 }
 
 /// Copies every slot the flattened layout (`leaf_extents`, `leaf_strides`) addresses,
@@ -386,7 +386,7 @@ fn submit_layout(src: &Bound<'_, PyAny>, src_offset: i64, dst: &Bound<'_, PyAny>
                  leaf_extents: Vec<i64>, leaf_strides: Vec<i64>, then: &Bound<'_, PyAny>,
                  commit: Option<Py<MoveCommit>>) -> PyResult<()> {
     let job = LayoutJob::new(src, src_offset, dst, dst_offset, leaf_extents, leaf_strides)?;
-    submit_committing(then, commit, move || job.run())
+    submit_committing(then, commit, move || job.run()).map(drop)
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

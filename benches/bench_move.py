@@ -7,6 +7,7 @@ Build with `make build` (maturin --release) first. `--quick` runs 16 MiB only, f
 Issue 5 (blocking `sw.move`, grad mode off), at 16 MiB and 256 MiB of Float32 payload:
   CPU→FileBacked     fresh FileBacked + move          vs  ndarray.tofile(fresh path)
   FileBacked→CPU     fresh CPU(empty=True) + move     vs  np.fromfile(path)
+  FileBacked→CPU warm  move into a warm CPU carrier   vs  f.readinto(warm array)
   CPU→CPU bulk       move into a warm CPU carrier     vs  np.copyto(warm array, src)
                      (the elementwise fallback over `[n]:[1]`, run in Rust on the engine)
   fallback, gapped   hierarchical `[[256, 4], r]:[[1, 320], 1280]` (runs of 256 slots,
@@ -14,10 +15,12 @@ Issue 5 (blocking `sw.move`, grad mode off), at 16 MiB and 256 MiB of Float32 pa
                      carrier, vs np.copyto between the same as_strided views
   fallback, stride 2 `[n]:[2]` (every other slot), same comparison
 Files live in the FileBacked directory (same filesystem for both sides) and are written
-to the page cache; sources are filled before the clock starts. Fresh destinations are in
-the same state on both sides: each allocator reuses a freed block below 32 MiB (no page
-faults; glibc's heap for NumPy, the same heap for a CPU carrier) and maps new memory from
-32 MiB (faulted in by the copy, huge pages on both sides). A move releases its source and
+to the page cache; sources are filled before the clock starts. A fresh destination comes
+from each side's allocator: from 32 MiB both map new memory (faulted in by the copy, huge
+pages on both sides); below it both reuse a freed heap block of glibc's when it has one,
+which NumPy's repeated fromfile always finds, while our repetitions also allocate and free
+a fresh 16 MiB source each, after which glibc sometimes returns the top of its heap to the
+kernel and our destination is faulted in again. The warm row takes the allocator out. A move releases its source and
 frees it (unmaps the buffer, closes the file) on an engine worker after the move returns;
 NumPy's cleanup does that work synchronously, outside the clock, so every repetition waits
 for the engine to be idle before its clock starts. Each figure is the best of the repeats;
@@ -157,8 +160,26 @@ def bench_bulk(nbytes: int, repeats: int) -> None:
     path = numpy_path()
     data.tofile(path)
     theirs = timed(lambda _: np.fromfile(path, dtype=np.float32), repeats=repeats)
-    os.unlink(path)
     row("FileBacked→CPU", nbytes, ours, theirs, "fromfile")
+
+    # The same into a warm destination on both sides: an existing CPU carrier vs f.readinto
+    # of an existing array (no allocator in the comparison; see the module docs).
+    dst = sw.CPU(n)
+    sw.move(file_source(), dst)  # faults the destination's pages in
+    ours = timed(lambda t: sw.move(t, dst), file_source, repeats=repeats)
+    assert np.array_equal(view(dst), data)
+    dst.release()
+    warm = np.zeros_like(data)
+
+    def np_read_into(_: Any) -> None:
+        with open(path, "rb", buffering=0) as f:
+            f.readinto(warm)  # type: ignore[arg-type]
+
+    theirs = timed(np_read_into, repeats=repeats)
+    assert np.array_equal(warm, data)
+    del warm
+    os.unlink(path)
+    row("FileBacked→CPU warm", nbytes, ours, theirs, "readinto")
 
     # CPU -> CPU bulk into a warm destination vs np.copyto into a warm array
     dst = sw.CPU(n)

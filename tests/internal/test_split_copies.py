@@ -1,9 +1,10 @@
-"""Large copies into host memory run in 8 MiB pieces spread over idle copy threads
-(`transfer.rs`, `SPLIT_MIN`; `engine::run_pieces` in the core): every byte lands exactly once,
-at the right offset, whatever the split, and the progress counter still ends at the total.
+"""Large copies into host memory run in 2 MiB pieces spread over idle copy threads
+(`transfer.rs`, `SPLIT_MIN`, `PIECE`; `engine::run_pieces` in the core): every byte lands
+exactly once, at the right offset, whatever the split, and the progress counter still ends at
+the total.
 
-Sizes straddle the piece size (two pieces and a ragged tail) and the offsets are not
-multiples of it, so a piece that copied the wrong range would show. Host storages are
+Sizes are just over the split threshold (whole pieces and a ragged tail) and the offsets are
+not multiples of a piece, so a piece that copied the wrong range would show. Host storages are
 checked through a file written from them (host -> file is never split), read by NumPy.
 """
 
@@ -14,8 +15,8 @@ import pytest
 
 from strideweave import _native
 
-CHUNK = 8 << 20  # the pieces: the core's I/O chunk, in bytes
-SLOTS = (2 * CHUNK + 12_345 * 4) // 4  # i32 slots: two whole pieces and a ragged third
+SPLIT_MIN = 16 << 20  # bytes: spans from this size on are split
+SLOTS = (SPLIT_MIN + 12_345 * 4) // 4  # i32 slots: whole pieces and a ragged last one
 BOUND = 60.0  # seconds; a safety net against hangs, never a speed requirement
 
 

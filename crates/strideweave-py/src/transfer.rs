@@ -80,15 +80,19 @@ impl TransferProgress {
     }
 }
 
-/// Chunks of this size are the unit of progress (the core's positioned-I/O chunk), and the
-/// pieces a large span into host memory is split into.
+/// Chunks of this size are the unit of progress (the core's positioned-I/O chunk).
 const PROGRESS_CHUNK: usize = copy::IO_CHUNK;
 
-/// Spans into host memory from this size on are copied in `PROGRESS_CHUNK` pieces spread over
-/// idle copy threads (`engine::run_pieces`): another core then faults in and fills part of
+/// Spans into host memory from this size on are copied in `PIECE`s spread over idle copy
+/// threads (`engine::run_pieces`): another core then faults in and fills part of
 /// the destination meanwhile. A span into a file stays on one thread, since its writes take
 /// the file's inode lock one at a time.
 const SPLIT_MIN: u64 = 2 * PROGRESS_CHUNK as u64;
+
+/// The pieces of a split span: small enough that a helper which starts late, or is
+/// preempted, holds up the end of the copy by little; large enough that claiming one costs
+/// nothing next to copying it.
+const PIECE: u64 = 2 << 20;
 
 // ---- the storages a job holds ----
 
@@ -194,18 +198,18 @@ impl SpanJob {
     }
 
     /// Runs the span in chunks of `PROGRESS_CHUNK`, counting each into `progress`; a large
-    /// span into host memory in parallel pieces (`SPLIT_MIN`).
+    /// span into host memory in parallel `PIECE`s (`SPLIT_MIN`), counting each.
     pub(crate) fn run(self, progress: Option<Arc<Py<TransferProgress>>>) -> Result<(), JobError> {
         let cell = progress.as_ref().map(|p| p.get());
         if let Some(cell) = cell {
             cell.total.store(self.nbytes, Ordering::Relaxed);
         }
         if matches!(self.dst, Endpoint::Host(_)) && self.nbytes >= SPLIT_MIN {
-            let pieces = self.nbytes.div_ceil(PROGRESS_CHUNK as u64) as usize;
+            let pieces = self.nbytes.div_ceil(PIECE) as usize;
             let job = Arc::new(self);
             return engine::run_pieces(pieces, move |k| {
-                let at = k as u64 * PROGRESS_CHUNK as u64;
-                let n = (job.nbytes - at).min(PROGRESS_CHUNK as u64);
+                let at = k as u64 * PIECE;
+                let n = (job.nbytes - at).min(PIECE);
                 job.run_piece(at, n)?;
                 if let Some(progress) = &progress {
                     progress.get().done.fetch_add(n, Ordering::Relaxed);

@@ -7,6 +7,7 @@ Build with `make build` (maturin --release) first. `--quick` runs 16 MiB only, f
 Issue 5 (blocking `sw.move`, grad mode off), at 16 MiB and 256 MiB of Float32 payload:
   CPU→FileBacked     fresh FileBacked + move          vs  ndarray.tofile(fresh path)
   FileBacked→CPU     fresh CPU(empty=True) + move     vs  np.fromfile(path)
+  FileBacked→CPU warm  move into a warm CPU carrier   vs  f.readinto(warm array)
   CPU→CPU bulk       move into a warm CPU carrier     vs  np.copyto(warm array, src)
                      (the elementwise fallback over `[n]:[1]`, run in Rust on the engine)
   fallback, gapped   hierarchical `[[256, 4], r]:[[1, 320], 1280]` (runs of 256 slots,
@@ -14,16 +15,26 @@ Issue 5 (blocking `sw.move`, grad mode off), at 16 MiB and 256 MiB of Float32 pa
                      carrier, vs np.copyto between the same as_strided views
   fallback, stride 2 `[n]:[2]` (every other slot), same comparison
 Files live in the FileBacked directory (same filesystem for both sides) and are written
-to the page cache; sources are filled before the clock starts. Each figure is the best of
-the repeats; "ratio" is NumPy time / strideweave time (≥ 1.0 means strideweave is faster;
-issue 5's goals: ≥ 0.9 bulk, ≥ 1.0 fallback).
+to the page cache; sources are filled before the clock starts. A fresh destination comes
+from each side's allocator: from 32 MiB both map new memory (faulted in by the copy, huge
+pages on both sides); below it both reuse a freed heap block of glibc's when it has one,
+which NumPy's repeated fromfile always finds, while our repetitions also allocate and free
+a fresh 16 MiB source each, after which glibc sometimes returns the top of its heap to the
+kernel and our destination is faulted in again. The warm row takes the allocator out. A move releases its source and
+frees it (unmaps the buffer, closes the file) on an engine worker after the move returns;
+NumPy's cleanup does that work synchronously, outside the clock, so every repetition waits
+for the engine to be idle before its clock starts. Each figure is the best of the repeats;
+"ratio" is NumPy time / strideweave time (≥ 1.0 means strideweave is faster; issue 5's
+goals: ≥ 0.9 bulk, ≥ 1.0 fallback; issue 10's: ≥ 1.0 bulk at 256 MiB).
 
 Issue 6 (`sw.move_async`):
   return vs completion   256 MiB CPU→CPU, CPU→FileBacked, FileBacked→CPU: time until
                          move_async returns, on the caller's clock and its CPU clock (issue 10's
                          goal: < 50 µs), best of the repeats, against the time until wait()
                          returns; each after one small move_async of the same pair (warm) and
-                         straight after the 256 MiB fill (cold, for comparison)
+                         straight after the 256 MiB fill (cold, for comparison); for scale,
+                         np.empty(1) and waking a thread asleep in Event.wait() (what handing
+                         the copy to a sleeping engine worker costs) measured the same way
   small-move overhead    1024-element CPU→CPU moves, µs per blocking move
   overlap                N = 2, 4 move_async in flight at once (submit all, then wait all)
                          against the same N blocking moves one after another, CPU→FileBacked
@@ -45,6 +56,7 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import statistics
 import sys
+import threading
 import time
 from typing import Any, Callable
 
@@ -52,6 +64,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 import strideweave as sw
+from strideweave import _native
 from strideweave.carriers.file_backed import filebacked_directory
 from strideweave.carriers.move_handle import INLINE_SLOTS
 
@@ -85,13 +98,20 @@ def timed(run: Callable[[Any], Any], setup: Callable[[], Any] = lambda: None,
     best = float("inf")
     for _ in range(repeats):
         state = setup()
-        gc.collect()
+        engine_idle()
         start = time.perf_counter()
         out = run(state)
         elapsed = time.perf_counter() - start
         cleanup(state, out)
         best = min(best, elapsed)
     return best
+
+
+def engine_idle() -> None:
+    """Wait until the engine has finished the frees earlier releases queued (see the module
+    docs), then collect garbage: nothing left over competes with the next timed run."""
+    _native.engine_quiesce(30.0)
+    gc.collect()
 
 
 def row(label: str, nbytes: int, ours: float, theirs: float, their_name: str) -> None:
@@ -140,8 +160,26 @@ def bench_bulk(nbytes: int, repeats: int) -> None:
     path = numpy_path()
     data.tofile(path)
     theirs = timed(lambda _: np.fromfile(path, dtype=np.float32), repeats=repeats)
-    os.unlink(path)
     row("FileBacked→CPU", nbytes, ours, theirs, "fromfile")
+
+    # The same into a warm destination on both sides: an existing CPU carrier vs f.readinto
+    # of an existing array (no allocator in the comparison; see the module docs).
+    dst = sw.CPU(n)
+    sw.move(file_source(), dst)  # faults the destination's pages in
+    ours = timed(lambda t: sw.move(t, dst), file_source, repeats=repeats)
+    assert np.array_equal(view(dst), data)
+    dst.release()
+    warm = np.zeros_like(data)
+
+    def np_read_into(_: Any) -> None:
+        with open(path, "rb", buffering=0) as f:
+            f.readinto(warm)  # type: ignore[arg-type]
+
+    theirs = timed(np_read_into, repeats=repeats)
+    assert np.array_equal(warm, data)
+    del warm
+    os.unlink(path)
+    row("FileBacked→CPU warm", nbytes, ours, theirs, "readinto")
 
     # CPU -> CPU bulk into a warm destination vs np.copyto into a warm array
     dst = sw.CPU(n)
@@ -222,7 +260,7 @@ def bench_async(repeats: int) -> None:
         for k in range(2 * repeats):
             state = "warm" if k % 2 else "cold"
             t, d = make_source(n), make_destination(n)
-            gc.collect()
+            engine_idle()
             if state == "warm":
                 warm = make_source(warm_n)
                 sw.move_async(warm, make_destination(warm_n)).wait().carrier.release()
@@ -246,6 +284,8 @@ def bench_async(repeats: int) -> None:
         print(f"    {'':<15} completes in {min(completes) * 1e3:.1f} ms; return/completion "
               f"{min(w for w, _ in runs['warm']) / min(completes):.5f}; done already at return in "
               f"{done_at_return} of {repeats}")
+
+    bench_cold_reference(data, repeats)
 
     # Fixed per-request cost: tiny moves, where the copy is negligible, against what a NumPy
     # user pays for the same bytes (`a.copy()`); grad mode off and on (a recorded move makes
@@ -326,6 +366,40 @@ def bench_general_request(repeats: int) -> None:
               f"{best[grad] * 1e6:6.2f} µs   a.copy() {best['numpy'] * 1e6:5.2f} µs   "
               f"ratio {best[grad] / best['numpy']:5.1f}x")
     gc.collect()
+
+
+def bench_cold_reference(data: np.ndarray, repeats: int) -> None:
+    """What "right after the fill" costs calls that do next to nothing, measured as above
+    (warm: the same call made just before; cold: straight after a 256 MiB fill): a trivial
+    native call, and the wake-up of a thread asleep in `Event.wait()`, which every move_async
+    pays once to hand its copy to a sleeping engine worker. The fill evicts the caches and TLBs
+    the interpreter and the kernel run from."""
+    fill = np.empty_like(data)
+
+    def sleeper() -> threading.Event:
+        event = threading.Event()
+        threading.Thread(target=event.wait, daemon=True).start()
+        while not event._cond._waiters:  # type: ignore[attr-defined]  # until it is asleep
+            time.sleep(0.001)
+        return event
+
+    def timed_call(prepare: Callable[[], Callable[[], Any]], cold: bool) -> float:
+        call = prepare()
+        if cold:
+            np.copyto(fill, data)
+        gc.collect()
+        if not cold:
+            prepare()()
+        start = time.perf_counter()
+        call()
+        return time.perf_counter() - start
+
+    cases = (("np.empty(1)", lambda: lambda: np.empty(1)), ("waking a sleeping thread", lambda: sleeper().set))
+    figures = []
+    for label, prepare in cases:
+        best = {cold: min(timed_call(prepare, cold) for _ in range(repeats)) for cold in (False, True)}
+        figures.append(f"{label} {best[False] * 1e6:.0f} / {best[True] * 1e6:.0f} µs")
+    print(f"    for scale, warm / right after the fill (best of {repeats}): {'; '.join(figures)}")
 
 
 def bench_overlap(repeats: int, nbytes: int = 64 * MiB) -> None:

@@ -218,10 +218,11 @@ fn move_async_builtin(
     };
     let then = Bound::new(py, rollback)?;
     let commit = Some(Py::new(py, commit)?);
-    match job {
+    let queued = match job {
         Job::Layout(job) => submit_committing(then.as_any(), commit, move || job.run())?,
         Job::Span(job, progress) => submit_committing(then.as_any(), commit, move || job.run(Some(progress)))?,
-    }
+    };
+    handle_ref.get().completed_by(queued);
     taken.keep();
     Ok(Some(handle.unbind()))
 }

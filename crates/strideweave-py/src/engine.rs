@@ -17,7 +17,10 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyTuple, PyType};
 use pyo3::PyTraverseError;
+use parking_lot::Mutex;
 use strideweave_core::engine::{self, Completion};
+
+use crate::jobs::QueuedJob;
 
 /// How often a blocked `wait()` wakes to let a pending KeyboardInterrupt through.
 const SIGNAL_POLL: Duration = Duration::from_millis(50);
@@ -65,6 +68,9 @@ enum Outcome {
 )]
 pub struct AwaitResult {
     cell: Arc<Completion<Outcome>>,
+    /// The engine job that completes this handle, when a waiter may run it itself
+    /// (`jobs::QueuedJob`; set by the native move initiation).
+    queued: Mutex<Option<Arc<QueuedJob>>>,
     /// The process that created the handle. Its work runs on that process's threads, which a
     /// `fork()`ed child does not have: a child waiting on a pending inherited handle would
     /// wait forever, so it gets a RuntimeError instead.
@@ -85,8 +91,16 @@ impl AwaitResult {
     }
 
     /// Blocks with the GIL released until terminal or `deadline`; `true` when terminal.
-    /// Wakes periodically so Ctrl-C in the main thread interrupts a long wait.
+    /// Wakes periodically so Ctrl-C in the main thread interrupts a long wait. Without a
+    /// deadline, first runs the handle's queued job here (GIL released) if no worker has
+    /// taken it yet: waiting for it could only be longer.
     fn block_until(&self, py: Python<'_>, deadline: Option<Instant>) -> PyResult<bool> {
+        if deadline.is_none() && self.pid == std::process::id() {
+            let queued = self.queued.lock().take();
+            if let Some(job) = queued {
+                py.detach(|| job.run());
+            }
+        }
         loop {
             if self.cell.is_done() {
                 return Ok(true);
@@ -174,6 +188,12 @@ impl AwaitResult {
     pub(crate) fn succeed(&self, value: Py<PyAny>) -> bool {
         self.commit(Outcome::Value(value))
     }
+
+    /// `job` completes this handle: a thread that waits for the handle without a timeout runs
+    /// it itself when no worker has started it yet (see `block_until`).
+    pub(crate) fn completed_by(&self, job: Arc<QueuedJob>) {
+        *self.queued.lock() = Some(job);
+    }
 }
 
 #[pymethods]
@@ -200,6 +220,7 @@ impl AwaitResult {
         }
         Ok(AwaitResult {
             cell: Arc::new(Completion::new()),
+            queued: Mutex::new(None),
             pid: std::process::id(),
         })
     }

@@ -6,6 +6,9 @@
 //! done) and a panic never unwinds into the engine or into Python.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -49,12 +52,32 @@ pub fn submit_job<F>(then: &Bound<'_, PyAny>, work: F) -> PyResult<()>
 where
     F: FnOnce() -> Result<(), JobError> + Send + 'static,
 {
-    submit_committing(then, None, work)
+    submit_committing(then, None, work).map(drop)
+}
+
+/// A job queued on the engine that whichever thread comes first runs: the worker it was
+/// queued for, or a thread about to block until it is done (`AwaitResult.wait()`, see
+/// `engine.rs`). A blocking move is `move_async(...).wait()`: its caller reaches `wait()`
+/// within microseconds, usually before the woken worker is running (waking a thread on an
+/// idle core of a virtual machine takes tens of microseconds, and milliseconds when that core
+/// is busy), and then copies on its own thread instead of sleeping until the worker is done
+/// and wakes it in turn.
+pub(crate) struct QueuedJob(Mutex<Option<Box<dyn FnOnce() + Send>>>);
+
+impl QueuedJob {
+    /// Runs the job here unless another thread already took it; true when it ran here. A
+    /// panic is contained, as the engine's workers contain it.
+    pub(crate) fn run(&self) -> bool {
+        let job = self.0.lock().take();
+        job.map(|job| drop(catch_unwind(AssertUnwindSafe(job)))).is_some()
+    }
 }
 
 /// `submit_job`, but a successful job is committed by `commit` on the worker without the GIL
 /// (commit.rs), and `then` hears only of a failure: of the job, or of the commit's release.
-pub fn submit_committing<F>(then: &Bound<'_, PyAny>, commit: Option<Py<MoveCommit>>, work: F) -> PyResult<()>
+/// The job is queued as a `QueuedJob`, which a waiting thread may run instead.
+pub fn submit_committing<F>(then: &Bound<'_, PyAny>, commit: Option<Py<MoveCommit>>, work: F)
+                            -> PyResult<Arc<QueuedJob>>
 where
     F: FnOnce() -> Result<(), JobError> + Send + 'static,
 {
@@ -62,7 +85,7 @@ where
         return Err(PyTypeError::new_err("then must be callable"));
     }
     let then = then.clone().unbind();
-    engine::submit(move || {
+    let queued = Arc::new(QueuedJob(Mutex::new(Some(Box::new(move || {
         let mut result = run_guarded(work);
         if let (Ok(()), Some(commit)) = (&result, &commit) {
             match commit.get().finish() {
@@ -81,6 +104,10 @@ where
                 e.write_unraisable(py, Some(then.bind(py)));
             }
         });
+    })))));
+    let on_worker = queued.clone();
+    engine::submit(move || {
+        on_worker.run();
     });
-    Ok(())
+    Ok(queued)
 }

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use strideweave_core::copy;
+use strideweave_core::engine;
 use strideweave_core::layout::plan;
 use strideweave_core::storage::{ElemKind, FileStore, HostBuffer};
 
@@ -81,6 +82,17 @@ impl TransferProgress {
 
 /// Chunks of this size are the unit of progress (the core's positioned-I/O chunk).
 const PROGRESS_CHUNK: usize = copy::IO_CHUNK;
+
+/// Spans into host memory from this size on are copied in `PIECE`s spread over idle copy
+/// threads (`engine::run_pieces`): another core then faults in and fills part of
+/// the destination meanwhile. A span into a file stays on one thread, since its writes take
+/// the file's inode lock one at a time.
+const SPLIT_MIN: u64 = 2 * PROGRESS_CHUNK as u64;
+
+/// The pieces of a split span: small enough that a helper which starts late, or is
+/// preempted, holds up the end of the copy by little; large enough that claiming one costs
+/// nothing next to copying it.
+const PIECE: u64 = 2 << 20;
 
 // ---- the storages a job holds ----
 
@@ -185,11 +197,25 @@ impl SpanJob {
         Ok(SpanJob { src, src_byte: bytes[0], dst, dst_byte: bytes[1], nbytes })
     }
 
-    /// Runs the span in chunks of `PROGRESS_CHUNK`, counting each into `progress`.
+    /// Runs the span in chunks of `PROGRESS_CHUNK`, counting each into `progress`; a large
+    /// span into host memory in parallel `PIECE`s (`SPLIT_MIN`), counting each.
     pub(crate) fn run(self, progress: Option<Arc<Py<TransferProgress>>>) -> Result<(), JobError> {
         let cell = progress.as_ref().map(|p| p.get());
         if let Some(cell) = cell {
             cell.total.store(self.nbytes, Ordering::Relaxed);
+        }
+        if matches!(self.dst, Endpoint::Host(_)) && self.nbytes >= SPLIT_MIN {
+            let pieces = self.nbytes.div_ceil(PIECE) as usize;
+            let job = Arc::new(self);
+            return engine::run_pieces(pieces, move |k| {
+                let at = k as u64 * PIECE;
+                let n = (job.nbytes - at).min(PIECE);
+                job.run_piece(at, n)?;
+                if let Some(progress) = &progress {
+                    progress.get().done.fetch_add(n, Ordering::Relaxed);
+                }
+                Ok(())
+            });
         }
         let mut done = 0u64;
         while done < self.nbytes {
@@ -215,9 +241,18 @@ impl SpanJob {
                 // SAFETY: both ranges were checked inside their live buffers, which this job
                 // keeps alive through its `Arc`s; they are disjoint (distinct buffers, or checked
                 // non-overlapping in one). Concurrent writers are excluded by the move claims.
-                unsafe {
-                    copy::copy_span_host_to_host(s.as_ptr().add(src_byte as usize), d.as_ptr().add(dst_byte as usize), n)
-                };
+                let (from, to) = unsafe { (s.as_ptr().add(src_byte as usize), d.as_ptr().add(dst_byte as usize)) };
+                if self.nbytes >= SPLIT_MIN {
+                    // The span is split into pieces (`run`), each too small for memcpy to
+                    // stream its stores as it would the whole span; stream them here, and
+                    // fence before the piece counts as done (another thread commits).
+                    // SAFETY: as above, for the `n` bytes of this piece.
+                    unsafe { copy::copy_span_streaming(from, to, n) };
+                    copy::stream_fence();
+                } else {
+                    // SAFETY: as above, for the `n` bytes of this piece.
+                    unsafe { copy::copy_span_host_to_host(from, to, n) };
+                }
                 Ok(())
             }
             (Endpoint::Host(s), Endpoint::File(f)) => {
@@ -285,6 +320,17 @@ impl LayoutJob {
     }
 
     pub(crate) fn run(self) -> Result<(), JobError> {
+        // A dense layout (a compact one, the bulk of CPU -> CPU moves) is one span of slots,
+        // copied as such: in parallel pieces when it is large.
+        if let Some(slots) = plan::single_run(&self.extents, &self.strides) {
+            let nbytes = (slots * self.elem_size) as u64;
+            if nbytes >= SPLIT_MIN {
+                let byte = |offset: i64| offset as u64 * self.elem_size as u64; // checked >= 0
+                let (src_byte, dst_byte) = (byte(self.src_offset), byte(self.dst_offset));
+                let span = SpanJob { src: Endpoint::Host(self.src), src_byte, dst: Endpoint::Host(self.dst), dst_byte, nbytes };
+                return span.run(None);
+            }
+        }
         // SAFETY: every addressed slot was checked inside both live buffers, which this job
         // keeps alive through its `Arc`s; the buffers are distinct, and the move claims keep
         // other writers off both meanwhile.
@@ -324,7 +370,7 @@ fn submit_span(src: &Bound<'_, PyAny>, src_slot: i64, dst: &Bound<'_, PyAny>, ds
                commit: Option<Py<MoveCommit>>) -> PyResult<()> {
     let job = SpanJob::new(src, src_slot, dst, dst_slot, count)?;
     let progress = progress.map(Arc::new);
-    submit_committing(then, commit, move || job.run(progress))
+    submit_committing(then, commit, move || job.run(progress)).map(drop)
 }
 
 /// Copies every slot the flattened layout (`leaf_extents`, `leaf_strides`) addresses,
@@ -344,7 +390,7 @@ fn submit_layout(src: &Bound<'_, PyAny>, src_offset: i64, dst: &Bound<'_, PyAny>
                  leaf_extents: Vec<i64>, leaf_strides: Vec<i64>, then: &Bound<'_, PyAny>,
                  commit: Option<Py<MoveCommit>>) -> PyResult<()> {
     let job = LayoutJob::new(src, src_offset, dst, dst_offset, leaf_extents, leaf_strides)?;
-    submit_committing(then, commit, move || job.run())
+    submit_committing(then, commit, move || job.run()).map(drop)
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -1,11 +1,14 @@
-//! Transfer engine: worker threads and one-shot completion cells.
+//! Transfer engine: worker threads, one-shot completion cells, and one job's pieces spread
+//! over idle workers.
 //!
 //! The move layer submits bulk copies and provider waits here so that `move_async` returns
 //! before the work is done; each request's terminal outcome is recorded once in a
 //! [`Completion`], which backs the public `AwaitResult` handles.
 
 pub mod completion;
+pub mod pieces;
 pub mod pool;
 
 pub use completion::Completion;
+pub use pieces::run_pieces;
 pub use pool::{submit, submit_blocking, Job};

@@ -63,6 +63,23 @@ pub fn addressed_range(extents: &[i64], strides: &[i64]) -> Result<Option<(i64, 
     Ok(Some((lo, hi)))
 }
 
+/// When a layout addresses exactly the consecutive slots `[0, len)` from its offset (each at
+/// least once: stride-0 leaves revisit them), `len`; None when it addresses nothing, leaves
+/// holes, or runs backwards. A compact layout of any depth is such a run once coalesced, and
+/// a copy between two such layouts is then one span of `len` slots.
+pub fn single_run(extents: &[i64], strides: &[i64]) -> Option<usize> {
+    check_modes(extents, strides).ok()?;
+    let extents: Vec<usize> = extents.iter().map(|&e| usize::try_from(e).ok()).collect::<Option<_>>()?;
+    let strides: Vec<isize> = strides.iter().map(|&s| isize::try_from(s).ok()).collect::<Option<_>>()?;
+    let plan = LoopPlan::<1>::new(&extents, [&strides], true, |[s]| s.unsigned_abs());
+    match (plan.extents.as_slice(), plan.strides[0].as_slice()) {
+        (_, _) if plan.is_empty() => None,
+        ([], []) => Some(1),
+        ([len], [1]) => Some(*len),
+        _ => None,
+    }
+}
+
 /// The walk shared by `N` operands: loop levels (innermost first) with one stride per operand.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LoopPlan<const N: usize> {
@@ -183,6 +200,19 @@ mod tests {
         assert_eq!(seen, vec![[0, 0], [1, 3], [10, 1], [11, 4], [20, 2], [21, 5]]);
         let empty = LoopPlan::<1>::new(&[2, 0], [&[1, 2]], false, |_| 0);
         empty.odometer(0, [0], |_| panic!("an empty walk visits nothing"));
+    }
+
+    #[test]
+    fn single_run_is_a_dense_forward_span_only() {
+        assert_eq!(single_run(&[2, 3, 4], &[1, 2, 6]), Some(24));
+        assert_eq!(single_run(&[4, 3], &[3, 1]), Some(12)); // column-major order, still dense
+        assert_eq!(single_run(&[5, 4], &[0, 1]), Some(4)); // broadcast: revisits one run
+        assert_eq!(single_run(&[1, 1], &[7, 9]), Some(1));
+        assert_eq!(single_run(&[], &[]), Some(1));
+        assert_eq!(single_run(&[4], &[2]), None); // holes
+        assert_eq!(single_run(&[4], &[-1]), None); // backwards
+        assert_eq!(single_run(&[4, 0], &[1, 4]), None); // empty
+        assert_eq!(single_run(&[4], &[1, 1]), None); // malformed
     }
 
     #[test]

@@ -294,21 +294,7 @@ def bench_async(repeats: int) -> None:
     small_data = np.arange(small, dtype=np.float32)
     dst = sw.CPU(small)
     count = 300 if repeats <= 3 else 2000
-    best = {"numpy": float("inf"), False: float("inf"), True: float("inf")}
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(count):
-            small_data.copy()
-        best["numpy"] = min(best["numpy"], (time.perf_counter() - start) / count)
-        for grad in (False, True):
-            sources = [sw.Tensor(cpu_filled(small_data), 0, flat(small)) for _ in range(count)]
-            sw.set_grad_enabled(grad)
-            start = time.perf_counter()
-            for s in sources:
-                sw.move(s, dst)
-            best[grad] = min(best[grad], (time.perf_counter() - start) / count)
-            sw.set_grad_enabled(True)
-            del sources
+    best = small_move_costs(lambda: sw.Tensor(cpu_filled(small_data), 0, flat(small)), lambda: dst, small_data, count)
     per_move = best[True]
     for grad in (False, True):
         print(f"  small move (1024 Float32 CPU→CPU, blocking), grad {'on ' if grad else 'off'}: "
@@ -334,72 +320,46 @@ class UserCPU(sw.CPU):
     """A user's CPU subclass: the native moves leave its moves to the general request."""
 
 
+def small_move_costs(make_source: Callable[[], sw.Tensor], make_destination: Callable[[], sw.Carrier],
+                     data: np.ndarray, count: int) -> dict:
+    """Best seconds per blocking move of `count` fresh sources, grad off (`False`) and on
+    (`True`), and per `data.copy()` (`"numpy"`): the same bytes a NumPy user copies."""
+    best = {"numpy": float("inf"), False: float("inf"), True: float("inf")}
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(count):
+            data.copy()
+        best["numpy"] = min(best["numpy"], (time.perf_counter() - start) / count)
+        for grad in (False, True):
+            pairs = [(make_source(), make_destination()) for _ in range(count)]
+            sw.set_grad_enabled(grad)
+            start = time.perf_counter()
+            for source, destination in pairs:
+                sw.move(source, destination)
+            best[grad] = min(best[grad], (time.perf_counter() - start) / count)
+            sw.set_grad_enabled(True)
+            del pairs
+    return best
+
+
 def bench_general_request(repeats: int) -> None:
     # The per-request cost of the general move request (`_native.MoveRequest`), which every
     # move the native moves do not take runs: user subclasses, hooks, definition routes,
     # profiled moves. Compared with the same bytes through `a.copy()`.
     small = 1024
     small_data = np.arange(small, dtype=np.float32)
-    count = 300 if repeats <= 3 else 2000
-    best = {"numpy": float("inf"), False: float("inf"), True: float("inf")}
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(count):
-            small_data.copy()
-        best["numpy"] = min(best["numpy"], (time.perf_counter() - start) / count)
-        for grad in (False, True):
-            sources = []
-            for _ in range(count):
-                c = UserCPU(small)
-                np.from_dlpack(sw.Tensor(c, 0, flat(small)))[:] = small_data
-                sources.append(sw.Tensor(c, 0, flat(small)))
-            destinations = [sw.CPU(small) for _ in range(count)]
-            sw.set_grad_enabled(grad)
-            start = time.perf_counter()
-            for s, d in zip(sources, destinations):
-                sw.move(s, d)
-            best[grad] = min(best[grad], (time.perf_counter() - start) / count)
-            sw.set_grad_enabled(True)
-            del sources, destinations
+
+    def user_source() -> sw.Tensor:
+        c = UserCPU(small)
+        np.from_dlpack(sw.Tensor(c, 0, flat(small)))[:] = small_data
+        return sw.Tensor(c, 0, flat(small))
+
+    best = small_move_costs(user_source, lambda: sw.CPU(small), small_data, 300 if repeats <= 3 else 2000)
     for grad in (False, True):
         print(f"  general request (1024 Float32 UserCPU→CPU, blocking), grad {'on ' if grad else 'off'}: "
               f"{best[grad] * 1e6:6.2f} µs   a.copy() {best['numpy'] * 1e6:5.2f} µs   "
               f"ratio {best[grad] / best['numpy']:5.1f}x")
     gc.collect()
-
-
-def bench_cold_reference(data: np.ndarray, repeats: int) -> None:
-    """What "right after the fill" costs calls that do next to nothing, measured as above
-    (warm: the same call made just before; cold: straight after a 256 MiB fill): a trivial
-    native call, and the wake-up of a thread asleep in `Event.wait()`, which every move_async
-    pays once to hand its copy to a sleeping engine worker. The fill evicts the caches and TLBs
-    the interpreter and the kernel run from."""
-    fill = np.empty_like(data)
-
-    def sleeper() -> threading.Event:
-        event = threading.Event()
-        threading.Thread(target=event.wait, daemon=True).start()
-        while not event._cond._waiters:  # type: ignore[attr-defined]  # until it is asleep
-            time.sleep(0.001)
-        return event
-
-    def timed_call(prepare: Callable[[], Callable[[], Any]], cold: bool) -> float:
-        call = prepare()
-        if cold:
-            np.copyto(fill, data)
-        gc.collect()
-        if not cold:
-            prepare()()
-        start = time.perf_counter()
-        call()
-        return time.perf_counter() - start
-
-    cases = (("np.empty(1)", lambda: lambda: np.empty(1)), ("waking a sleeping thread", lambda: sleeper().set))
-    figures = []
-    for label, prepare in cases:
-        best = {cold: min(timed_call(prepare, cold) for _ in range(repeats)) for cold in (False, True)}
-        figures.append(f"{label} {best[False] * 1e6:.0f} / {best[True] * 1e6:.0f} µs")
-    print(f"    for scale, warm / right after the fill (best of {repeats}): {'; '.join(figures)}")
 
 
 def bench_overlap(repeats: int, nbytes: int = 64 * MiB) -> None:

@@ -362,6 +362,40 @@ def bench_general_request(repeats: int) -> None:
     gc.collect()
 
 
+def bench_cold_reference(data: np.ndarray, repeats: int) -> None:
+    """What "right after the fill" costs calls that do next to nothing, measured as above
+    (warm: the same call made just before; cold: straight after a 256 MiB fill): a trivial
+    native call, and the wake-up of a thread asleep in `Event.wait()`, which every move_async
+    pays once to hand its copy to a sleeping engine worker. The fill evicts the caches and TLBs
+    the interpreter and the kernel run from."""
+    fill = np.empty_like(data)
+
+    def sleeper() -> threading.Event:
+        event = threading.Event()
+        threading.Thread(target=event.wait, daemon=True).start()
+        while not event._cond._waiters:  # type: ignore[attr-defined]  # until it is asleep
+            time.sleep(0.001)
+        return event
+
+    def timed_call(prepare: Callable[[], Callable[[], Any]], cold: bool) -> float:
+        call = prepare()
+        if cold:
+            np.copyto(fill, data)
+        gc.collect()
+        if not cold:
+            prepare()()
+        start = time.perf_counter()
+        call()
+        return time.perf_counter() - start
+
+    cases = (("np.empty(1)", lambda: lambda: np.empty(1)), ("waking a sleeping thread", lambda: sleeper().set))
+    figures = []
+    for label, prepare in cases:
+        best = {cold: min(timed_call(prepare, cold) for _ in range(repeats)) for cold in (False, True)}
+        figures.append(f"{label} {best[False] * 1e6:.0f} / {best[True] * 1e6:.0f} µs")
+    print(f"    for scale, warm / right after the fill (best of {repeats}): {'; '.join(figures)}")
+
+
 def bench_overlap(repeats: int, nbytes: int = 64 * MiB) -> None:
     n = nbytes // 4
     data = np.random.default_rng(3).standard_normal(n, dtype=np.float32)

@@ -131,6 +131,24 @@ fn move_validation_follows_the_table_order_and_changes_nothing() {
 }
 
 #[test]
+fn claim_rows_sit_in_the_table_order() {
+    // A destination a pending move holds reports its claim before a dtype mismatch or a
+    // lack of room (`Check::DestinationUnclaimed` precedes `SameDType` and `Room`).
+    let t = Tensor::canonical(host(&[1.0, 2.0, 3.0]), &[3]).unwrap();
+    let held: Arc<dyn Carrier> = HostCarrier::zeros(ElemKind::I32, 1).unwrap();
+    let claim = held.state().try_claim(&held, ClaimId::fresh(), Role::Destination).unwrap();
+    assert!(matches!(move_tensor(&t, &held), Err(ModelError::Claimed { action: "move into", .. })));
+    drop(claim);
+    assert!(matches!(move_tensor(&t, &held), Err(ModelError::DTypeMismatch { .. })));
+    // A claimed source reports its claim before the same carrier in both roles.
+    let src = t.single("move").unwrap().carrier().clone();
+    let claim = src.state().try_claim(&src, ClaimId::fresh(), Role::Source).unwrap();
+    assert!(matches!(move_tensor(&t, &src), Err(ModelError::Claimed { action: "move", .. })));
+    drop(claim);
+    assert!(matches!(move_tensor(&t, &src), Err(ModelError::SameCarrier)));
+}
+
+#[test]
 fn a_multi_subtensor_tensor_is_refused_first() {
     let a = host(&[1.0]);
     let b = host(&[2.0]);

@@ -195,8 +195,8 @@ impl<'py> Arguments<'_, 'py> {
                 }
             }
             Check::SourceUnowned => {
-                let owner = self.source().getattr(intern!(py, "_sw_owner"))?;
-                if !owner.is_none() && !self.between_tiers {
+                if !self.between_tiers && !self.source().get().owner_is_none() {
+                    let owner = self.source().getattr(intern!(py, "_sw_owner"))?;
                     return Err(PyRuntimeError::new_err(format!(
                         "the source {} carrier is owned by {} and cannot be moved directly",
                         type_name(self.source().as_any())?,
@@ -267,12 +267,8 @@ fn record_completion(hooks: &RequestHooks, py: Python<'_>, token: Option<Py<PyAn
 
 /// How many subtensors a Tensor has: its native view knows, unless it was never set up.
 fn subtensor_count(tensor: &Bound<'_, PyAny>) -> PyResult<usize> {
-    if let Ok(view) = tensor.cast::<TensorBase>().map(|t| t.get().view().map(|v| v.single)) {
-        if let Ok(single) = view {
-            if single {
-                return Ok(1);
-            }
-        }
+    if tensor.cast::<TensorBase>().is_ok_and(|t| t.get().view().is_ok_and(|view| view.single)) {
+        return Ok(1);
     }
     tensor.getattr(intern!(tensor.py(), "subtensors"))?.len()
 }
@@ -578,11 +574,13 @@ impl MoveRequest {
             None => Ok(()),
             Some(e) => Err(PyErr::from_value(e)),
         };
-        let grown = request.parts.lock().grown;
-        let mut steps = Steps { request: slf, hooks };
         // The provider's threads write the destination no longer once the request finishes.
-        let open = request.parts.lock().open_destination.take();
+        let (grown, open) = {
+            let mut parts = request.parts.lock();
+            (parts.grown, parts.open_destination.take())
+        };
         drop(open);
+        let mut steps = Steps { request: slf, hooks };
         let Some(outcome) = request.terminal.commit(&mut steps, transfer, grown) else {
             return Ok(());
         };

@@ -461,9 +461,9 @@ def _initiate(tensor: Any, destination: Any, *, between_tiers: bool = False, rou
             request.token = profiler._move_submit_begin(type(source), type(destination), implementation)
         if grow:
             if extension.is_definition_backed(destination):
-                extension.allocate_destination(destination, tensor.layout.cosize)
+                extension.allocate_destination(destination, request.cosize)
             else:
-                destination._allocate(tensor.layout.cosize)
+                destination._allocate(request.cosize)
             request.grown = True
         # Valid by construction (live destination of at least cosize slots, offset 0).
         request.output = Tensor._from_subtensors(

@@ -12,26 +12,16 @@ use strideweave_core::engine::Completion;
 use strideweave_core::layout::{Layout, Shape, Stride};
 
 fn layout(extents: &[i64], strides: &[i64]) -> Layout {
-    Layout::new(
-        Shape::flat(extents).unwrap(),
-        Stride::flat(strides).unwrap(),
-    )
-    .unwrap()
+    Layout::new(Shape::flat(extents).unwrap(), Stride::flat(strides).unwrap()).unwrap()
 }
 
 fn indexing(c: &mut Criterion) {
     let l = layout(&[4, 8, 16, 2], &[1, 40, 4, 700]);
     let n = l.size();
     let mut g = c.benchmark_group("layout index, all 1024 integer keys");
-    g.bench_function("index_of_int", |b| {
-        b.iter(|| (0..n).map(|k| l.index_of_int(black_box(k))).sum::<i64>())
-    });
+    g.bench_function("index_of_int", |b| b.iter(|| (0..n).map(|k| l.index_of_int(black_box(k))).sum::<i64>()));
     g.bench_function("decode + index_of_coord", |b| {
-        b.iter(|| {
-            (0..n)
-                .map(|k| l.index_of_coord(&l.decode(black_box(k)).unwrap()).unwrap())
-                .sum::<i64>()
-        })
+        b.iter(|| (0..n).map(|k| l.index_of_coord(&l.decode(black_box(k)).unwrap()).unwrap()).sum::<i64>())
     });
     g.finish();
 }
@@ -45,12 +35,8 @@ fn injective_by_enumeration(l: &Layout) -> bool {
 fn injectivity(c: &mut Criterion) {
     let gapped = layout(&[16, 16, 8], &[1, 20, 400]);
     let mut g = c.benchmark_group("is_injective, gapped 16x16x8");
-    g.bench_function("is_injective", |b| {
-        b.iter(|| black_box(&gapped).is_injective())
-    });
-    g.bench_function("enumerate image", |b| {
-        b.iter(|| injective_by_enumeration(black_box(&gapped)))
-    });
+    g.bench_function("is_injective", |b| b.iter(|| black_box(&gapped).is_injective()));
+    g.bench_function("enumerate image", |b| b.iter(|| injective_by_enumeration(black_box(&gapped))));
     g.finish();
 }
 

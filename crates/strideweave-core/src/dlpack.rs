@@ -21,8 +21,8 @@ use std::marker::PhantomData;
 use std::ptr::{self, NonNull};
 
 pub use dlpark::ffi::{
-    DLDataType, DLDataTypeCode, DLDevice, DLDeviceType, DLManagedTensor, DLManagedTensorVersioned,
-    DLPackVersion, DLTensor,
+    DLDataType, DLDataTypeCode, DLDevice, DLDeviceType, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion,
+    DLTensor,
 };
 use dlpark::DlpackFlags;
 use thiserror::Error;
@@ -60,11 +60,7 @@ impl ExportDType {
             Self::Float32 => DLDataTypeCode::FLOAT,
             Self::Int32 => DLDataTypeCode::INT,
         };
-        DLDataType {
-            code,
-            bits: 32,
-            lanes: 1,
-        }
+        DLDataType { code, bits: 32, lanes: 1 }
     }
 
     /// Bytes per element; `byte_offset` is the element offset times this.
@@ -137,10 +133,7 @@ impl TensorDesc {
         offset_elems: u64,
     ) -> Result<Self, DescError> {
         if shape.len() != strides.len() {
-            return Err(DescError::RankMismatch {
-                shape: shape.len(),
-                strides: strides.len(),
-            });
+            return Err(DescError::RankMismatch { shape: shape.len(), strides: strides.len() });
         }
         if i32::try_from(shape.len()).is_err() {
             return Err(DescError::TooManyDims(shape.len()));
@@ -153,17 +146,9 @@ impl TensorDesc {
         if data == 0 && has_elements {
             return Err(DescError::NullData);
         }
-        let byte_offset = offset_elems
-            .checked_mul(dtype.item_size())
-            .ok_or(DescError::OffsetOverflow)?;
+        let byte_offset = offset_elems.checked_mul(dtype.item_size()).ok_or(DescError::OffsetOverflow)?;
         let dims = Dims::new(shape, strides);
-        Ok(Self {
-            data: data as *mut c_void,
-            device,
-            dtype: dtype.dl_dtype(),
-            dims,
-            byte_offset,
-        })
+        Ok(Self { data: data as *mut c_void, device, dtype: dtype.dl_dtype(), dims, byte_offset })
     }
 
     /// Number of exported dimensions.
@@ -320,10 +305,7 @@ impl<M: ManagedAbi> Exported<M> {
     /// `ptr` must come from `into_raw` of the same `M`, and its deleter must not have run and
     /// must not be run by anyone else afterwards.
     pub unsafe fn from_raw(ptr: *mut M) -> Option<Self> {
-        NonNull::new(ptr).map(|ptr| Self {
-            ptr,
-            _marker: PhantomData,
-        })
+        NonNull::new(ptr).map(|ptr| Self { ptr, _marker: PhantomData })
     }
 }
 
@@ -409,11 +391,8 @@ fn leak_holder<M: ManagedAbi, O: Send + 'static>(managed: M, dims: Dims, owner: 
 /// Builds a legacy (`dltensor`) managed tensor owning its shape/stride arrays and `owner`.
 pub fn export_legacy<O: Send + 'static>(desc: TensorDesc, owner: O) -> Exported<DLManagedTensor> {
     let (dl_tensor, dims) = plain_tensor(desc);
-    let managed = DLManagedTensor {
-        dl_tensor,
-        manager_ctx: ptr::null_mut(),
-        deleter: Some(delete_holder::<DLManagedTensor, O>),
-    };
+    let managed =
+        DLManagedTensor { dl_tensor, manager_ctx: ptr::null_mut(), deleter: Some(delete_holder::<DLManagedTensor, O>) };
     leak_holder(managed, dims, owner)
 }
 
@@ -450,10 +429,7 @@ mod tests {
     }
 
     fn cpu() -> DLDevice {
-        DLDevice {
-            device_type: DLDeviceType::CPU,
-            device_id: 0,
-        }
+        DLDevice { device_type: DLDeviceType::CPU, device_id: 0 }
     }
 
     fn desc(shape: Vec<i64>, strides: Vec<i64>, offset: u64) -> TensorDesc {
@@ -467,12 +443,7 @@ mod tests {
             return (vec![], vec![]);
         }
         // SAFETY: the export owns `ndim` valid elements behind both pointers while alive.
-        unsafe {
-            (
-                std::slice::from_raw_parts(t.shape, n).to_vec(),
-                std::slice::from_raw_parts(t.strides, n).to_vec(),
-            )
-        }
+        unsafe { (std::slice::from_raw_parts(t.shape, n).to_vec(), std::slice::from_raw_parts(t.strides, n).to_vec()) }
     }
 
     #[test]
@@ -484,14 +455,7 @@ mod tests {
         assert_eq!(t.ndim, 3);
         assert_eq!(dims(t), (vec![2, 3, 4], vec![1, 0, 6]));
         assert_eq!(t.byte_offset, 20);
-        assert_eq!(
-            t.dtype,
-            DLDataType {
-                code: DLDataTypeCode::FLOAT,
-                bits: 32,
-                lanes: 1
-            }
-        );
+        assert_eq!(t.dtype, DLDataType { code: DLDataTypeCode::FLOAT, bits: 32, lanes: 1 });
         assert_eq!(t.device, cpu());
         assert!(!exp.managed().manager_ctx.is_null());
         assert_eq!(drops.load(Ordering::SeqCst), 0);
@@ -502,11 +466,7 @@ mod tests {
     #[test]
     fn versioned_is_exactly_1_0_with_flags() {
         let drops = Arc::new(AtomicUsize::new(0));
-        let exp = export_versioned(
-            desc(vec![4], vec![1], 0),
-            FLAG_READ_ONLY,
-            Probe(drops.clone()),
-        );
+        let exp = export_versioned(desc(vec![4], vec![1], 0), FLAG_READ_ONLY, Probe(drops.clone()));
         let m = exp.managed();
         assert_eq!((m.version.major, m.version.minor), (1, 0));
         assert_eq!(m.flags.bits(), FLAG_READ_ONLY);
@@ -522,20 +482,10 @@ mod tests {
     fn int32_codes() {
         let d = TensorDesc::new(8, cpu(), ExportDType::Int32, vec![1], vec![1], 3).unwrap();
         let exp = export_legacy(d, ());
-        assert_eq!(
-            exp.dl_tensor().dtype,
-            DLDataType {
-                code: DLDataTypeCode::INT,
-                bits: 32,
-                lanes: 1
-            }
-        );
+        assert_eq!(exp.dl_tensor().dtype, DLDataType { code: DLDataTypeCode::INT, bits: 32, lanes: 1 });
         assert_eq!(exp.dl_tensor().byte_offset, 12);
         assert_eq!(ExportDType::from_name("Int32"), Some(ExportDType::Int32));
-        assert_eq!(
-            ExportDType::from_name("Float32"),
-            Some(ExportDType::Float32)
-        );
+        assert_eq!(ExportDType::from_name("Float32"), Some(ExportDType::Float32));
         assert_eq!(ExportDType::from_name("Bool"), None);
     }
 
@@ -543,11 +493,7 @@ mod tests {
     fn raw_round_trip_runs_deleter_through_the_c_pointer() {
         let drops = Arc::new(AtomicUsize::new(0));
         let raw = export_versioned(desc(vec![2], vec![1], 0), 0, Probe(drops.clone())).into_raw();
-        assert_eq!(
-            drops.load(Ordering::SeqCst),
-            0,
-            "into_raw must not run the deleter"
-        );
+        assert_eq!(drops.load(Ordering::SeqCst), 0, "into_raw must not run the deleter");
         // Call the deleter the way a C consumer does: through the struct's function pointer.
         // SAFETY: `raw` is live and this is its only deleter call.
         unsafe { ((*raw).deleter.unwrap())(raw) };
@@ -623,18 +569,9 @@ mod tests {
     #[test]
     fn description_checks() {
         let e = TensorDesc::new(8, cpu(), ExportDType::Float32, vec![2], vec![1, 1], 0);
-        assert_eq!(
-            e.unwrap_err(),
-            DescError::RankMismatch {
-                shape: 1,
-                strides: 2
-            }
-        );
+        assert_eq!(e.unwrap_err(), DescError::RankMismatch { shape: 1, strides: 2 });
         let e = TensorDesc::new(8, cpu(), ExportDType::Float32, vec![2, -1], vec![1, 1], 0);
-        assert_eq!(
-            e.unwrap_err(),
-            DescError::NegativeExtent { dim: 1, extent: -1 }
-        );
+        assert_eq!(e.unwrap_err(), DescError::NegativeExtent { dim: 1, extent: -1 });
         let e = TensorDesc::new(0, cpu(), ExportDType::Float32, vec![2], vec![1], 0);
         assert_eq!(e.unwrap_err(), DescError::NullData);
         // Rank 0 has one element, so a null pointer is refused there too.
@@ -642,24 +579,14 @@ mod tests {
         assert_eq!(e.unwrap_err(), DescError::NullData);
         // An empty tensor may have a null pointer.
         assert!(TensorDesc::new(0, cpu(), ExportDType::Float32, vec![0, 3], vec![1, 0], 0).is_ok());
-        let e = TensorDesc::new(
-            8,
-            cpu(),
-            ExportDType::Float32,
-            vec![1],
-            vec![1],
-            u64::MAX / 2,
-        );
+        let e = TensorDesc::new(8, cpu(), ExportDType::Float32, vec![1], vec![1], u64::MAX / 2);
         assert_eq!(e.unwrap_err(), DescError::OffsetOverflow);
         assert!(DescError::NullData.to_string().contains("null"));
     }
 
     #[test]
     fn foreign_device_is_kept_verbatim() {
-        let dev = DLDevice {
-            device_type: DLDeviceType(12),
-            device_id: 7,
-        };
+        let dev = DLDevice { device_type: DLDeviceType(12), device_id: 7 };
         let d = TensorDesc::new(8, dev, ExportDType::Float32, vec![1], vec![1], 0).unwrap();
         let exp = export_versioned(d, 0, ());
         assert_eq!(exp.dl_tensor().device, dev);

@@ -34,14 +34,8 @@ fn carrier_range_error(slot: i64) -> impl FnOnce(usize) -> PyErr {
 }
 
 fn not_storage(storage: &Bound<'_, PyAny>) -> PyErr {
-    let name = storage
-        .get_type()
-        .name()
-        .map(|n| n.to_string())
-        .unwrap_or_else(|_| "?".into());
-    PyTypeError::new_err(format!(
-        "storage must be a HostStorage or FileStorage, not {name}"
-    ))
+    let name = storage.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
+    PyTypeError::new_err(format!("storage must be a HostStorage or FileStorage, not {name}"))
 }
 
 /// `offset + layout(key)`; an offset that would overflow cannot address any slot.
@@ -117,13 +111,14 @@ fn write_slot(
 /// builds. Scanned for only on the walker's TypeError, never on the hot path.
 fn has_slice(key: &Bound<'_, PyAny>) -> bool {
     key.is_instance_of::<PySlice>()
-        || key
-            .cast::<PyTuple>()
-            .is_ok_and(|t| t.iter().any(|e| e.is_instance_of::<PySlice>()))
+        || key.cast::<PyTuple>().is_ok_and(|t| t.iter().any(|e| e.is_instance_of::<PySlice>()))
 }
 
 /// The carrier of a one-subtensor view when its class keeps the built-in element path.
-fn fast_carrier<'py>(tensor: &Bound<'py, TensorBase>, key: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, CarrierBase>>> {
+fn fast_carrier<'py>(
+    tensor: &Bound<'py, TensorBase>,
+    key: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, CarrierBase>>> {
     let py = tensor.py();
     let view = tensor.get().view()?;
     if !view.single || key.is_instance_of::<PySlice>() {
@@ -155,7 +150,11 @@ pub(crate) fn getitem(tensor: &Bound<'_, TensorBase>, key: &Bound<'_, PyAny>) ->
 }
 
 /// `Tensor.__setitem__`.
-pub(crate) fn setitem(tensor: &Bound<'_, TensorBase>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+pub(crate) fn setitem(
+    tensor: &Bound<'_, TensorBase>,
+    key: &Bound<'_, PyAny>,
+    value: &Bound<'_, PyAny>,
+) -> PyResult<()> {
     let py = tensor.py();
     if let Some(base) = fast_carrier(tensor, key)? {
         let view = tensor.get().view()?;

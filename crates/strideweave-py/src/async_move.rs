@@ -32,7 +32,9 @@ use crate::carrier_base::CarrierBase;
 use crate::carrier_state::drop_claim;
 use crate::commit::MoveCommit;
 use crate::engine::{new_handle, AwaitResult};
-use crate::inline_move::{carriers_accept, claim_both, config, exact_single_view, profiling, BuiltinPair, Config, Held};
+use crate::inline_move::{
+    carriers_accept, claim_both, config, exact_single_view, profiling, BuiltinPair, Config, Held,
+};
 use crate::jobs::submit_committing;
 use crate::tensor_base::{TensorBase, View};
 use crate::transfer::{LayoutJob, SpanJob, TransferProgress};
@@ -152,10 +154,7 @@ fn move_async_builtin(
     let Some(slot_bytes) = cfg.slot_bytes(dtype) else {
         return Ok(None);
     };
-    if cosize <= cfg.max_slots
-        || !pair.route_is_default()
-        || (recording && !pair.reverse().route_is_default())
-    {
+    if cosize <= cfg.max_slots || !pair.route_is_default() || (recording && !pair.reverse().route_is_default()) {
         return Ok(None);
     }
     let (Ok(src), Ok(dst)) = (source.cast::<CarrierBase>(), destination.cast::<CarrierBase>()) else {
@@ -197,18 +196,24 @@ fn move_async_builtin(
         return Ok(None); // the Python request submits it and fails its handle with the error
     };
     handle.setattr(intern!(py, "_progress"), &progress)?;
-    let output = TensorBase::new_view(cfg.tensor.bind(py), dst.clone().into_any().unbind(), 0, view.layout.clone_ref(py),
-                                      view.dtype.clone_ref(py))?;
+    let output = TensorBase::new_view(
+        cfg.tensor.bind(py),
+        dst.clone().into_any().unbind(),
+        0,
+        view.layout.clone_ref(py),
+        view.dtype.clone_ref(py),
+    )?;
     // The node is attached to the result before the copy starts (nobody can reach the result
     // until the handle completes); a failure clears it (`MoveRollback`).
-    let node = if recording {
-        Some(cfg.record.bind(py).call1((tensor, &output))?.unbind())
-    } else {
-        None
-    };
+    let node = if recording { Some(cfg.record.bind(py).call1((tensor, &output))?.unbind()) } else { None };
     let handle_ref: Py<AwaitResult> = handle.cast::<AwaitResult>()?.clone().unbind();
-    let commit = MoveCommit::new(src, dst.clone().unbind(), handle_ref.clone_ref(py), output.into_any().unbind(),
-                                 Some(progress))?;
+    let commit = MoveCommit::new(
+        src,
+        dst.clone().unbind(),
+        handle_ref.clone_ref(py),
+        output.into_any().unbind(),
+        Some(progress),
+    )?;
     let rollback = MoveRollback {
         source: src.clone().unbind(),
         destination: dst.clone().unbind(),

@@ -11,8 +11,8 @@
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use strideweave_core::storage::block::{BlockDevice, BlockError, Extent};
 use std::sync::Arc;
+use strideweave_core::storage::block::{BlockDevice, BlockError, Extent};
 
 use strideweave_core::storage::{ElemKind, HostBuffer, Scalar};
 
@@ -39,9 +39,7 @@ impl BlockDeviceHandle {
     /// Opens `path` read-write (O_DIRECT where the kernel allows it). Writes nothing.
     #[new]
     fn new(py: Python<'_>, path: String) -> PyResult<Self> {
-        let dev = py
-            .detach(|| BlockDevice::open(&path))
-            .map_err(|e| error::block(e, &path))?;
+        let dev = py.detach(|| BlockDevice::open(&path)).map_err(|e| error::block(e, &path))?;
         Ok(BlockDeviceHandle { dev, path })
     }
 
@@ -98,18 +96,14 @@ impl BlockDeviceHandle {
 
     /// The OS descriptor, for diagnostics. RuntimeError once closed.
     fn fileno(&self) -> PyResult<i32> {
-        self.dev
-            .raw_fd()
-            .ok_or_else(|| self.err(BlockError::Closed))
+        self.dev.raw_fd().ok_or_else(|| self.err(BlockError::Closed))
     }
 
     /// Reserves `nbytes` rounded up to the alignment in the lowest free range, zero-filled
     /// when `zero`. Returns `(offset, length)`; zero bytes give `(0, 0)`, which occupies
     /// nothing.
     fn allocate(&self, py: Python<'_>, nbytes: u64, zero: bool) -> PyResult<(u64, u64)> {
-        let e = py
-            .detach(|| self.dev.allocate(nbytes, zero))
-            .map_err(|e| self.err(e))?;
+        let e = py.detach(|| self.dev.allocate(nbytes, zero)).map_err(|e| self.err(e))?;
         Ok((e.offset, e.len))
     }
 
@@ -126,11 +120,7 @@ impl BlockDeviceHandle {
 
     /// Live extents as `(offset, length)` pairs in offset order.
     fn live_extents(&self) -> Vec<(u64, u64)> {
-        self.dev
-            .live_extents()
-            .into_iter()
-            .map(|e| (e.offset, e.len))
-            .collect()
+        self.dev.live_extents().into_iter().map(|e| (e.offset, e.len)).collect()
     }
 
     /// Reads the native-endian float32 at device byte offset `byte_off`.
@@ -149,79 +139,67 @@ impl BlockDeviceHandle {
     /// Writes the values of the iterable `values` as consecutive float32 slots from
     /// `byte_off` in one transfer. `None` is stored as 0.0. Every value is checked (TypeError)
     /// before anything is written.
-    fn write_values(
-        &self,
-        py: Python<'_>,
-        byte_off: u64,
-        values: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
+    fn write_values(&self, py: Python<'_>, byte_off: u64, values: &Bound<'_, PyAny>) -> PyResult<()> {
         let mut bytes = Vec::new();
         for item in values.try_iter()? {
             let item = item?;
-            let v = if item.is_none() {
-                0.0
-            } else {
-                f32_from_py(&item)?
-            };
+            let v = if item.is_none() { 0.0 } else { f32_from_py(&item)? };
             bytes.extend_from_slice(&v.to_ne_bytes());
         }
-        py.detach(|| self.dev.write(byte_off, &bytes))
-            .map_err(|e| self.err(e))
+        py.detach(|| self.dev.write(byte_off, &bytes)).map_err(|e| self.err(e))
     }
 
     /// Reads `count` consecutive float32 slots from `byte_off` as a list of floats.
     fn read_values(&self, py: Python<'_>, byte_off: u64, count: usize) -> PyResult<Vec<f64>> {
-        let nbytes = count
-            .checked_mul(4)
-            .ok_or_else(|| PyValueError::new_err(format!("count {count} is too large")))?;
+        let nbytes =
+            count.checked_mul(4).ok_or_else(|| PyValueError::new_err(format!("count {count} is too large")))?;
         let mut buf = vec![0u8; nbytes];
-        py.detach(|| self.dev.read(byte_off, &mut buf))
-            .map_err(|e| self.err(e))?;
-        Ok(buf
-            .chunks_exact(4)
-            .map(|c| f64::from(f32::from_ne_bytes([c[0], c[1], c[2], c[3]])))
-            .collect())
+        py.detach(|| self.dev.read(byte_off, &mut buf)).map_err(|e| self.err(e))?;
+        Ok(buf.chunks_exact(4).map(|c| f64::from(f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))).collect())
     }
 
     /// Reads `nbytes` at `byte_off` into a new `bytes`.
-    fn read_bytes<'py>(
-        &self,
-        py: Python<'py>,
-        byte_off: u64,
-        nbytes: usize,
-    ) -> PyResult<Bound<'py, PyBytes>> {
+    fn read_bytes<'py>(&self, py: Python<'py>, byte_off: u64, nbytes: usize) -> PyResult<Bound<'py, PyBytes>> {
         let mut buf = vec![0u8; nbytes];
-        py.detach(|| self.dev.read(byte_off, &mut buf))
-            .map_err(|e| self.err(e))?;
+        py.detach(|| self.dev.read(byte_off, &mut buf)).map_err(|e| self.err(e))?;
         Ok(PyBytes::new(py, &buf))
     }
 
     /// Writes the bytes of `data` at `byte_off`.
     fn write_bytes(&self, py: Python<'_>, byte_off: u64, data: &[u8]) -> PyResult<()> {
-        py.detach(|| self.dev.write(byte_off, data))
-            .map_err(|e| self.err(e))
+        py.detach(|| self.dev.write(byte_off, data)).map_err(|e| self.err(e))
     }
 
     /// Reads `nbytes` of the device at `byte_off` into `storage` (a `HostStorage`) from its
     /// byte `storage_byte_off`, GIL released. The storage's buffer is held by reference for
     /// the call, so a concurrent release cannot free it under the read.
-    fn read_into(&self, py: Python<'_>, storage: &Bound<'_, HostStorage>, storage_byte_off: usize,
-                 byte_off: u64, nbytes: usize) -> PyResult<()> {
+    fn read_into(
+        &self,
+        py: Python<'_>,
+        storage: &Bound<'_, HostStorage>,
+        storage_byte_off: usize,
+        byte_off: u64,
+        nbytes: usize,
+    ) -> PyResult<()> {
         let range = HostRange::checked(storage, storage_byte_off, nbytes)?;
         // SAFETY: the move claims keep other readers and writers off this destination range
         // until the call returns.
-        py.detach(|| self.dev.read(byte_off, unsafe { range.bytes_mut() }))
-            .map_err(|e| self.err(e))
+        py.detach(|| self.dev.read(byte_off, unsafe { range.bytes_mut() })).map_err(|e| self.err(e))
     }
 
     /// Writes `nbytes` of `storage` (a `HostStorage`) from its byte `storage_byte_off` to the
     /// device at `byte_off`, GIL released, holding the buffer by reference for the call.
-    fn write_from(&self, py: Python<'_>, storage: &Bound<'_, HostStorage>, storage_byte_off: usize,
-                  byte_off: u64, nbytes: usize) -> PyResult<()> {
+    fn write_from(
+        &self,
+        py: Python<'_>,
+        storage: &Bound<'_, HostStorage>,
+        storage_byte_off: usize,
+        byte_off: u64,
+        nbytes: usize,
+    ) -> PyResult<()> {
         let range = HostRange::checked(storage, storage_byte_off, nbytes)?;
         // SAFETY: the move claims keep writers off this source range until the call returns.
-        py.detach(|| self.dev.write(byte_off, unsafe { range.bytes() }))
-            .map_err(|e| self.err(e))
+        py.detach(|| self.dev.write(byte_off, unsafe { range.bytes() })).map_err(|e| self.err(e))
     }
 
     fn __repr__(&self) -> String {

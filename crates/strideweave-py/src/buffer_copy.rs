@@ -15,9 +15,7 @@ use strideweave_core::storage::HostBuffer;
 use crate::storage::HostStorage;
 
 fn span_end(start: usize, nbytes: usize, what: &str) -> PyResult<usize> {
-    start
-        .checked_add(nbytes)
-        .ok_or_else(|| PyValueError::new_err(format!("{what} byte range overflows")))
+    start.checked_add(nbytes).ok_or_else(|| PyValueError::new_err(format!("{what} byte range overflows")))
 }
 
 /// Copy `nbytes` bytes from `source` (starting `source_byte` bytes into it) to
@@ -58,9 +56,7 @@ fn copy_checked(
             view.len_bytes()
         )));
     }
-    let target = destination
-        .buffer()
-        .ok_or_else(|| PyRuntimeError::new_err("destination HostStorage is released"))?;
+    let target = destination.buffer().ok_or_else(|| PyRuntimeError::new_err("destination HostStorage is released"))?;
     let destination_end = span_end(destination_byte, nbytes, "destination")?;
     if destination_end > target.len() {
         return Err(PyValueError::new_err(format!(

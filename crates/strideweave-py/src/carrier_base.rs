@@ -181,8 +181,7 @@ impl CarrierBase {
             return bits & yes != 0;
         }
         let answer = check();
-        self.hooks
-            .fetch_or(known | if answer { yes } else { 0 }, Ordering::Relaxed);
+        self.hooks.fetch_or(known | if answer { yes } else { 0 }, Ordering::Relaxed);
         answer
     }
 
@@ -199,8 +198,7 @@ impl CarrierBase {
             Some(flag) => flag.is_truthy()?,
             None => false,
         };
-        this.fast_access
-            .store(if fast { FAST_YES } else { FAST_NO }, Ordering::Relaxed);
+        this.fast_access.store(if fast { FAST_YES } else { FAST_NO }, Ordering::Relaxed);
         Ok(fast)
     }
 }
@@ -292,7 +290,12 @@ impl CarrierBase {
 
     /// Makes `owner` this carrier's owner if it is live, unowned and not claimed (but by
     /// `active`), in one step; False, changing nothing, otherwise.
-    fn _sw_adopt(&self, owner: &Bound<'_, PyAny>, active: Option<Bound<'_, PyAny>>, releasing: &Bound<'_, PyAny>) -> bool {
+    fn _sw_adopt(
+        &self,
+        owner: &Bound<'_, PyAny>,
+        active: Option<Bound<'_, PyAny>>,
+        releasing: &Bound<'_, PyAny>,
+    ) -> bool {
         carrier_state::adopt(self, owner, &PyJudge { active: active.as_ref(), releasing, owner: None })
     }
 
@@ -366,9 +369,7 @@ impl CarrierBase {
     /// as for any attribute never assigned.
     #[getter(_storage)]
     fn get_storage(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        self.storage
-            .get(py)
-            .ok_or_else(|| PyAttributeError::new_err("_storage"))
+        self.storage.get(py).ok_or_else(|| PyAttributeError::new_err("_storage"))
     }
 
     #[setter(_storage)]

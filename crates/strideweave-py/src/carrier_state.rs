@@ -165,11 +165,7 @@ pub(crate) fn drop_claim(carrier: &CarrierBase, claim: &Bound<'_, PyAny>) {
 /// `_sw_check_unclaimed(action)`: the claim is read in one critical section; whether a
 /// move's provider still has its destination open (`open_destination`, a Python attribute)
 /// is asked after, outside the lock.
-pub(crate) fn check_unclaimed(
-    carrier: &Bound<'_, CarrierBase>,
-    action: &str,
-    judge: &PyJudge<'_, '_>,
-) -> PyResult<()> {
+pub(crate) fn check_unclaimed(carrier: &Bound<'_, CarrierBase>, action: &str, judge: &PyJudge<'_, '_>) -> PyResult<()> {
     let py = carrier.py();
     let held = carrier.get().state().with_claim(|held| {
         held.and_then(|held| match judge.judge(held) {

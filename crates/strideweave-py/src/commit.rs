@@ -59,11 +59,8 @@ impl MoveCommit {
         progress: Option<Py<TransferProgress>>,
     ) -> PyResult<Self> {
         let py = source.py();
-        let storage = source
-            .get()
-            .storage
-            .get(py)
-            .ok_or_else(|| PyTypeError::new_err("source has no native storage"))?;
+        let storage =
+            source.get().storage.get(py).ok_or_else(|| PyTypeError::new_err("source has no native storage"))?;
         let storage = storage.into_bound(py);
         let source_storage = if let Ok(host) = storage.cast::<HostStorage>() {
             SourceStorage::Host(host.clone().unbind())
@@ -74,14 +71,7 @@ impl MoveCommit {
         };
         let slot = Slot::default();
         drop(slot.put(Some(output)));
-        Ok(MoveCommit {
-            source: source.clone().unbind(),
-            source_storage,
-            destination,
-            handle,
-            progress,
-            output: slot,
-        })
+        Ok(MoveCommit { source: source.clone().unbind(), source_storage, destination, handle, progress, output: slot })
     }
 }
 

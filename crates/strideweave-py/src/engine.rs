@@ -11,13 +11,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use pyo3::exceptions::{PyBaseException, PyRuntimeError, PyTimeoutError, PyTypeError, PyValueError};
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyTuple, PyType};
 use pyo3::PyTraverseError;
-use parking_lot::Mutex;
 use strideweave_core::engine::{self, Completion};
 
 use crate::jobs::QueuedJob;
@@ -59,13 +59,7 @@ enum Outcome {
 /// recorded exception (the same exception object every time). There is no coroutine protocol.
 /// Handles are created by the framework (`move_async`, tiled projection and residency), never
 /// by calling the class.
-#[pyclass(
-    subclass,
-    frozen,
-    weakref,
-    module = "strideweave",
-    name = "AwaitResult"
-)]
+#[pyclass(subclass, frozen, weakref, module = "strideweave", name = "AwaitResult")]
 pub struct AwaitResult {
     cell: Arc<Completion<Outcome>>,
     /// The engine job that completes this handle, when a waiter may run it itself
@@ -134,11 +128,7 @@ impl AwaitResult {
 
     /// Blocks until terminal and returns the outcome, or raises `TimeoutError` once the
     /// `timeout` argument of `wait`/`exception` has passed (the handle stays pending).
-    fn terminal_within<'a>(
-        &'a self,
-        py: Python<'_>,
-        timeout: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<&'a Outcome> {
+    fn terminal_within<'a>(&'a self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<&'a Outcome> {
         let deadline = deadline_after(timeout)?;
         if !self.block_until(py, deadline)? {
             let seconds = timeout.map(|t| t.to_string()).unwrap_or_default();
@@ -146,10 +136,7 @@ impl AwaitResult {
                 "the operation did not complete within timeout={seconds} seconds"
             )));
         }
-        Ok(self
-            .cell
-            .get()
-            .expect("block_until returned true, so the cell is terminal"))
+        Ok(self.cell.get().expect("block_until returned true, so the cell is terminal"))
     }
 
     /// Registers `fn(handle)` to run exactly once at the terminal commit (the public
@@ -159,10 +146,7 @@ impl AwaitResult {
     /// handle stays alive until it completes even if every caller reference is dropped.
     fn register_callback(slf: &Bound<'_, Self>, r#fn: &Bound<'_, PyAny>) -> PyResult<()> {
         if !r#fn.is_callable() {
-            return Err(PyTypeError::new_err(format!(
-                "fn must be callable, not {}",
-                r#fn.get_type().name()?
-            )));
+            return Err(PyTypeError::new_err(format!("fn must be callable, not {}", r#fn.get_type().name()?)));
         }
         let callback = r#fn.clone().unbind();
         let handle: Py<PyAny> = slf.clone().into_any().unbind();
@@ -208,9 +192,7 @@ impl AwaitResult {
         kwargs: Option<&Bound<'_, pyo3::types::PyDict>>,
     ) -> PyResult<Self> {
         let py = cls.py();
-        let authorised = args.len() == 1
-            && kwargs.is_none_or(|k| k.is_empty())
-            && args.get_item(0)?.is(token(py));
+        let authorised = args.len() == 1 && kwargs.is_none_or(|k| k.is_empty()) && args.get_item(0)?.is(token(py));
         if !authorised {
             return Err(PyTypeError::new_err(format!(
                 "cannot create '{}' instances: completion handles are returned by the framework \
@@ -218,11 +200,7 @@ impl AwaitResult {
                 cls.name()?
             )));
         }
-        Ok(AwaitResult {
-            cell: Arc::new(Completion::new()),
-            queued: Mutex::new(None),
-            pid: std::process::id(),
-        })
+        Ok(AwaitResult { cell: Arc::new(Completion::new()), queued: Mutex::new(None), pid: std::process::id() })
     }
 
     /// Lets the cycle collector see the recorded outcome: a failure's traceback frames often
@@ -262,11 +240,7 @@ impl AwaitResult {
     /// operation succeeded (as `concurrent.futures.Future.exception` does). Never raises the
     /// recorded failure; raises `TimeoutError` if `timeout` seconds pass first.
     #[pyo3(signature = (timeout=None))]
-    fn exception(
-        &self,
-        py: Python<'_>,
-        timeout: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Option<Py<PyAny>>> {
+    fn exception(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Py<PyAny>>> {
         match self.terminal_within(py, timeout)? {
             Outcome::Value(_) => Ok(None),
             Outcome::Error { exc, tb } => {
@@ -289,10 +263,7 @@ impl AwaitResult {
     /// already in the running state, so `cancel()` returns False: moves cannot be cancelled.
     fn future<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
-        let fut = py
-            .import("concurrent.futures")?
-            .getattr("Future")?
-            .call0()?;
+        let fut = py.import("concurrent.futures")?.getattr("Future")?.call0()?;
         fut.call_method0("set_running_or_notify_cancel")?;
         let target = fut.clone().unbind();
         slf.get().cell.on_done(move |outcome| {
@@ -350,10 +321,7 @@ impl AwaitResult {
             )));
         }
         let tb = exc.getattr("__traceback__")?.unbind();
-        Ok(self.commit(Outcome::Error {
-            exc: exc.clone().unbind(),
-            tb,
-        }))
+        Ok(self.commit(Outcome::Error { exc: exc.clone().unbind(), tb }))
     }
 
     /// Runs `fn(handle)` exactly once after the terminal commit, on the committing thread
@@ -385,10 +353,7 @@ fn deadline_after(timeout: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Instant
         return Ok(None);
     }
     let refuse = || -> PyResult<f64> {
-        Err(PyTypeError::new_err(format!(
-            "timeout must be a number of seconds or None, not {}",
-            t.get_type().name()?
-        )))
+        Err(PyTypeError::new_err(format!("timeout must be a number of seconds or None, not {}", t.get_type().name()?)))
     };
     let seconds = if t.is_instance_of::<pyo3::types::PyBool>() {
         refuse()?
@@ -399,27 +364,18 @@ fn deadline_after(timeout: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Instant
         }
     };
     if seconds.is_nan() || seconds < 0.0 {
-        return Err(PyValueError::new_err(
-            "timeout must be a non-negative number of seconds",
-        ));
+        return Err(PyValueError::new_err("timeout must be a non-negative number of seconds"));
     }
-    Ok(Duration::try_from_secs_f64(seconds)
-        .ok()
-        .and_then(|d| Instant::now().checked_add(d)))
+    Ok(Duration::try_from_secs_f64(seconds).ok().and_then(|d| Instant::now().checked_add(d)))
 }
 
 /// Creates a pending handle of `cls`, which must be `AwaitResult` or a subclass of it.
 /// Framework use only: this is the one way to obtain a handle.
 #[pyfunction]
 fn new_completion<'py>(cls: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-    let ok = cls
-        .cast::<PyType>()
-        .map(|t| t.is_subclass_of::<AwaitResult>())
-        .unwrap_or(Ok(false))?;
+    let ok = cls.cast::<PyType>().map(|t| t.is_subclass_of::<AwaitResult>()).unwrap_or(Ok(false))?;
     if !ok {
-        return Err(PyTypeError::new_err(
-            "cls must be AwaitResult or a subclass of it",
-        ));
+        return Err(PyTypeError::new_err("cls must be AwaitResult or a subclass of it"));
     }
     new_handle(cls.cast::<PyType>()?)
 }
@@ -470,16 +426,10 @@ fn submit_python(handle: &Bound<'_, PyAny>, job: &Bound<'_, PyAny>) -> PyResult<
         Python::try_attach(move |py| {
             if let Err(e) = job.call0(py) {
                 let exc = e.value(py).clone();
-                let tb = exc
-                    .getattr("__traceback__")
-                    .map(Bound::unbind)
-                    .unwrap_or_else(|_| py.None());
+                let tb = exc.getattr("__traceback__").map(Bound::unbind).unwrap_or_else(|_| py.None());
                 e.write_unraisable(py, Some(job.bind(py)));
                 if let Some(h) = &handle {
-                    h.get().commit(Outcome::Error {
-                        exc: exc.into_any().unbind(),
-                        tb,
-                    });
+                    h.get().commit(Outcome::Error { exc: exc.into_any().unbind(), tb });
                 }
             }
         });

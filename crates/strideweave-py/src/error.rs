@@ -13,8 +13,8 @@
 use std::io;
 
 use pyo3::exceptions::{
-    PyBufferError, PyIndexError, PyMemoryError, PyNotImplementedError, PyOSError,
-    PyOverflowError, PyRuntimeError, PyTypeError, PyValueError,
+    PyBufferError, PyIndexError, PyMemoryError, PyNotImplementedError, PyOSError, PyOverflowError, PyRuntimeError,
+    PyTypeError, PyValueError,
 };
 use pyo3::prelude::*;
 use strideweave_core::dlpack::DescError;
@@ -31,9 +31,7 @@ use strideweave_core::tiles::SpanError;
 pub fn layout(e: LayoutError) -> PyErr {
     let msg = e.to_string();
     match e {
-        LayoutError::BoolCoordinate | LayoutError::KeyComponentType { .. } => {
-            PyTypeError::new_err(msg)
-        }
+        LayoutError::BoolCoordinate | LayoutError::KeyComponentType { .. } => PyTypeError::new_err(msg),
         LayoutError::SizeOverflow | LayoutError::CosizeOverflow => PyOverflowError::new_err(msg),
         LayoutError::ModeIndexOutOfRange { .. } => PyIndexError::new_err(msg),
         LayoutError::NonPositiveExtent(_)
@@ -117,9 +115,7 @@ pub fn block(e: BlockError, path: &str) -> PyErr {
             Some(errno) => PyOSError::new_err((errno, msg)),
             None => PyOSError::new_err(msg),
         },
-        BlockError::ZeroTransfer { .. } | BlockError::Closed | BlockError::Faulted(_) => {
-            PyRuntimeError::new_err(msg)
-        }
+        BlockError::ZeroTransfer { .. } | BlockError::Closed | BlockError::Faulted(_) => PyRuntimeError::new_err(msg),
         BlockError::NoSpace { .. } => PyMemoryError::new_err(msg),
     }
 }

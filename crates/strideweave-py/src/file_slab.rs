@@ -93,7 +93,13 @@ impl FileSlab {
     }
 
     fn __repr__(&self) -> String {
-        format!("FileSlab(path={:?}, kind={:?}, region_slots={}, live={})", self.core.path(), self.kind.name(), self.region_slots, self.core.live())
+        format!(
+            "FileSlab(path={:?}, kind={:?}, region_slots={}, live={})",
+            self.core.path(),
+            self.kind.name(),
+            self.region_slots,
+            self.core.live()
+        )
     }
 }
 
@@ -115,7 +121,11 @@ impl SlotAccess for FileRegion {
     }
 
     fn live_count(&self) -> PyResult<usize> {
-        if self.store.read().is_some() { Ok(self.slots as usize) } else { Err(released()) }
+        if self.store.read().is_some() {
+            Ok(self.slots as usize)
+        } else {
+            Err(released())
+        }
     }
 
     fn read_encoded(&self, slot: usize, bytes: &mut [u8]) -> PyResult<()> {
@@ -165,7 +175,11 @@ impl FileRegion {
     /// Number of slots; 0 once released.
     #[getter]
     fn count(&self) -> u64 {
-        if self.store.read().is_some() { self.slots } else { 0 }
+        if self.store.read().is_some() {
+            self.slots
+        } else {
+            0
+        }
     }
 
     fn is_released(&self) -> bool {

@@ -97,8 +97,12 @@ pub(crate) enum BuiltinPair {
 
 impl BuiltinPair {
     /// The pair of exactly these classes, if it is one.
-    pub(crate) fn of(cfg: &Config, py: Python<'_>, source: &Bound<'_, PyType>, destination: &Bound<'_, PyType>)
-                     -> Option<Self> {
+    pub(crate) fn of(
+        cfg: &Config,
+        py: Python<'_>,
+        source: &Bound<'_, PyType>,
+        destination: &Bound<'_, PyType>,
+    ) -> Option<Self> {
         let (cpu, file) = (cfg.cpu.bind(py), cfg.file_backed.bind(py));
         match (source.is(cpu), source.is(file), destination.is(cpu), destination.is(file)) {
             (true, _, true, _) => Some(BuiltinPair::CpuToCpu),
@@ -141,9 +145,7 @@ thread_local! {
 /// (one item per `Config` field), once.
 #[pyfunction]
 fn configure_inline_move(py: Python<'_>, config: Config) -> PyResult<()> {
-    CONFIG
-        .set(py, config)
-        .map_err(|_| PyValueError::new_err("the inline move is configured once"))
+    CONFIG.set(py, config).map_err(|_| PyValueError::new_err("the inline move is configured once"))
 }
 
 /// The route registry's word on one pair of exact built-in classes, when it resolves it:
@@ -211,8 +213,11 @@ impl Drop for Held<'_> {
 /// The checks of the validation table that both native moves make on the carriers' state,
 /// under the state lock: both live, unowned and unclaimed, the destination mutable and of the
 /// tensor's dtype. False: the Python request decides (and raises).
-pub(crate) fn carriers_accept(view: &View, source: &Bound<'_, CarrierBase>, destination: &Bound<'_, CarrierBase>)
-                              -> PyResult<bool> {
+pub(crate) fn carriers_accept(
+    view: &View,
+    source: &Bound<'_, CarrierBase>,
+    destination: &Bound<'_, CarrierBase>,
+) -> PyResult<bool> {
     let (s, d) = (source.get(), destination.get());
     if !s.state().is_free() || !d.state().is_free() || !d.mutable_flag() {
         return Ok(false);
@@ -231,10 +236,8 @@ pub(crate) fn claim_both(
     claim: impl FnMut() -> Py<PyAny>,
 ) -> bool {
     let (s, d) = (source.get(), destination.get());
-    let rules = [
-        (s.state(), ClaimRule::FREE),
-        (d.state(), ClaimRule { owner_refuses: true, mutable: d.mutable_flag() }),
-    ];
+    let rules =
+        [(s.state(), ClaimRule::FREE), (d.state(), ClaimRule { owner_refuses: true, mutable: d.mutable_flag() })];
     match PyStateCell::claim_all(&rules, claim, &Strict) {
         Ok(displaced) => {
             drop(displaced);
@@ -284,10 +287,9 @@ fn check_and_claim<'py>(
     let (Some(src_storage), Some(dst_storage)) = (s.storage.get(py), d.storage.get(py)) else {
         return Ok(None);
     };
-    let (Ok(src_storage), Ok(dst_storage)) = (
-        src_storage.into_bound(py).cast_into::<HostStorage>(),
-        dst_storage.into_bound(py).cast_into::<HostStorage>(),
-    ) else {
+    let (Ok(src_storage), Ok(dst_storage)) =
+        (src_storage.into_bound(py).cast_into::<HostStorage>(), dst_storage.into_bound(py).cast_into::<HostStorage>())
+    else {
         return Ok(None);
     };
     let (sh, dh) = (src_storage.get(), dst_storage.get());
@@ -316,12 +318,7 @@ fn check_and_claim<'py>(
     if !claim_both(src, dst, || cfg.claim.clone_ref(py)) {
         return Ok(None);
     }
-    Ok(Some(Claimed {
-        source: src.clone(),
-        destination: dst.clone(),
-        source_storage: src_storage,
-        job,
-    }))
+    Ok(Some(Claimed { source: src.clone(), destination: dst.clone(), source_storage: src_storage, job }))
 }
 
 /// The blocking move of `tensor` into `destination` when this path applies (see the module

@@ -76,8 +76,11 @@ impl QueuedJob {
 /// `submit_job`, but a successful job is committed by `commit` on the worker without the GIL
 /// (commit.rs), and `then` hears only of a failure: of the job, or of the commit's release.
 /// The job is queued as a `QueuedJob`, which a waiting thread may run instead.
-pub fn submit_committing<F>(then: &Bound<'_, PyAny>, commit: Option<Py<MoveCommit>>, work: F)
-                            -> PyResult<Arc<QueuedJob>>
+pub fn submit_committing<F>(
+    then: &Bound<'_, PyAny>,
+    commit: Option<Py<MoveCommit>>,
+    work: F,
+) -> PyResult<Arc<QueuedJob>>
 where
     F: FnOnce() -> Result<(), JobError> + Send + 'static,
 {

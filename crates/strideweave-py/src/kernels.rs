@@ -23,14 +23,9 @@ use crate::storage::HostStorage;
 fn f32_buffer(name: &str, storage: &Bound<'_, HostStorage>) -> PyResult<Arc<HostBuffer>> {
     let s = storage.get();
     if s.kind() != ElemKind::F32 {
-        return Err(PyTypeError::new_err(format!(
-            "{name}: kernel needs f32 storage, not {}",
-            s.kind().name()
-        )));
+        return Err(PyTypeError::new_err(format!("{name}: kernel needs f32 storage, not {}", s.kind().name())));
     }
-    let buf = s
-        .buffer()
-        .ok_or_else(|| PyRuntimeError::new_err(format!("{name}: storage is released")))?;
+    let buf = s.buffer().ok_or_else(|| PyRuntimeError::new_err(format!("{name}: storage is released")))?;
     if buf.as_ptr() as usize % std::mem::align_of::<f32>() != 0 {
         return Err(PyValueError::new_err(format!("{name}: storage is not aligned for f32")));
     }
@@ -86,11 +81,7 @@ fn binary_f32(
     let op = match op {
         "add" => BinaryOp::Add,
         "mul" => BinaryOp::Mul,
-        other => {
-            return Err(PyValueError::new_err(format!(
-                "op must be 'add' or 'mul', not {other:?}"
-            )))
-        }
+        other => return Err(PyValueError::new_err(format!("op must be 'add' or 'mul', not {other:?}"))),
     };
     let (ab, bb, ob) = (f32_buffer("a", &a)?, f32_buffer("b", &b)?, f32_buffer("out", out)?);
     disjoint(&ob, &[&ab, &bb])?;
@@ -133,13 +124,9 @@ fn unary_f32(
         ("scale", Some(factor)) => UnaryOp::Scale(factor),
         ("scatter_add", None) => UnaryOp::ScatterAdd,
         ("scale", None) => return Err(PyValueError::new_err("op 'scale' needs a scalar")),
-        ("copy" | "scatter_add", Some(_)) => {
-            return Err(PyValueError::new_err(format!("op '{op}' takes no scalar")))
-        }
+        ("copy" | "scatter_add", Some(_)) => return Err(PyValueError::new_err(format!("op '{op}' takes no scalar"))),
         (other, _) => {
-            return Err(PyValueError::new_err(format!(
-                "op must be 'copy', 'scale' or 'scatter_add', not {other:?}"
-            )))
+            return Err(PyValueError::new_err(format!("op must be 'copy', 'scale' or 'scatter_add', not {other:?}")))
         }
     };
     let (ab, ob) = (f32_buffer("a", &a)?, f32_buffer("out", out)?);

@@ -16,14 +16,14 @@ mod file_slab;
 mod inline_move;
 mod jobs;
 mod kernels;
-mod move_request;
-mod set_once;
 mod layout;
+mod move_request;
 mod prefault;
+mod set_once;
 mod storage;
 mod tensor_base;
-mod transfer;
 mod tiles;
+mod transfer;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -26,9 +26,9 @@ use parking_lot::Mutex;
 use pyo3::exceptions::{PyNotImplementedError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::{PyTraverseError, PyVisit};
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyTuple, PyType};
+use pyo3::{PyTraverseError, PyVisit};
 
 use strideweave_core::model::movement::{validate, Check, CommitSteps, Terminal};
 
@@ -158,8 +158,11 @@ impl<'py> Arguments<'_, 'py> {
         self.destination.cast::<CarrierBase>().expect("a Carrier from the IsCarrier row on")
     }
 
-    fn judge<'a>(&'a self, active: &'a Option<Bound<'py, PyAny>>, releasing: &'a Bound<'py, PyAny>)
-                 -> PyJudge<'a, 'py> {
+    fn judge<'a>(
+        &'a self,
+        active: &'a Option<Bound<'py, PyAny>>,
+        releasing: &'a Bound<'py, PyAny>,
+    ) -> PyJudge<'a, 'py> {
         PyJudge { active: active.as_ref(), releasing, owner: None }
     }
 
@@ -181,7 +184,10 @@ impl<'py> Arguments<'_, 'py> {
             }
             Check::IsTensor => {
                 if !self.is_tensor()? {
-                    return Err(PyTypeError::new_err(format!("tensor must be a Tensor, not {}", type_name(self.tensor)?)));
+                    return Err(PyTypeError::new_err(format!(
+                        "tensor must be a Tensor, not {}",
+                        type_name(self.tensor)?
+                    )));
                 }
                 let carrier = self.tensor.getattr(intern!(py, "carrier"))?;
                 self.source = Some(carrier.cast_into::<CarrierBase>()?);
@@ -309,7 +315,8 @@ impl Route<'_, '_> {
                 }
             }
             Check::Room => {
-                let cosize: i64 = self.arguments.tensor.getattr(intern!(py, "layout"))?.getattr(intern!(py, "cosize"))?.extract()?;
+                let cosize: i64 =
+                    self.arguments.tensor.getattr(intern!(py, "layout"))?.getattr(intern!(py, "cosize"))?.extract()?;
                 let size: i64 = destination.call_method0(intern!(py, "size"))?.extract()?;
                 if size < cosize {
                     if size == 0 && self.hooks.grows_when_empty.bind(py).call1((destination,))?.is_truthy()? {
@@ -473,8 +480,9 @@ impl MoveRequest {
         // Never blocks the collector: a request whose parts are being changed right now is
         // reachable from the thread changing them, so skipping them this pass is sound.
         if let Some(parts) = self.parts.try_lock() {
-            for field in [&parts.node, &parts.recorded, &parts.token, &parts.output, &parts.prepared,
-                          &parts.open_destination] {
+            for field in
+                [&parts.node, &parts.recorded, &parts.token, &parts.output, &parts.prepared, &parts.open_destination]
+            {
                 visit.call(field)?;
             }
         }
@@ -600,7 +608,8 @@ impl MoveRequest {
                 recorded
             }
             Err(error) => {
-                let cleared = node.map_or(Ok(()), |node| node.bind(py).call_method0(intern!(py, "_sw_clear")).map(drop));
+                let cleared =
+                    node.map_or(Ok(()), |node| node.bind(py).call_method0(intern!(py, "_sw_clear")).map(drop));
                 let recorded = record_completion(hooks, py, token, false);
                 handle.call_method1(intern!(py, "_fail"), (error.into_value(py),))?;
                 cleared.and(recorded)

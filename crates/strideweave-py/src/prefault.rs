@@ -23,13 +23,19 @@ use crate::storage::HostStorage;
 /// buffer, so a release meanwhile only drops the carrier's own reference.
 #[pyfunction]
 #[pyo3(signature = (storage, byte_start, nbytes, then))]
-fn submit_prefault(storage: PyRef<'_, HostStorage>, byte_start: usize, nbytes: usize, then: &Bound<'_, PyAny>) -> PyResult<()> {
+fn submit_prefault(
+    storage: PyRef<'_, HostStorage>,
+    byte_start: usize,
+    nbytes: usize,
+    then: &Bound<'_, PyAny>,
+) -> PyResult<()> {
     let buffer = storage.buffer().ok_or_else(|| PyRuntimeError::new_err("HostStorage is released"))?;
-    let end = byte_start
-        .checked_add(nbytes)
-        .filter(|&end| end <= buffer.len())
-        .ok_or_else(|| PyValueError::new_err(format!(
-            "byte range [{byte_start}, {byte_start} + {nbytes}) exceeds the storage's {} bytes", buffer.len())))?;
+    let end = byte_start.checked_add(nbytes).filter(|&end| end <= buffer.len()).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "byte range [{byte_start}, {byte_start} + {nbytes}) exceeds the storage's {} bytes",
+            buffer.len()
+        ))
+    })?;
     submit_job(then, move || {
         populate_write(&buffer, byte_start, end);
         Ok(())

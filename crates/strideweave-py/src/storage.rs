@@ -41,10 +41,7 @@ pub fn scalar_from_py(kind: ElemKind, value: &Bound<'_, PyAny>) -> PyResult<Scal
             if is_bool {
                 Ok(Scalar::Bool(value.extract::<bool>()?))
             } else {
-                Err(PyTypeError::new_err(format!(
-                    "a Bool slot takes a bool, not {}",
-                    value.get_type().name()?
-                )))
+                Err(PyTypeError::new_err(format!("a Bool slot takes a bool, not {}", value.get_type().name()?)))
             }
         }
         ElemKind::F32 | ElemKind::F64 => {
@@ -131,10 +128,8 @@ fn decode_slot(py: Python<'_>, kind: ElemKind, bytes: &[u8; 8]) -> PyResult<Py<P
 }
 
 pub(crate) fn decode_all<'py>(py: Python<'py>, kind: ElemKind, bytes: &[u8]) -> PyResult<Bound<'py, PyList>> {
-    let items = bytes
-        .chunks_exact(kind.size())
-        .map(|c| scalar_to_py(py, kind.decode(c)))
-        .collect::<PyResult<Vec<_>>>()?;
+    let items =
+        bytes.chunks_exact(kind.size()).map(|c| scalar_to_py(py, kind.decode(c))).collect::<PyResult<Vec<_>>>()?;
     PyList::new(py, items)
 }
 
@@ -323,7 +318,6 @@ impl HostStorage {
     fn live(&self) -> PyResult<Arc<HostBuffer>> {
         self.buffer().ok_or_else(released)
     }
-
 }
 
 #[pymethods]
@@ -479,7 +473,6 @@ impl FileStorage {
     fn slots(&self, store: &FileStore) -> PyResult<usize> {
         Ok(store.len_bytes().map_err(os_error)? as usize / self.kind.size())
     }
-
 }
 
 #[pymethods]

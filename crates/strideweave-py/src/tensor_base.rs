@@ -29,18 +29,18 @@
 use std::ffi::CStr;
 
 use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyAttributeError, PyRuntimeError};
 use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::exceptions::{PyAttributeError, PyRuntimeError};
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyString, PyTuple, PyType};
 use pyo3::{PyTraverseError, PyVisit};
 use std::sync::OnceLock;
 
 use crate::carrier_base::Slot;
-use crate::set_once::SetOnce;
 use crate::layout::PyLayout;
+use crate::set_once::SetOnce;
 use pyo3::Borrowed;
 use pyo3::PyTypeInfo;
 
@@ -62,13 +62,7 @@ pub(crate) struct View {
 
 impl View {
     /// A one-subtensor view (no adjacent layouts; its subtensor tuple built on first use).
-    fn one_subtensor(
-        py: Python<'_>,
-        carrier: Py<PyAny>,
-        offset: i64,
-        layout: Py<PyLayout>,
-        dtype: Py<PyAny>,
-    ) -> Self {
+    fn one_subtensor(py: Python<'_>, carrier: Py<PyAny>, offset: i64, layout: Py<PyLayout>, dtype: Py<PyAny>) -> Self {
         View {
             carrier,
             offset,
@@ -110,9 +104,7 @@ impl TensorBase {
     }
 
     fn set_view(&self, view: View) -> PyResult<()> {
-        self.view
-            .set(view)
-            .map_err(|_| PyRuntimeError::new_err("a Tensor's fields are set once"))
+        self.view.set(view).map_err(|_| PyRuntimeError::new_err("a Tensor's fields are set once"))
     }
 
     /// A new instance of `tensor_type` (a subclass of `_TensorBase`, normally `Tensor`) viewing
@@ -178,12 +170,7 @@ impl TensorBase {
 
     /// Sets the view of a validated representation (`core.representation`): its subtensors,
     /// logical dtype and adjacent layouts.
-    fn _sw_init_multi(
-        &self,
-        subtensors: &Bound<'_, PyTuple>,
-        dtype: Py<PyAny>,
-        adjacent: Py<PyAny>,
-    ) -> PyResult<()> {
+    fn _sw_init_multi(&self, subtensors: &Bound<'_, PyTuple>, dtype: Py<PyAny>, adjacent: Py<PyAny>) -> PyResult<()> {
         let py = subtensors.py();
         let first = subtensors.get_item(0)?;
         let view = View {
@@ -236,10 +223,7 @@ impl TensorBase {
             return Ok(tuple.clone_ref(py));
         }
         let class = SUBTENSOR.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
-            Ok(py
-                .import("strideweave.core.representation")?
-                .getattr("Subtensor")?
-                .unbind())
+            Ok(py.import("strideweave.core.representation")?.getattr("Subtensor")?.unbind())
         })?;
         let sub = class.bind(py).call1((
             view.dtype.clone_ref(py),
@@ -266,9 +250,7 @@ impl TensorBase {
 
     #[getter(_retain_grad)]
     fn retain_grad_field(&self, py: Python<'_>) -> Py<PyAny> {
-        self.retain_grad
-            .get(py)
-            .unwrap_or_else(|| PyBool::new(py, false).to_owned().into_any().unbind())
+        self.retain_grad.get(py).unwrap_or_else(|| PyBool::new(py, false).to_owned().into_any().unbind())
     }
 
     #[setter(_retain_grad)]
@@ -325,15 +307,12 @@ fn keyword_index(interned: &[&Bound<'_, PyString>; 4], name: &Bound<'_, PyAny>) 
     if let Some(i) = interned.iter().position(|p| p.is(name)) {
         return Ok(i);
     }
-    let text = name
-        .cast::<PyString>()
-        .map_err(|_| PyTypeError::new_err("__dlpack__() keywords must be strings"))?
-        .to_str()?;
-    PARAMS.iter().position(|p| *p == text).ok_or_else(|| {
-        PyTypeError::new_err(format!(
-            "__dlpack__() got an unexpected keyword argument '{text}'"
-        ))
-    })
+    let text =
+        name.cast::<PyString>().map_err(|_| PyTypeError::new_err("__dlpack__() keywords must be strings"))?.to_str()?;
+    PARAMS
+        .iter()
+        .position(|p| *p == text)
+        .ok_or_else(|| PyTypeError::new_err(format!("__dlpack__() got an unexpected keyword argument '{text}'")))
 }
 
 /// Binds a vectorcall argument vector to `PARAMS` and exports.
@@ -366,12 +345,8 @@ unsafe fn dlpack_call(
         // SAFETY: `kwnames` is a live tuple (contract).
         let names = unsafe { Borrowed::from_ptr(py, kwnames) };
         let names = names.cast::<PyTuple>()?;
-        let interned = [
-            intern!(py, "stream"),
-            intern!(py, "max_version"),
-            intern!(py, "dl_device"),
-            intern!(py, "copy"),
-        ];
+        let interned =
+            [intern!(py, "stream"), intern!(py, "max_version"), intern!(py, "dl_device"), intern!(py, "copy")];
         for j in 0..names.len() {
             // Borrowed: the tuple holds its names for the whole call.
             let name = names.get_borrowed_item(j)?;
@@ -388,13 +363,7 @@ unsafe fn dlpack_call(
     // SAFETY: `slf` is live (contract).
     let slf = unsafe { Borrowed::from_ptr(py, slf) };
     let [stream, max_version, dl_device, copy] = bound;
-    dlpack::export(
-        &slf,
-        stream.as_deref(),
-        max_version.as_deref(),
-        dl_device.as_deref(),
-        copy.as_deref(),
-    )
+    dlpack::export(&slf, stream.as_deref(), max_version.as_deref(), dl_device.as_deref(), copy.as_deref())
 }
 
 /// `__dlpack__` with the vectorcall convention of a `METH_FASTCALL | METH_KEYWORDS` method,
@@ -424,8 +393,7 @@ struct MethodDef(ffi::PyMethodDef);
 // pointers are to 'static C strings and a function, so sharing it across threads is sound.
 unsafe impl Sync for MethodDef {}
 
-const DLPACK_DOC: &CStr =
-    c"__dlpack__($self, stream=None, *, max_version=None, dl_device=None, copy=None)
+const DLPACK_DOC: &CStr = c"__dlpack__($self, stream=None, *, max_version=None, dl_device=None, copy=None)
 --
 
 A DLPack capsule aliasing this tensor's storage: `dltensor`, or `dltensor_versioned`
@@ -439,10 +407,7 @@ static DLPACK_DEF: MethodDef = MethodDef(ffi::PyMethodDef {
         // `Python::attach` pays when entered from a raw C callback, about a tenth of an
         // export), turns a panic into PanicException, and restores an `Err` as the raised
         // exception.
-        PyCFunctionFastWithKeywords: pyo3::get_trampoline_function!(
-            fastcall_cfunction_with_keywords,
-            dlpack_fastcall
-        ),
+        PyCFunctionFastWithKeywords: pyo3::get_trampoline_function!(fastcall_cfunction_with_keywords, dlpack_fastcall),
     },
     ml_flags: ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
     ml_doc: DLPACK_DOC.as_ptr(),
@@ -458,10 +423,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let descriptor = unsafe {
         Bound::from_owned_ptr_or_err(
             py,
-            ffi::PyDescr_NewMethod(
-                ty.as_type_ptr(),
-                std::ptr::addr_of!(DLPACK_DEF.0).cast_mut(),
-            ),
+            ffi::PyDescr_NewMethod(ty.as_type_ptr(), std::ptr::addr_of!(DLPACK_DEF.0).cast_mut()),
         )
     }?;
     ty.setattr(intern!(py, "__dlpack__"), descriptor)?;

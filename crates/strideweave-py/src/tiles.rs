@@ -249,9 +249,10 @@ fn parse_spans(spans: &Bound<'_, PyAny>) -> PyResult<Request> {
     let mut out = Vec::new();
     for (k, item) in spans.try_iter()?.enumerate() {
         let item = item?;
-        let (src, src_off, dst, dst_off, count): (Bound<'_, PyAny>, i64, Bound<'_, PyAny>, i64, i64) = item
-            .extract()
-            .map_err(|_| PyTypeError::new_err(format!("spans[{k}] must be a (src, src_slot, dst, dst_slot, count) tuple")))?;
+        let (src, src_off, dst, dst_off, count): (Bound<'_, PyAny>, i64, Bound<'_, PyAny>, i64, i64) =
+            item.extract().map_err(|_| {
+                PyTypeError::new_err(format!("spans[{k}] must be a (src, src_slot, dst, dst_slot, count) tuple"))
+            })?;
         let from = interner.intern(&src, name("spans", k, "source"))?;
         let src_off = slot(src_off, name("spans", k, "src_slot"))?;
         let to = interner.intern(&dst, name("spans", k, "destination"))?;
@@ -272,7 +273,12 @@ fn shape(values: &[i64], what: &str) -> PyResult<Vec<u64>> {
     values.iter().enumerate().map(|(a, &v)| slot(v, name(what, a, ""))).collect()
 }
 
-fn parse_blocks(blocks: &Bound<'_, PyAny>, block_shape: &[i64], src_shape: &[i64], dst_shape: &[i64]) -> PyResult<Request> {
+fn parse_blocks(
+    blocks: &Bound<'_, PyAny>,
+    block_shape: &[i64],
+    src_shape: &[i64],
+    dst_shape: &[i64],
+) -> PyResult<Request> {
     let geo = BlockGeometry::new(
         &shape(block_shape, "block_shape")?,
         &shape(src_shape, "src_shape")?,
@@ -316,7 +322,8 @@ fn parse_placement(
     let mut parsed = Vec::with_capacity(offsets.len());
     let mut at = offsets.into_iter();
     for (k, src) in sources.try_iter()?.enumerate() {
-        let off = at.next().ok_or_else(|| PyValueError::new_err(format!("offsets has fewer items than sources ({k})")))?;
+        let off =
+            at.next().ok_or_else(|| PyValueError::new_err(format!("offsets has fewer items than sources ({k})")))?;
         let from = interner.intern(&src?, name("sources", k, ""))?;
         let dst_off = slot(off, name("offsets", k, ""))?;
         parsed.push(Block {
@@ -339,7 +346,9 @@ fn parse_pairs(sources: &Bound<'_, PyAny>, destinations: &Bound<'_, PyAny>, coun
     let mut out = Vec::new();
     let mut to = destinations.try_iter()?;
     for (k, src) in sources.try_iter()?.enumerate() {
-        let dst = to.next().ok_or_else(|| PyValueError::new_err(format!("destinations has fewer items than sources ({k})")))??;
+        let dst = to
+            .next()
+            .ok_or_else(|| PyValueError::new_err(format!("destinations has fewer items than sources ({k})")))??;
         let from = interner.intern(&src?, name("sources", k, ""))?;
         let into = interner.intern(&dst, name("destinations", k, ""))?;
         out.push(Span {
@@ -414,7 +423,12 @@ fn submit_copy_blocks(
 /// (the two equally long), with the GIL released: a residency request's tiles, without a
 /// tuple per tile. Checked as `copy_spans` checks its spans.
 #[pyfunction]
-fn copy_storages(py: Python<'_>, sources: &Bound<'_, PyAny>, destinations: &Bound<'_, PyAny>, count: i64) -> PyResult<()> {
+fn copy_storages(
+    py: Python<'_>,
+    sources: &Bound<'_, PyAny>,
+    destinations: &Bound<'_, PyAny>,
+    count: i64,
+) -> PyResult<()> {
     let request = parse_pairs(sources, destinations, count)?;
     run_now(py, request)
 }

@@ -172,8 +172,13 @@ pub(crate) struct SpanJob {
 }
 
 impl SpanJob {
-    pub(crate) fn new(src: &Bound<'_, PyAny>, src_slot: i64, dst: &Bound<'_, PyAny>, dst_slot: i64, count: i64)
-                      -> PyResult<Self> {
+    pub(crate) fn new(
+        src: &Bound<'_, PyAny>,
+        src_slot: i64,
+        dst: &Bound<'_, PyAny>,
+        dst_slot: i64,
+        count: i64,
+    ) -> PyResult<Self> {
         let ((src, dst), kind) = Endpoint::resolve_pair(src, dst)?;
         let size = kind.size() as u64;
         let count = non_negative("count", count)?;
@@ -285,8 +290,14 @@ pub(crate) struct LayoutJob {
 }
 
 impl LayoutJob {
-    pub(crate) fn new(src: &Bound<'_, PyAny>, src_offset: i64, dst: &Bound<'_, PyAny>, dst_offset: i64,
-                      extents: Vec<i64>, strides: Vec<i64>) -> PyResult<Self> {
+    pub(crate) fn new(
+        src: &Bound<'_, PyAny>,
+        src_offset: i64,
+        dst: &Bound<'_, PyAny>,
+        dst_offset: i64,
+        extents: Vec<i64>,
+        strides: Vec<i64>,
+    ) -> PyResult<Self> {
         let ((src, dst), kind) = Endpoint::resolve_pair(src, dst)?;
         let host = |name: &str, end: Endpoint| match end {
             Endpoint::Host(b) => Ok(b),
@@ -298,8 +309,15 @@ impl LayoutJob {
 
     /// A layout copy between two live host buffers of one element size, every addressed slot
     /// checked inside both.
-    pub(crate) fn between(src: Arc<HostBuffer>, src_offset: i64, dst: Arc<HostBuffer>, dst_offset: i64,
-                          extents: Vec<i64>, strides: Vec<i64>, elem_size: usize) -> PyResult<Self> {
+    pub(crate) fn between(
+        src: Arc<HostBuffer>,
+        src_offset: i64,
+        dst: Arc<HostBuffer>,
+        dst_offset: i64,
+        extents: Vec<i64>,
+        strides: Vec<i64>,
+        elem_size: usize,
+    ) -> PyResult<Self> {
         let range = plan::addressed_range(&extents, &strides).map_err(error::plan)?;
         if let Some((lo, hi)) = range {
             for (name, offset, buffer) in [("src_offset", src_offset, &src), ("dst_offset", dst_offset, &dst)] {
@@ -327,7 +345,13 @@ impl LayoutJob {
             if nbytes >= SPLIT_MIN {
                 let byte = |offset: i64| offset as u64 * self.elem_size as u64; // checked >= 0
                 let (src_byte, dst_byte) = (byte(self.src_offset), byte(self.dst_offset));
-                let span = SpanJob { src: Endpoint::Host(self.src), src_byte, dst: Endpoint::Host(self.dst), dst_byte, nbytes };
+                let span = SpanJob {
+                    src: Endpoint::Host(self.src),
+                    src_byte,
+                    dst: Endpoint::Host(self.dst),
+                    dst_byte,
+                    nbytes,
+                };
                 return span.run(None);
             }
         }
@@ -354,8 +378,14 @@ impl LayoutJob {
 /// Copies `count` slots from `src` slot `src_slot` to `dst` slot `dst_slot` (host or file
 /// storages of one element kind), GIL released; OSError on an I/O failure.
 #[pyfunction]
-fn copy_span(py: Python<'_>, src: &Bound<'_, PyAny>, src_slot: i64, dst: &Bound<'_, PyAny>, dst_slot: i64,
-             count: i64) -> PyResult<()> {
+fn copy_span(
+    py: Python<'_>,
+    src: &Bound<'_, PyAny>,
+    src_slot: i64,
+    dst: &Bound<'_, PyAny>,
+    dst_slot: i64,
+    count: i64,
+) -> PyResult<()> {
     let job = SpanJob::new(src, src_slot, dst, dst_slot, count)?;
     run_blocking(py, move || job.run(None))
 }
@@ -365,9 +395,16 @@ fn copy_span(py: Python<'_>, src: &Bound<'_, PyAny>, src_slot: i64, dst: &Bound<
 #[pyfunction]
 #[pyo3(signature = (src, src_slot, dst, dst_slot, count, then, *, progress=None, commit=None))]
 #[allow(clippy::too_many_arguments)]
-fn submit_span(src: &Bound<'_, PyAny>, src_slot: i64, dst: &Bound<'_, PyAny>, dst_slot: i64, count: i64,
-               then: &Bound<'_, PyAny>, progress: Option<Py<TransferProgress>>,
-               commit: Option<Py<MoveCommit>>) -> PyResult<()> {
+fn submit_span(
+    src: &Bound<'_, PyAny>,
+    src_slot: i64,
+    dst: &Bound<'_, PyAny>,
+    dst_slot: i64,
+    count: i64,
+    then: &Bound<'_, PyAny>,
+    progress: Option<Py<TransferProgress>>,
+    commit: Option<Py<MoveCommit>>,
+) -> PyResult<()> {
     let job = SpanJob::new(src, src_slot, dst, dst_slot, count)?;
     let progress = progress.map(Arc::new);
     submit_committing(then, commit, move || job.run(progress)).map(drop)
@@ -376,8 +413,15 @@ fn submit_span(src: &Bound<'_, PyAny>, src_slot: i64, dst: &Bound<'_, PyAny>, ds
 /// Copies every slot the flattened layout (`leaf_extents`, `leaf_strides`) addresses,
 /// `src_offset + i` to `dst_offset + i`, between two host storages, GIL released.
 #[pyfunction]
-fn copy_layout(py: Python<'_>, src: &Bound<'_, PyAny>, src_offset: i64, dst: &Bound<'_, PyAny>, dst_offset: i64,
-               leaf_extents: Vec<i64>, leaf_strides: Vec<i64>) -> PyResult<()> {
+fn copy_layout(
+    py: Python<'_>,
+    src: &Bound<'_, PyAny>,
+    src_offset: i64,
+    dst: &Bound<'_, PyAny>,
+    dst_offset: i64,
+    leaf_extents: Vec<i64>,
+    leaf_strides: Vec<i64>,
+) -> PyResult<()> {
     let job = LayoutJob::new(src, src_offset, dst, dst_offset, leaf_extents, leaf_strides)?;
     run_blocking(py, move || job.run())
 }
@@ -386,9 +430,16 @@ fn copy_layout(py: Python<'_>, src: &Bound<'_, PyAny>, src_offset: i64, dst: &Bo
 #[pyfunction]
 #[pyo3(signature = (src, src_offset, dst, dst_offset, leaf_extents, leaf_strides, then, *, commit=None))]
 #[allow(clippy::too_many_arguments)]
-fn submit_layout(src: &Bound<'_, PyAny>, src_offset: i64, dst: &Bound<'_, PyAny>, dst_offset: i64,
-                 leaf_extents: Vec<i64>, leaf_strides: Vec<i64>, then: &Bound<'_, PyAny>,
-                 commit: Option<Py<MoveCommit>>) -> PyResult<()> {
+fn submit_layout(
+    src: &Bound<'_, PyAny>,
+    src_offset: i64,
+    dst: &Bound<'_, PyAny>,
+    dst_offset: i64,
+    leaf_extents: Vec<i64>,
+    leaf_strides: Vec<i64>,
+    then: &Bound<'_, PyAny>,
+    commit: Option<Py<MoveCommit>>,
+) -> PyResult<()> {
     let job = LayoutJob::new(src, src_offset, dst, dst_offset, leaf_extents, leaf_strides)?;
     submit_committing(then, commit, move || job.run()).map(drop)
 }

@@ -93,12 +93,7 @@ fn file_write_chunked(file: &File, off: u64, src: &[u8], chunk: usize) -> io::Re
     while done < src.len() {
         let end = src.len().min(done + chunk);
         match file.write_at(&src[done..end], offset_after(off, done)?) {
-            Ok(0) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::WriteZero,
-                    "positioned write made no progress",
-                ))
-            }
+            Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "positioned write made no progress")),
             Ok(n) => done += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
@@ -146,14 +141,7 @@ pub fn file_copy(src: &File, src_off: u64, dst: &File, dst_off: u64, bytes: u64)
     #[cfg(not(target_os = "linux"))]
     let done = 0u64;
     if done < bytes {
-        bounce_copy(
-            src,
-            src_off + done,
-            dst,
-            dst_off + done,
-            bytes - done,
-            IO_CHUNK,
-        )?;
+        bounce_copy(src, src_off + done, dst, dst_off + done, bytes - done, IO_CHUNK)?;
     }
     Ok(())
 }
@@ -165,36 +153,24 @@ fn kernel_copy(src: &File, src_off: u64, dst: &File, dst_off: u64, bytes: u64) -
     use std::os::fd::AsRawFd;
     let mut done = 0u64;
     while done < bytes {
-        let (Ok(mut s), Ok(mut d)) = (
-            libc::loff_t::try_from(src_off + done),
-            libc::loff_t::try_from(dst_off + done),
-        ) else {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "file offset exceeds off_t",
-            ));
+        let (Ok(mut s), Ok(mut d)) = (libc::loff_t::try_from(src_off + done), libc::loff_t::try_from(dst_off + done))
+        else {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "file offset exceeds off_t"));
         };
         let want = (bytes - done).min(1 << 30) as usize;
         // SAFETY: both descriptors are borrowed from live `File`s for the call; the offset
         // pointers point at locals that outlive it; flags must be 0.
-        let n = unsafe {
-            libc::copy_file_range(src.as_raw_fd(), &mut s, dst.as_raw_fd(), &mut d, want, 0)
-        };
+        let n = unsafe { libc::copy_file_range(src.as_raw_fd(), &mut s, dst.as_raw_fd(), &mut d, want, 0) };
         if n > 0 {
             done += n as u64;
         } else if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "source file ends before the span",
-            ));
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "source file ends before the span"));
         } else {
             let e = io::Error::last_os_error();
             match e.raw_os_error() {
                 Some(libc::EINTR) => {}
                 // Not an I/O failure, only "not this way": the caller's buffer path decides.
-                Some(
-                    libc::EXDEV | libc::ENOSYS | libc::EINVAL | libc::EOPNOTSUPP | libc::EPERM,
-                ) => return Ok(done),
+                Some(libc::EXDEV | libc::ENOSYS | libc::EINVAL | libc::EOPNOTSUPP | libc::EPERM) => return Ok(done),
                 _ => return Err(e),
             }
         }
@@ -202,14 +178,7 @@ fn kernel_copy(src: &File, src_off: u64, dst: &File, dst_off: u64, bytes: u64) -
     Ok(done)
 }
 
-fn bounce_copy(
-    src: &File,
-    src_off: u64,
-    dst: &File,
-    dst_off: u64,
-    bytes: u64,
-    chunk: usize,
-) -> io::Result<()> {
+fn bounce_copy(src: &File, src_off: u64, dst: &File, dst_off: u64, bytes: u64, chunk: usize) -> io::Result<()> {
     let mut buf = vec![0u8; (bytes.min(chunk as u64)) as usize];
     // Walk backwards when the destination lies after the source, so an overlapping range of
     // the same file is read before it is overwritten.
@@ -217,11 +186,7 @@ fn bounce_copy(
     let mut remaining = bytes;
     while remaining > 0 {
         let n = remaining.min(buf.len() as u64);
-        let pos = if backwards {
-            remaining - n
-        } else {
-            bytes - remaining
-        };
+        let pos = if backwards { remaining - n } else { bytes - remaining };
         let piece = &mut buf[..n as usize];
         file_read_into_host(src, src_off + pos, piece)?;
         file_write_from_host(dst, dst_off + pos, piece)?;
@@ -262,11 +227,7 @@ pub unsafe fn copy_layout_elements(
     check_modes(extents, strides)?;
     // SAFETY: forwarded verbatim from this function's contract; equal strides make the
     // destination addressed set the source's shifted by the offset difference.
-    unsafe {
-        copy_strided(
-            src_base, src_offset, strides, dst_base, dst_offset, strides, extents, elem_size,
-        )
-    }
+    unsafe { copy_strided(src_base, src_offset, strides, dst_base, dst_offset, strides, extents, elem_size) }
 }
 
 /// Copies slot `src_offset + Σ c_i*src_strides[i]` to slot `dst_offset + Σ c_i*dst_strides[i]`
@@ -293,25 +254,18 @@ pub unsafe fn copy_strided(
         return Err(LayoutCopyError::ZeroElementSize);
     }
     // Prove every byte offset fits isize before any pointer arithmetic uses it.
-    let byte_span =
-        |offset: i64, strides: &[i64]| -> Result<Option<(isize, isize)>, LayoutCopyError> {
-            let Some((lo, hi)) = addressed_range(extents, strides)? else {
-                return Ok(None);
-            };
-            let es = elem_size as i64;
-            let lo = offset.checked_add(lo).and_then(|v| v.checked_mul(es));
-            let hi = offset
-                .checked_add(hi)
-                .and_then(|v| v.checked_add(1))
-                .and_then(|v| v.checked_mul(es));
-            match (
-                lo.and_then(|v| isize::try_from(v).ok()),
-                hi.and_then(|v| isize::try_from(v).ok()),
-            ) {
-                (Some(l), Some(h)) => Ok(Some((l, h))),
-                _ => Err(PlanError::AddressOverflow.into()),
-            }
+    let byte_span = |offset: i64, strides: &[i64]| -> Result<Option<(isize, isize)>, LayoutCopyError> {
+        let Some((lo, hi)) = addressed_range(extents, strides)? else {
+            return Ok(None);
         };
+        let es = elem_size as i64;
+        let lo = offset.checked_add(lo).and_then(|v| v.checked_mul(es));
+        let hi = offset.checked_add(hi).and_then(|v| v.checked_add(1)).and_then(|v| v.checked_mul(es));
+        match (lo.and_then(|v| isize::try_from(v).ok()), hi.and_then(|v| isize::try_from(v).ok())) {
+            (Some(l), Some(h)) => Ok(Some((l, h))),
+            _ => Err(PlanError::AddressOverflow.into()),
+        }
+    };
     let Some(_) = byte_span(src_offset, src_strides)? else {
         return Ok(());
     };
@@ -382,8 +336,7 @@ unsafe fn inner<T: Copy>(src: *const T, dst: *mut T, m: Mode) {
             std::ptr::copy_nonoverlapping(src, dst, m.n);
         } else {
             for k in 0..m.n as isize {
-                dst.offset(k * m.d)
-                    .write_unaligned(src.offset(k * m.s).read_unaligned());
+                dst.offset(k * m.d).write_unaligned(src.offset(k * m.s).read_unaligned());
             }
         }
     }

@@ -33,9 +33,7 @@ fn brute_pairs(extents: &[i64], ss: &[i64], ds: &[i64], so: i64, dof: i64) -> Ve
 /// Runs the layout copy on byte buffers whose elements are distinct, and compares the
 /// whole destination (addressed slots copied, others untouched) to the definition.
 fn check_layout(extents: &[i64], strides: &[i64], so: i64, dof: i64, es: usize) {
-    let (lo, hi) = addressed_range(extents, strides)
-        .unwrap()
-        .unwrap_or_default();
+    let (lo, hi) = addressed_range(extents, strides).unwrap().unwrap_or_default();
     let slots = (hi - lo + 1 + so.max(dof) + 2) as usize;
     let (so, dof) = (so - lo, dof - lo);
     let src: Vec<u8> = (0..slots * es).map(|i| (i * 7 + 3) as u8).collect();
@@ -47,18 +45,7 @@ fn check_layout(extents: &[i64], strides: &[i64], so: i64, dof: i64, es: usize) 
     }
     // SAFETY: the buffers cover every addressed slot (sized from addressed_range) and are
     // distinct allocations.
-    unsafe {
-        copy_layout_elements(
-            src.as_ptr(),
-            so,
-            dst.as_mut_ptr(),
-            dof,
-            extents,
-            strides,
-            es,
-        )
-        .unwrap()
-    };
+    unsafe { copy_layout_elements(src.as_ptr(), so, dst.as_mut_ptr(), dof, extents, strides, es).unwrap() };
     assert_eq!(dst, want, "extents {extents:?} strides {strides:?} es {es}");
 }
 
@@ -98,9 +85,7 @@ fn empty_layout_copies_nothing() {
     let src = [1u8; 4];
     let mut dst = [0u8; 4];
     // SAFETY: a zero extent addresses nothing, so the pointers are never read or written.
-    unsafe {
-        copy_layout_elements(src.as_ptr(), 0, dst.as_mut_ptr(), 0, &[0], &[1], 4).unwrap()
-    };
+    unsafe { copy_layout_elements(src.as_ptr(), 0, dst.as_mut_ptr(), 0, &[0], &[1], 4).unwrap() };
     assert_eq!(dst, [0; 4]);
 }
 
@@ -113,22 +98,13 @@ fn bad_modes_are_refused_before_copying() {
     unsafe {
         assert_eq!(
             copy_layout_elements(p.0, 0, p.1, 0, &[2], &[1, 2], 4),
-            Err(LayoutCopyError::Plan(PlanError::RankMismatch {
-                extents: 1,
-                strides: 2
-            }))
+            Err(LayoutCopyError::Plan(PlanError::RankMismatch { extents: 1, strides: 2 }))
         );
         assert_eq!(
             copy_layout_elements(p.0, 0, p.1, 0, &[2, -1], &[1, 2], 4),
-            Err(LayoutCopyError::Plan(PlanError::NegativeExtent {
-                leaf: 1,
-                extent: -1
-            }))
+            Err(LayoutCopyError::Plan(PlanError::NegativeExtent { leaf: 1, extent: -1 }))
         );
-        assert_eq!(
-            copy_layout_elements(p.0, 0, p.1, 0, &[2], &[1], 0),
-            Err(LayoutCopyError::ZeroElementSize)
-        );
+        assert_eq!(copy_layout_elements(p.0, 0, p.1, 0, &[2], &[1], 0), Err(LayoutCopyError::ZeroElementSize));
         assert_eq!(
             copy_layout_elements(p.0, 0, p.1, 0, &[3], &[i64::MAX / 2], 4),
             Err(LayoutCopyError::Plan(PlanError::AddressOverflow))
@@ -145,26 +121,11 @@ fn gather_compacts_a_gapped_layout() {
     let src: Vec<u32> = (0..80).collect();
     let mut dst = vec![u32::MAX; 24];
     // SAFETY: src covers slots up to 1+10+60=71 < 80, dst covers 0..24; distinct buffers.
-    unsafe {
-        copy_strided(
-            src.as_ptr().cast(),
-            0,
-            &ss,
-            dst.as_mut_ptr().cast(),
-            0,
-            &ds,
-            &extents,
-            4,
-        )
-        .unwrap()
-    };
-    let want: Vec<u32> = brute_pairs(&extents, &ss, &ds, 0, 0).into_iter().fold(
-        vec![u32::MAX; 24],
-        |mut w, (s, d)| {
-            w[d as usize] = src[s as usize];
-            w
-        },
-    );
+    unsafe { copy_strided(src.as_ptr().cast(), 0, &ss, dst.as_mut_ptr().cast(), 0, &ds, &extents, 4).unwrap() };
+    let want: Vec<u32> = brute_pairs(&extents, &ss, &ds, 0, 0).into_iter().fold(vec![u32::MAX; 24], |mut w, (s, d)| {
+        w[d as usize] = src[s as usize];
+        w
+    });
     assert_eq!(dst, want);
     assert!(dst.iter().all(|&v| v != u32::MAX));
 }
@@ -235,12 +196,7 @@ fn temp_file() -> (TempPath, File) {
         std::process::id(),
         N.fetch_add(1, Ordering::SeqCst)
     ));
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&p)
-        .unwrap();
+    let f = OpenOptions::new().read(true).write(true).create_new(true).open(&p).unwrap();
     (TempPath(p), f)
 }
 

@@ -28,9 +28,12 @@ pub fn file_write_gather(file: &File, file_byte_off: u64, parts: &[&[u8]]) -> io
         parts.iter().map(|p| libc::iovec { iov_base: p.as_ptr().cast_mut().cast(), iov_len: p.len() }).collect();
     // SAFETY: each iovec points into a slice borrowed for the call; pwritev only reads them.
     unsafe {
-        transfer(&mut iovecs, file_byte_off, |iov, count, off| libc::pwritev(file.as_raw_fd(), iov, count, off), || {
-            io::Error::new(io::ErrorKind::WriteZero, "positioned write made no progress")
-        })
+        transfer(
+            &mut iovecs,
+            file_byte_off,
+            |iov, count, off| libc::pwritev(file.as_raw_fd(), iov, count, off),
+            || io::Error::new(io::ErrorKind::WriteZero, "positioned write made no progress"),
+        )
     }
 }
 
@@ -51,9 +54,12 @@ pub unsafe fn file_read_scatter(file: &File, file_byte_off: u64, parts: &[(*mut 
     let end = offset_after(file_byte_off, total)?;
     // SAFETY: the caller vouches for every range (this function's contract).
     unsafe {
-        transfer(&mut iovecs, file_byte_off, |iov, count, off| libc::preadv(file.as_raw_fd(), iov, count, off), || {
-            io::Error::new(io::ErrorKind::UnexpectedEof, format!("file ends before byte {end}"))
-        })
+        transfer(
+            &mut iovecs,
+            file_byte_off,
+            |iov, count, off| libc::preadv(file.as_raw_fd(), iov, count, off),
+            || io::Error::new(io::ErrorKind::UnexpectedEof, format!("file ends before byte {end}")),
+        )
     }
 }
 

@@ -38,9 +38,7 @@ impl<T> Default for Completion<T> {
 
 impl<T> std::fmt::Debug for Completion<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Completion")
-            .field("done", &self.is_done())
-            .finish()
+        f.debug_struct("Completion").field("done", &self.is_done()).finish()
     }
 }
 
@@ -50,10 +48,7 @@ impl<T> Completion<T> {
         Completion {
             value: OnceLock::new(),
             done: AtomicBool::new(false),
-            state: Mutex::new(State {
-                committed: false,
-                callbacks: Vec::new(),
-            }),
+            state: Mutex::new(State { committed: false, callbacks: Vec::new() }),
             cond: Condvar::new(),
         }
     }
@@ -229,11 +224,8 @@ mod tests {
                     })
                 })
                 .collect();
-            let wins: Vec<usize> = racers
-                .into_iter()
-                .enumerate()
-                .filter_map(|(i, r)| r.join().unwrap().then_some(i))
-                .collect();
+            let wins: Vec<usize> =
+                racers.into_iter().enumerate().filter_map(|(i, r)| r.join().unwrap().then_some(i)).collect();
             assert_eq!(wins.len(), 1);
             assert_eq!(*c.wait(), wins[0]);
         }

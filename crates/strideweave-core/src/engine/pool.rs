@@ -82,15 +82,7 @@ struct Lane {
 impl Lane {
     fn new(core: usize, max: usize, name: &'static str, batch: bool) -> Self {
         let (tx, rx) = unbounded();
-        Lane {
-            batch,
-            tx,
-            rx,
-            counts: Mutex::new(Counts::default()),
-            core,
-            max,
-            name,
-        }
+        Lane { batch, tx, rx, counts: Mutex::new(Counts::default()), core, max, name }
     }
 }
 
@@ -142,9 +134,7 @@ fn ensure_started() -> &'static Pool {
 }
 
 fn spawn_worker(lane: &'static Lane, index: usize, core: bool) {
-    let result = thread::Builder::new()
-        .name(format!("{}-{index}", lane.name))
-        .spawn(move || worker_loop(lane, core));
+    let result = thread::Builder::new().name(format!("{}-{index}", lane.name)).spawn(move || worker_loop(lane, core));
     if result.is_err() {
         // The thread never started: undo its slot so a later submit may try again.
         lane.counts.lock().total -= 1;
@@ -218,9 +208,7 @@ fn submit_to(lane: &'static Lane, job: Job) {
         }
     };
     // The receiver lives in the same static as the sender, so the channel never disconnects.
-    lane.tx
-        .send(job)
-        .expect("engine channel is never disconnected");
+    lane.tx.send(job).expect("engine channel is never disconnected");
     if let Some(index) = spawn_index {
         spawn_worker(lane, index, false);
     }
@@ -295,11 +283,7 @@ mod tests {
     fn runs_every_job_exactly_once_from_many_threads() {
         const THREADS: usize = 8;
         const PER_THREAD: usize = 500;
-        let hits: Arc<Vec<AtomicUsize>> = Arc::new(
-            (0..THREADS * PER_THREAD)
-                .map(|_| AtomicUsize::new(0))
-                .collect(),
-        );
+        let hits: Arc<Vec<AtomicUsize>> = Arc::new((0..THREADS * PER_THREAD).map(|_| AtomicUsize::new(0)).collect());
         let (done_tx, done_rx) = mpsc::channel();
         let start = Arc::new(Barrier::new(THREADS));
         let submitters: Vec<_> = (0..THREADS)

@@ -35,18 +35,10 @@ use crate::layout::plan::LoopPlan;
 pub enum KernelError {
     /// An operand's strides do not have one entry per leaf extent.
     #[error("{operand}: {got} strides for {expected} leaf extents")]
-    RankMismatch {
-        operand: &'static str,
-        expected: usize,
-        got: usize,
-    },
+    RankMismatch { operand: &'static str, expected: usize, got: usize },
     /// An operand's greatest reachable index lies outside its buffer.
     #[error("{operand}: layout reaches {needed} slots but the storage holds {len}")]
-    OutOfBounds {
-        operand: &'static str,
-        needed: usize,
-        len: usize,
-    },
+    OutOfBounds { operand: &'static str, needed: usize, len: usize },
     /// The size or greatest index does not fit in `usize`.
     #[error("{operand}: layout span overflows")]
     SpanOverflow { operand: &'static str },
@@ -62,11 +54,7 @@ pub struct Operand<'a> {
 
 impl<'a> Operand<'a> {
     pub fn new(data: &'a [f32], offset: usize, strides: &'a [usize]) -> Self {
-        Self {
-            data,
-            offset,
-            strides,
-        }
+        Self { data, offset, strides }
     }
 }
 
@@ -79,9 +67,7 @@ pub enum BinaryOp {
 
 /// Number of logical coordinates, checked for overflow.
 pub fn element_count(extents: &[usize]) -> Option<usize> {
-    extents
-        .iter()
-        .try_fold(1usize, |acc, &e| acc.checked_mul(e))
+    extents.iter().try_fold(1usize, |acc, &e| acc.checked_mul(e))
 }
 
 /// Strides of the canonical injective layout over `extents`: each leaf's stride is the
@@ -99,29 +85,15 @@ pub fn canonical_strides(extents: &[usize]) -> Vec<usize> {
 }
 
 /// One past the greatest index `offset + Σ (extent-1)·stride` reaches.
-fn reach(
-    operand: &'static str,
-    extents: &[usize],
-    offset: usize,
-    strides: &[usize],
-) -> Result<usize, KernelError> {
+fn reach(operand: &'static str, extents: &[usize], offset: usize, strides: &[usize]) -> Result<usize, KernelError> {
     if strides.len() != extents.len() {
-        return Err(KernelError::RankMismatch {
-            operand,
-            expected: extents.len(),
-            got: strides.len(),
-        });
+        return Err(KernelError::RankMismatch { operand, expected: extents.len(), got: strides.len() });
     }
     let mut last = offset;
     for (&e, &s) in extents.iter().zip(strides) {
         // A zero extent means no coordinates at all; treat it as reaching nothing extra.
-        let step = e
-            .saturating_sub(1)
-            .checked_mul(s)
-            .ok_or(KernelError::SpanOverflow { operand })?;
-        last = last
-            .checked_add(step)
-            .ok_or(KernelError::SpanOverflow { operand })?;
+        let step = e.saturating_sub(1).checked_mul(s).ok_or(KernelError::SpanOverflow { operand })?;
+        last = last.checked_add(step).ok_or(KernelError::SpanOverflow { operand })?;
     }
     last.checked_add(1).ok_or(KernelError::SpanOverflow { operand })
 }
@@ -138,11 +110,7 @@ fn check(
     }
     let needed = reach(operand, extents, offset, strides)?;
     if needed > len {
-        return Err(KernelError::OutOfBounds {
-            operand,
-            needed,
-            len,
-        });
+        return Err(KernelError::OutOfBounds { operand, needed, len });
     }
     Ok(())
 }
@@ -246,8 +214,7 @@ impl<const N: usize> Plan<N> {
                 for i in (0..e1).step_by(band) {
                     let n1 = band.min(e1 - i);
                     for j in (j0..j1).step_by(BLOCK) {
-                        let b: [usize; N] =
-                            std::array::from_fn(|k| bases[k] + i * s1[k] + j * s0[k]);
+                        let b: [usize; N] = std::array::from_fn(|k| bases[k] + i * s1[k] + j * s0[k]);
                         block(b, BLOCK.min(j1 - j), n1);
                     }
                 }
@@ -302,14 +269,8 @@ fn binary_planned(
         if sa == 1 && sb == 1 && so == 1 {
             let (x, y, z) = (&ad[ia..ia + n], &bd[ib..ib + n], &mut out[io..io + n]);
             match op {
-                BinaryOp::Add => z
-                    .iter_mut()
-                    .zip(x.iter().zip(y))
-                    .for_each(|(z, (x, y))| *z = x + y),
-                BinaryOp::Mul => z
-                    .iter_mut()
-                    .zip(x.iter().zip(y))
-                    .for_each(|(z, (x, y))| *z = x * y),
+                BinaryOp::Add => z.iter_mut().zip(x.iter().zip(y)).for_each(|(z, (x, y))| *z = x + y),
+                BinaryOp::Mul => z.iter_mut().zip(x.iter().zip(y)).for_each(|(z, (x, y))| *z = x * y),
             }
         } else {
             for j in 0..n {
@@ -346,12 +307,7 @@ fn binary_planned(
             return;
         }
         for i in 0..n1 {
-            run(
-                out,
-                [ia + i * s1[0], ib + i * s1[1], io + i * s1[2]],
-                n0,
-                s0,
-            );
+            run(out, [ia + i * s1[0], ib + i * s1[1], io + i * s1[2]], n0, s0);
         }
     });
 }
@@ -466,12 +422,7 @@ fn transpose8(r: [std::arch::x86_64::__m256; 8]) -> [std::arch::x86_64::__m256; 
 }
 
 /// Checks `a` and `out` against their buffers and plans their shared walk.
-fn plan_unary(
-    extents: &[usize],
-    a: &Operand<'_>,
-    out: &[f32],
-    out_strides: &[usize],
-) -> Result<Plan<2>, KernelError> {
+fn plan_unary(extents: &[usize], a: &Operand<'_>, out: &[f32], out_strides: &[usize]) -> Result<Plan<2>, KernelError> {
     check("a", extents, a.offset, a.strides, a.data.len())?;
     check("out", extents, 0, out_strides, out.len())?;
     Ok(Plan::new(extents, [a.strides, out_strides]))
@@ -489,10 +440,7 @@ fn map_f32(
     let ad = a.data;
     plan.walk([a.offset, 0], |[ia, io], n, [sa, so]| {
         if sa == 1 && so == 1 {
-            out[io..io + n]
-                .iter_mut()
-                .zip(&ad[ia..ia + n])
-                .for_each(|(z, &x)| *z = f(x));
+            out[io..io + n].iter_mut().zip(&ad[ia..ia + n]).for_each(|(z, &x)| *z = f(x));
         } else {
             for j in 0..n {
                 out[io + j * so] = f(ad[ia + j * sa]);
@@ -504,12 +452,7 @@ fn map_f32(
 
 /// Copy every coordinate of `a` into `out` through `out_strides`. With all-zero strides on
 /// `a` this fills `out` with one value.
-pub fn copy_f32(
-    extents: &[usize],
-    a: Operand<'_>,
-    out: &mut [f32],
-    out_strides: &[usize],
-) -> Result<(), KernelError> {
+pub fn copy_f32(extents: &[usize], a: Operand<'_>, out: &mut [f32], out_strides: &[usize]) -> Result<(), KernelError> {
     map_f32(extents, a, out, out_strides, |x| x)
 }
 

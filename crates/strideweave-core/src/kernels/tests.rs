@@ -5,19 +5,13 @@ use proptest::prelude::*;
 fn indices(extents: &[usize], offset: usize, strides: &[usize]) -> Vec<usize> {
     let mut idx = vec![offset];
     for (&e, &s) in extents.iter().zip(strides) {
-        idx = (0..e)
-            .flat_map(|j| idx.iter().map(move |&i| i + j * s))
-            .collect();
+        idx = (0..e).flat_map(|j| idx.iter().map(move |&i| i + j * s)).collect();
     }
     idx
 }
 
 fn cosize(extents: &[usize], strides: &[usize]) -> usize {
-    1 + extents
-        .iter()
-        .zip(strides)
-        .map(|(&e, &s)| (e - 1) * s)
-        .sum::<usize>()
+    1 + extents.iter().zip(strides).map(|(&e, &s)| (e - 1) * s).sum::<usize>()
 }
 
 #[test]
@@ -29,15 +23,7 @@ fn add_of_hierarchical_strided_inputs_is_canonical() {
     let sb = canonical_strides(&ext);
     let b: Vec<f32> = (0..24).map(|i| 1000.0 * i as f32).collect();
     let mut out = vec![0.0; 24];
-    binary_f32(
-        BinaryOp::Add,
-        &ext,
-        Operand::new(&a, 0, &sa),
-        Operand::new(&b, 0, &sb),
-        &mut out,
-        &sb,
-    )
-    .unwrap();
+    binary_f32(BinaryOp::Add, &ext, Operand::new(&a, 0, &sa), Operand::new(&b, 0, &sb), &mut out, &sb).unwrap();
     let ia = indices(&ext, 0, &sa);
     for k in 0..24 {
         assert_eq!(out[k], a[ia[k]] + b[k]);
@@ -51,15 +37,8 @@ fn worked_example_product_and_sum() {
     let w = [10.0f32, 1.0, 20.0, 2.0, 30.0, 3.0];
     let ext = [2, 3];
     let mut p = vec![0.0; 6];
-    binary_f32(
-        BinaryOp::Mul,
-        &ext,
-        Operand::new(&x, 0, &[0, 1]),
-        Operand::new(&w, 0, &[1, 2]),
-        &mut p,
-        &[1, 2],
-    )
-    .unwrap();
+    binary_f32(BinaryOp::Mul, &ext, Operand::new(&x, 0, &[0, 1]), Operand::new(&w, 0, &[1, 2]), &mut p, &[1, 2])
+        .unwrap();
     assert_eq!(sum_f32(&ext, Operand::new(&p, 0, &[1, 2])).unwrap(), 154.0);
 }
 
@@ -110,15 +89,9 @@ fn sum_counts_each_coordinate_and_accumulates_in_f64() {
     // 2^24 + 1 + 1 + ...: f32 accumulation would lose every 1.0.
     let mut v = vec![1.0f32; 17];
     v[0] = 16_777_216.0;
-    assert_eq!(
-        sum_f32(&[17], Operand::new(&v, 0, &[1])).unwrap(),
-        16_777_232.0
-    );
+    assert_eq!(sum_f32(&[17], Operand::new(&v, 0, &[1])).unwrap(), 16_777_232.0);
     // Rank 0: one element.
-    assert_eq!(
-        sum_f32(&[], Operand::new(&[4.0, 9.0], 1, &[])).unwrap(),
-        9.0
-    );
+    assert_eq!(sum_f32(&[], Operand::new(&[4.0, 9.0], 1, &[])).unwrap(), 9.0);
 }
 
 #[test]
@@ -134,20 +107,10 @@ fn out_of_bounds_operands_are_refused_before_writing() {
         &[1, 2],
     )
     .unwrap_err();
-    assert_eq!(
-        err,
-        KernelError::OutOfBounds {
-            operand: "a",
-            needed: 6,
-            len: 5
-        }
-    );
+    assert_eq!(err, KernelError::OutOfBounds { operand: "a", needed: 6, len: 5 });
     assert!(out.iter().all(|&x| x == -1.0));
     let err = copy_f32(&[2], Operand::new(&a, 0, &[1, 1]), &mut out, &[1]).unwrap_err();
-    assert!(matches!(
-        err,
-        KernelError::RankMismatch { operand: "a", .. }
-    ));
+    assert!(matches!(err, KernelError::RankMismatch { operand: "a", .. }));
     let err = sum_f32(&[2], Operand::new(&a, usize::MAX, &[1])).unwrap_err();
     assert_eq!(err, KernelError::SpanOverflow { operand: "a" });
 }
@@ -161,17 +124,10 @@ fn merging_keeps_non_mergeable_leaves_apart() {
     assert_eq!(out, vec![1.0, 3.0, 2.0, 4.0]);
 }
 
-fn layout_strategy() -> impl Strategy<Value = (Vec<usize>, Vec<usize>, Vec<usize>, usize, usize)>
-{
+fn layout_strategy() -> impl Strategy<Value = (Vec<usize>, Vec<usize>, Vec<usize>, usize, usize)> {
     prop::collection::vec(1usize..4, 0..5).prop_flat_map(|ext| {
         let n = ext.len();
-        (
-            Just(ext),
-            prop::collection::vec(0usize..7, n),
-            prop::collection::vec(0usize..7, n),
-            0usize..3,
-            0usize..3,
-        )
+        (Just(ext), prop::collection::vec(0usize..7, n), prop::collection::vec(0usize..7, n), 0usize..3, 0usize..3)
     })
 }
 
@@ -189,15 +145,7 @@ fn transposed_operand_is_blocked_and_exact() {
     let plan = Plan::new(&ext, [&canon[..], &sb[..], &canon[..]]);
     assert!(plan.wants_tiles());
     let mut out = vec![f32::NAN; 130 * 70 * 3];
-    binary_f32(
-        BinaryOp::Add,
-        &ext,
-        Operand::new(&a, oa, &canon),
-        Operand::new(&b, ob, &sb),
-        &mut out,
-        &canon,
-    )
-    .unwrap();
+    binary_f32(BinaryOp::Add, &ext, Operand::new(&a, oa, &canon), Operand::new(&b, ob, &sb), &mut out, &canon).unwrap();
     let (ia, ib) = (indices(&ext, oa, &canon), indices(&ext, ob, &sb));
     for k in 0..out.len() {
         assert_eq!(out[k], a[ia[k]] + b[ib[k]]);
@@ -229,17 +177,9 @@ fn register_blocks_cover_every_orientation() {
         let sb = strides(mask & 2 != 0, 0);
         let so = strides(mask & 4 != 0, 1);
         let (oa, ob) = (3, 1);
-        let a: Vec<f32> = (0..oa + cosize(&ext, &sa))
-            .map(|i| i as f32 - 9.5)
-            .collect();
-        let b: Vec<f32> = (0..ob + cosize(&ext, &sb))
-            .map(|i| 0.25 * i as f32)
-            .collect();
-        let (ia, ib, io) = (
-            indices(&ext, oa, &sa),
-            indices(&ext, ob, &sb),
-            indices(&ext, 0, &so),
-        );
+        let a: Vec<f32> = (0..oa + cosize(&ext, &sa)).map(|i| i as f32 - 9.5).collect();
+        let b: Vec<f32> = (0..ob + cosize(&ext, &sb)).map(|i| 0.25 * i as f32).collect();
+        let (ia, ib, io) = (indices(&ext, oa, &sa), indices(&ext, ob, &sb), indices(&ext, 0, &so));
         for op in [BinaryOp::Add, BinaryOp::Mul] {
             let mut want = vec![f32::NAN; cosize(&ext, &so)];
             for k in 0..ia.len() {
@@ -260,18 +200,8 @@ fn register_blocks_cover_every_orientation() {
     }
 }
 
-fn tiled_strategy() -> impl Strategy<
-    Value = (
-        Vec<usize>,
-        Vec<usize>,
-        Vec<usize>,
-        Vec<usize>,
-        usize,
-        usize,
-        usize,
-        usize,
-    ),
-> {
+fn tiled_strategy(
+) -> impl Strategy<Value = (Vec<usize>, Vec<usize>, Vec<usize>, Vec<usize>, usize, usize, usize, usize)> {
     prop::collection::vec(1usize..25, 2..5).prop_flat_map(|ext| {
         let n = ext.len();
         (

@@ -69,16 +69,9 @@ impl Layout {
             .leaves()
             .iter()
             .zip(stride.leaves())
-            .try_fold(1i64, |acc, (&e, &s)| {
-                (e - 1).checked_mul(s).and_then(|t| acc.checked_add(t))
-            })
+            .try_fold(1i64, |acc, (&e, &s)| (e - 1).checked_mul(s).and_then(|t| acc.checked_add(t)))
             .ok_or(LayoutError::CosizeOverflow)?;
-        Ok(Layout {
-            shape,
-            stride,
-            size,
-            cosize,
-        })
+        Ok(Layout { shape, stride, size, cosize })
     }
 
     /// The canonical injective layout of `shape` (§6): each leaf's stride is the product
@@ -93,12 +86,7 @@ impl Layout {
             running *= e;
         }
         let stride = Stride::from_tree_unchecked(shape.tree().with_leaves(&strides));
-        Ok(Layout {
-            shape: shape.clone(),
-            stride,
-            size,
-            cosize: size,
-        })
+        Ok(Layout { shape: shape.clone(), stride, size, cosize: size })
     }
 
     /// A rank-1 layout `extent:stride`.
@@ -159,10 +147,7 @@ impl Layout {
 
     /// `(extent, stride)` pairs of the leaves, depth-first.
     pub fn infix(&self) -> impl ExactSizeIterator<Item = (i64, i64)> + '_ {
-        self.leaf_extents()
-            .iter()
-            .copied()
-            .zip(self.leaf_strides().iter().copied())
+        self.leaf_extents().iter().copied().zip(self.leaf_strides().iter().copied())
     }
 
     /// Depth-first structure markers: `Leaf` per int mode, `Push … Pop` around nested.
@@ -176,11 +161,7 @@ impl Layout {
     /// [`Layout::try_index_of_int`]. Out-of-range `k` gives an unspecified value (never UB).
     #[inline]
     pub fn index_of_int(&self, k: i64) -> i64 {
-        debug_assert!(
-            (0..self.size).contains(&k),
-            "ordinal {k} outside [0, {})",
-            self.size
-        );
+        debug_assert!((0..self.size).contains(&k), "ordinal {k} outside [0, {})", self.size);
         radix_index(self.leaf_extents(), self.leaf_strides(), k)
     }
 
@@ -214,12 +195,7 @@ impl Layout {
         self.index_of_key(&coord)
     }
 
-    fn walk<S: KeySeq>(
-        &self,
-        modes: &[Mode],
-        seq: &S,
-        pos: &mut usize,
-    ) -> Result<i64, LayoutError> {
+    fn walk<S: KeySeq>(&self, modes: &[Mode], seq: &S, pos: &mut usize) -> Result<i64, LayoutError> {
         if seq.len() != modes.len() {
             return Err(LayoutError::ComponentCountMismatch { components: seq.len(), modes: modes.len() });
         }
@@ -313,19 +289,13 @@ impl Layout {
     /// The top-level modes of `a`, then those of `b` (`SizeOverflow` or `CosizeOverflow`
     /// if the result's size or cosize no longer fits).
     pub fn concat(a: &Layout, b: &Layout) -> Result<Layout, LayoutError> {
-        Layout::new(
-            Shape::concat(&a.shape, &b.shape),
-            Stride::concat(&a.stride, &b.stride),
-        )
+        Layout::new(Shape::concat(&a.shape, &b.shape), Stride::concat(&a.stride, &b.stride))
     }
 
     /// §7 append: `a` if `b` is rank 0, the concat if `b` is a leaf, otherwise `b`'s
     /// whole tree becomes one new last mode.
     pub fn append(a: &Layout, b: &Layout) -> Result<Layout, LayoutError> {
-        Layout::new(
-            Shape::append(&a.shape, &b.shape),
-            Stride::append(&a.stride, &b.stride),
-        )
+        Layout::new(Shape::append(&a.shape, &b.shape), Stride::append(&a.stride, &b.stride))
     }
 
     /// `order[j]` is the source top-level mode placed at `j`; an error unless `order` is a
@@ -399,29 +369,19 @@ mod tests {
 
     /// `L = [2,[3,4]]:[1,[10,100]]` from §4.
     fn spec_l() -> Layout {
-        Layout::new(
-            shape(vec![l(2), nested(vec![l(3), l(4)])]),
-            stride(vec![l(1), nested(vec![l(10), l(100)])]),
-        )
-        .unwrap()
+        Layout::new(shape(vec![l(2), nested(vec![l(3), l(4)])]), stride(vec![l(1), nested(vec![l(10), l(100)])]))
+            .unwrap()
     }
 
     #[test]
     fn spec_indexing_examples() {
         let lay = spec_l();
-        assert_eq!(
-            lay.index_of_coord(&cs(vec![c(1), cs(vec![c(2), c(3)])])),
-            Ok(321)
-        );
+        assert_eq!(lay.index_of_coord(&cs(vec![c(1), cs(vec![c(2), c(3)])])), Ok(321));
         assert_eq!(lay.index_of_coord(&cs(vec![c(1), c(11)])), Ok(321));
         assert_eq!(lay.index_of_coord(&c(23)), Ok(321));
         assert_eq!(lay.index_of_int(23), 321);
         assert_eq!((lay.size(), lay.cosize()), (24, 322));
-        let m = Layout::new(
-            Shape::flat(&[3, 4]).unwrap(),
-            Stride::flat(&[2, 10]).unwrap(),
-        )
-        .unwrap();
+        let m = Layout::new(Shape::flat(&[3, 4]).unwrap(), Stride::flat(&[2, 10]).unwrap()).unwrap();
         assert_eq!(m.index_of_int(5), 14);
         assert_eq!(m.index_of_coord(&cs(vec![c(2), c(3)])), Ok(34));
         let count = |components| LayoutError::ComponentCountMismatch { components, modes: 2 };
@@ -458,22 +418,13 @@ mod tests {
         assert_eq!(Shape::flat(&[2, 0]), Err(LayoutError::NonPositiveExtent(0)));
         assert_eq!(Stride::flat(&[-1]), Err(LayoutError::NegativeStride(-1)));
         // [2,[3,4]] with [1,2,6]: not congruent.
-        let bad = Layout::new(
-            shape(vec![l(2), nested(vec![l(3), l(4)])]),
-            Stride::flat(&[1, 2, 6]).unwrap(),
-        );
+        let bad = Layout::new(shape(vec![l(2), nested(vec![l(3), l(4)])]), Stride::flat(&[1, 2, 6]).unwrap());
         assert!(matches!(bad, Err(LayoutError::NotCongruent { .. })));
         // Shape(2) with Stride([1]) is valid.
         assert!(Layout::new(Shape::flat(&[2]).unwrap(), Stride::flat(&[1]).unwrap()).is_ok());
-        let big = Layout::new(
-            Shape::flat(&[1 << 62, 4]).unwrap(),
-            Stride::flat(&[0, 0]).unwrap(),
-        );
+        let big = Layout::new(Shape::flat(&[1 << 62, 4]).unwrap(), Stride::flat(&[0, 0]).unwrap());
         assert_eq!(big, Err(LayoutError::SizeOverflow));
-        let big = Layout::new(
-            Shape::flat(&[3]).unwrap(),
-            Stride::flat(&[i64::MAX / 2 + 1]).unwrap(),
-        );
+        let big = Layout::new(Shape::flat(&[3]).unwrap(), Stride::flat(&[i64::MAX / 2 + 1]).unwrap());
         assert_eq!(big, Err(LayoutError::CosizeOverflow));
     }
 
@@ -494,18 +445,13 @@ mod tests {
         assert_eq!(s.to_string(), "Shape<(2, (3, 4))>");
         assert_eq!(s.depth(), 2);
         assert_eq!(Shape::flat(&[4]).unwrap().to_string(), "Shape<(4,)>");
-        assert_eq!(
-            shape(vec![nested(vec![l(5)])]).to_string(),
-            "Shape<((5,),)>"
-        );
+        assert_eq!(shape(vec![nested(vec![l(5)])]).to_string(), "Shape<((5,),)>");
         assert_eq!(stride(vec![]).to_string(), "Stride<()>");
     }
 
     #[test]
     fn size_cosize_table() {
-        let mk = |sh: &[i64], st: &[i64]| {
-            Layout::new(Shape::flat(sh).unwrap(), Stride::flat(st).unwrap()).unwrap()
-        };
+        let mk = |sh: &[i64], st: &[i64]| Layout::new(Shape::flat(sh).unwrap(), Stride::flat(st).unwrap()).unwrap();
         let t = mk(&[2, 3], &[1, 4]);
         assert_eq!((t.size(), t.cosize()), (6, 10));
         let t = mk(&[2, 3], &[1, 0]);
@@ -520,22 +466,10 @@ mod tests {
     #[test]
     fn canonical_table() {
         let cases: Vec<(Shape, Stride)> = vec![
-            (
-                Shape::flat(&[4, 2]).unwrap(),
-                Stride::flat(&[1, 4]).unwrap(),
-            ),
-            (
-                shape(vec![l(2), nested(vec![l(3), l(4)])]),
-                stride(vec![l(1), nested(vec![l(2), l(6)])]),
-            ),
-            (
-                shape(vec![nested(vec![l(2), l(3)]), l(4)]),
-                stride(vec![nested(vec![l(1), l(2)]), l(6)]),
-            ),
-            (
-                shape(vec![l(2), nested(vec![l(1), l(3)])]),
-                stride(vec![l(1), nested(vec![l(2), l(2)])]),
-            ),
+            (Shape::flat(&[4, 2]).unwrap(), Stride::flat(&[1, 4]).unwrap()),
+            (shape(vec![l(2), nested(vec![l(3), l(4)])]), stride(vec![l(1), nested(vec![l(2), l(6)])])),
+            (shape(vec![nested(vec![l(2), l(3)]), l(4)]), stride(vec![nested(vec![l(1), l(2)]), l(6)])),
+            (shape(vec![l(2), nested(vec![l(1), l(3)])]), stride(vec![l(1), nested(vec![l(2), l(2)])])),
             (Shape::flat(&[5]).unwrap(), Stride::flat(&[1]).unwrap()),
             (shape(vec![]), stride(vec![])),
         ];
@@ -548,29 +482,17 @@ mod tests {
 
     #[test]
     fn broadcast_examples() {
-        let src = Layout::new(
-            shape(vec![l(2), nested(vec![l(1), l(3)])]),
-            stride(vec![l(1), nested(vec![l(2), l(2)])]),
-        )
-        .unwrap();
-        let out = src
-            .broadcast_to(&shape(vec![l(2), nested(vec![l(4), l(3)])]))
-            .unwrap();
+        let src =
+            Layout::new(shape(vec![l(2), nested(vec![l(1), l(3)])]), stride(vec![l(1), nested(vec![l(2), l(2)])]))
+                .unwrap();
+        let out = src.broadcast_to(&shape(vec![l(2), nested(vec![l(4), l(3)])])).unwrap();
         assert_eq!(out.stride(), &stride(vec![l(1), nested(vec![l(0), l(2)])]));
-        let flat = Layout::new(
-            Shape::flat(&[2, 3]).unwrap(),
-            Stride::flat(&[1, 2]).unwrap(),
-        )
-        .unwrap();
+        let flat = Layout::new(Shape::flat(&[2, 3]).unwrap(), Stride::flat(&[1, 2]).unwrap()).unwrap();
         assert!(matches!(
             flat.broadcast_to(&Shape::flat(&[2, 4]).unwrap()),
             Err(LayoutError::BroadcastExtentMismatch { extent: 3, target: 4, .. })
         ));
-        let flat3 = Layout::new(
-            Shape::flat(&[2, 1, 3]).unwrap(),
-            Stride::flat(&[1, 2, 2]).unwrap(),
-        )
-        .unwrap();
+        let flat3 = Layout::new(Shape::flat(&[2, 1, 3]).unwrap(), Stride::flat(&[1, 2, 2]).unwrap()).unwrap();
         assert!(matches!(
             flat3.broadcast_to(&shape(vec![l(2), nested(vec![l(4), l(3)])])),
             Err(LayoutError::BroadcastStructureMismatch { .. })
@@ -585,34 +507,17 @@ mod tests {
             stride(vec![l(1), l(1), nested(vec![l(2), l(6)])]),
         )
         .unwrap();
-        assert_eq!(
-            lay.mode(2).to_string(),
-            "Layout(Shape<(3, 4)>, Stride<(2, 6)>)"
-        );
-        assert_eq!(
-            lay.select(&[1, 2]).to_string(),
-            "Layout(Shape<(2, (3, 4))>, Stride<(1, (2, 6))>)"
-        );
+        assert_eq!(lay.mode(2).to_string(), "Layout(Shape<(3, 4)>, Stride<(2, 6)>)");
+        assert_eq!(lay.select(&[1, 2]).to_string(), "Layout(Shape<(2, (3, 4))>, Stride<(1, (2, 6))>)");
         assert_eq!(normalize_mode_index(-3, 3), Ok(0));
-        assert!(matches!(
-            normalize_mode_index(3, 3),
-            Err(LayoutError::ModeIndexOutOfRange { index: 3, rank: 3 })
-        ));
-        assert!(matches!(
-            normalize_mode_index(-4, 3),
-            Err(LayoutError::ModeIndexOutOfRange { index: -4, rank: 3 })
-        ));
+        assert!(matches!(normalize_mode_index(3, 3), Err(LayoutError::ModeIndexOutOfRange { index: 3, rank: 3 })));
+        assert!(matches!(normalize_mode_index(-4, 3), Err(LayoutError::ModeIndexOutOfRange { index: -4, rank: 3 })));
 
-        let mk = |sh: &[i64], st: &[i64]| {
-            Layout::new(Shape::flat(sh).unwrap(), Stride::flat(st).unwrap()).unwrap()
-        };
+        let mk = |sh: &[i64], st: &[i64]| Layout::new(Shape::flat(sh).unwrap(), Stride::flat(st).unwrap()).unwrap();
         let cat = Layout::concat(&mk(&[1, 2], &[1, 2]), &mk(&[3], &[6])).unwrap();
         assert_eq!(cat, mk(&[1, 2, 3], &[1, 2, 6]));
         let app = Layout::append(&mk(&[1], &[1]), &mk(&[2, 3], &[2, 6])).unwrap();
-        assert_eq!(
-            app.to_string(),
-            "Layout(Shape<(1, (2, 3))>, Stride<(1, (2, 6))>)"
-        );
+        assert_eq!(app.to_string(), "Layout(Shape<(1, (2, 3))>, Stride<(1, (2, 6))>)");
         let r0 = Layout::new(shape(vec![]), stride(vec![])).unwrap();
         assert_eq!(Layout::append(&app, &r0).unwrap(), app);
 
@@ -622,10 +527,7 @@ mod tests {
         )
         .unwrap();
         let q = p.permute(&[1, 0, 2]).unwrap();
-        assert_eq!(
-            q.to_string(),
-            "Layout(Shape<((3, 4), 2, 5)>, Stride<((2, 6), 1, 24)>)"
-        );
+        assert_eq!(q.to_string(), "Layout(Shape<((3, 4), 2, 5)>, Stride<((2, 6), 1, 24)>)");
         assert_eq!(q.permute(&[1, 0, 2]).unwrap(), p);
         assert!(matches!(p.permute(&[0, 0, 1]), Err(LayoutError::NotAPermutation { .. })));
         assert_eq!(p.permute(&[0, 1]), Err(LayoutError::PermutationLength { entries: 2, rank: 3 }));

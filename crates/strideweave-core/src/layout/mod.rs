@@ -204,12 +204,7 @@ impl Shape {
             return Err(LayoutError::OrdinalOutOfRange(k));
         }
         let mut rest = k;
-        Ok(Coord::Seq(
-            self.modes()
-                .iter()
-                .map(|m| decode_mode(m, &mut rest))
-                .collect(),
-        ))
+        Ok(Coord::Seq(self.modes().iter().map(|m| decode_mode(m, &mut rest)).collect()))
     }
 
     /// Inverse of [`Shape::decode`]: the ordinal of a hierarchical key (an int may replace

@@ -105,7 +105,8 @@ impl<const N: usize> LoopPlan<N> {
             .filter(|&leaf| !(drop_revisits && stride_of(leaf).iter().all(|&s| s == 0)))
             .collect();
         order.sort_by_key(|&leaf| key(stride_of(leaf)));
-        let mut plan = LoopPlan { extents: Vec::with_capacity(order.len()), strides: std::array::from_fn(|_| Vec::new()) };
+        let mut plan =
+            LoopPlan { extents: Vec::with_capacity(order.len()), strides: std::array::from_fn(|_| Vec::new()) };
         for leaf in order {
             let (e, s) = (extents[leaf], stride_of(leaf));
             if let Some(&prev) = plan.extents.last() {

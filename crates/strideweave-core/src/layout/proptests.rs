@@ -24,18 +24,10 @@ fn layout_strategy() -> impl Strategy<Value = Layout> {
         .prop_filter("at most 6 leaves", |t| t.leaves().len() <= 6)
         .prop_flat_map(|t| {
             let n = t.leaves().len();
-            (
-                Just(t),
-                prop::collection::vec(1i64..=4, n),
-                prop::collection::vec(0i64..=7, n),
-            )
+            (Just(t), prop::collection::vec(1i64..=4, n), prop::collection::vec(0i64..=7, n))
         })
         .prop_map(|(t, ext, st)| {
-            Layout::new(
-                Shape::new(t.with_leaves(&ext)).unwrap(),
-                Stride::new(t.with_leaves(&st)).unwrap(),
-            )
-            .unwrap()
+            Layout::new(Shape::new(t.with_leaves(&ext)).unwrap(), Stride::new(t.with_leaves(&st)).unwrap()).unwrap()
         })
 }
 
@@ -47,9 +39,7 @@ fn naive_index(shape: &[Mode], stride: &[Mode], coord: &[Coord]) -> i64 {
         .zip(coord)
         .map(|((sh, st), c)| match (sh, st, c) {
             (Mode::Leaf(_), Mode::Leaf(s), Coord::Int(v)) => v * s,
-            (Mode::Nested(a), Mode::Nested(b), Coord::Seq(cs)) => {
-                naive_index(a.children(), b.children(), cs)
-            }
+            (Mode::Nested(a), Mode::Nested(b), Coord::Seq(cs)) => naive_index(a.children(), b.children(), cs),
             _ => panic!("coordinate is not congruent"),
         })
         .sum()
@@ -61,10 +51,7 @@ fn all_coords(modes: &[Mode]) -> Vec<Vec<Coord>> {
     for m in modes {
         let options: Vec<Coord> = match m {
             Mode::Leaf(e) => (0..*e).map(Coord::Int).collect(),
-            Mode::Nested(n) => all_coords(n.children())
-                .into_iter()
-                .map(Coord::Seq)
-                .collect(),
+            Mode::Nested(n) => all_coords(n.children()).into_iter().map(Coord::Seq).collect(),
         };
         out = out
             .into_iter()
@@ -85,16 +72,9 @@ fn collapse_first_nested(layout: &Layout, coord: &Coord) -> Option<Coord> {
     let Coord::Seq(items) = coord else {
         return None;
     };
-    let i = layout
-        .shape()
-        .modes()
-        .iter()
-        .position(|m| matches!(m, Mode::Nested(_)))?;
+    let i = layout.shape().modes().iter().position(|m| matches!(m, Mode::Nested(_)))?;
     let sub = layout.mode(i);
-    let ordinal = Layout::canonical(sub.shape())
-        .unwrap()
-        .index_of_coord(&items[i])
-        .unwrap();
+    let ordinal = Layout::canonical(sub.shape()).unwrap().index_of_coord(&items[i]).unwrap();
     let mut out = items.clone();
     out[i] = Coord::Int(ordinal);
     Some(Coord::Seq(out))

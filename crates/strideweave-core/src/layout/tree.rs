@@ -62,11 +62,7 @@ impl Mode {
         }
         let leaf_count = children.iter().map(Mode::leaf_count).sum();
         let depth = 1 + children.iter().map(Mode::depth).max().unwrap_or(0);
-        Ok(Mode::Nested(Nested {
-            children: children.into_boxed_slice(),
-            leaf_count,
-            depth,
-        }))
+        Ok(Mode::Nested(Nested { children: children.into_boxed_slice(), leaf_count, depth }))
     }
 
     /// Number of leaves under this mode (1 for a leaf).
@@ -145,11 +141,7 @@ impl IntTree {
         let mut leaves = Vec::with_capacity(modes.iter().map(Mode::leaf_count).sum());
         modes.iter().for_each(|m| m.push_leaves(&mut leaves));
         let depth = 1 + modes.iter().map(Mode::depth).max().unwrap_or(0);
-        IntTree {
-            modes,
-            leaves,
-            depth,
-        }
+        IntTree { modes, leaves, depth }
     }
 
     /// A flat tree: one leaf mode per value.
@@ -194,11 +186,7 @@ impl IntTree {
         assert_eq!(leaves.len(), self.leaves.len(), "leaf count must match");
         let mut it = leaves.iter().copied();
         let modes = self.modes.iter().map(|m| m.with_leaves(&mut it)).collect();
-        IntTree {
-            modes,
-            leaves: leaves.to_vec(),
-            depth: self.depth,
-        }
+        IntTree { modes, leaves: leaves.to_vec(), depth: self.depth }
     }
 
     /// Top-level mode `i` as a tree of its own: a leaf becomes rank 1, and a nested

@@ -10,8 +10,8 @@ use super::carrier::{BulkStorage, CarrierExt};
 use super::error::{ModelError, Result};
 use super::tensor::Tensor;
 use crate::dlpack::{
-    export_legacy, export_versioned, DLDevice, DLDeviceType, DLManagedTensor, DLManagedTensorVersioned,
-    ExportDType, Exported, TensorDesc, FLAG_READ_ONLY,
+    export_legacy, export_versioned, DLDevice, DLDeviceType, DLManagedTensor, DLManagedTensorVersioned, ExportDType,
+    Exported, TensorDesc, FLAG_READ_ONLY,
 };
 use crate::storage::ElemKind;
 

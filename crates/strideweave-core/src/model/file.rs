@@ -58,9 +58,7 @@ impl FileCarrier {
     /// An empty carrier in a fresh file under the system's temporary directory.
     pub fn temp(kind: ElemKind) -> Result<Arc<Self>> {
         let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
         let name = format!("strideweave-{}-{n}-{nanos}.slots", std::process::id());
         Self::create(&std::env::temp_dir().join(name), kind)
     }
@@ -100,9 +98,7 @@ impl Carrier for FileCarrier {
     fn read_slot(&self, i: usize) -> Result<Scalar> {
         let mut bytes = [0u8; 8];
         let size = self.kind.size();
-        self.live()?
-            .read_at(self.byte_off(i), &mut bytes[..size])
-            .map_err(|e| ModelError::io("reading a slot", e))?;
+        self.live()?.read_at(self.byte_off(i), &mut bytes[..size]).map_err(|e| ModelError::io("reading a slot", e))?;
         Ok(self.kind.decode(&bytes[..size]))
     }
 
@@ -136,8 +132,8 @@ impl Carrier for FileCarrier {
     }
 
     fn allocate(&self, slots: usize) -> Result<()> {
-        let bytes = (slots as u64).checked_mul(self.kind.size() as u64)
-            .ok_or(ModelError::OutOfMemory { bytes: usize::MAX })?;
+        let bytes =
+            (slots as u64).checked_mul(self.kind.size() as u64).ok_or(ModelError::OutOfMemory { bytes: usize::MAX })?;
         self.live()?.set_len(bytes).map_err(|e| ModelError::io("resizing the carrier's file", e))?;
         self.slots.store(slots, Ordering::Release);
         Ok(())

@@ -41,11 +41,11 @@ pub mod state_cell;
 pub mod tensor;
 
 #[cfg(test)]
-mod tests;
-#[cfg(test)]
 mod race_tests;
 #[cfg(test)]
 mod test_support;
+#[cfg(test)]
+mod tests;
 
 pub use block::BlockCarrier;
 pub use carrier::{BulkStorage, Carrier, CarrierExt, ClassKey};

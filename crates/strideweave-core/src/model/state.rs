@@ -131,7 +131,11 @@ impl CarrierState {
 
     /// `Released` unless live.
     pub fn check_live(&self) -> Result<()> {
-        if self.cell.is_released() { Err(self.released_err()) } else { Ok(()) }
+        if self.cell.is_released() {
+            Err(self.released_err())
+        } else {
+            Ok(())
+        }
     }
 
     /// Begin a public write: fails with `Released` now; the caller then checks the index and

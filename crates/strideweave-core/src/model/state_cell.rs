@@ -271,14 +271,22 @@ impl<O, C> StateCell<O, C> {
     #[must_use = "drop the displaced owner after the call"]
     pub fn disown_if(&self, is_ours: impl FnOnce(&O) -> bool) -> Option<O> {
         let mut state = self.lock();
-        if state.slots.owner.as_ref().is_some_and(is_ours) { state.put_owner(None) } else { None }
+        if state.slots.owner.as_ref().is_some_and(is_ours) {
+            state.put_owner(None)
+        } else {
+            None
+        }
     }
 
     /// Drops the claim if `is_ours(claim)`; hands it back.
     #[must_use = "drop the displaced claim after the call"]
     pub fn drop_claim_if(&self, is_ours: impl FnOnce(&C) -> bool) -> Option<C> {
         let mut state = self.lock();
-        if state.slots.claim.as_ref().is_some_and(is_ours) { state.put_claim(None) } else { None }
+        if state.slots.claim.as_ref().is_some_and(is_ours) {
+            state.put_claim(None)
+        } else {
+            None
+        }
     }
 
     // ----- transitions -------------------------------------------------------------------
@@ -316,10 +324,7 @@ impl<O, C> StateCell<O, C> {
         order.dedup_by_key(|i| entries[*i].0 as *const Self as usize);
         let mut locked: Vec<Locked<'_, O, C>> = order.iter().map(|&i| entries[i].0.lock()).collect();
         let slot_of = |cell: &Self| {
-            order
-                .iter()
-                .position(|&i| std::ptr::eq(entries[i].0, cell))
-                .expect("every entry's cell is locked")
+            order.iter().position(|&i| std::ptr::eq(entries[i].0, cell)).expect("every entry's cell is locked")
         };
         for (n, (cell, rule)) in entries.iter().enumerate() {
             locked[slot_of(cell)].check_claim(*rule, judge).map_err(|why| (n, why))?;
@@ -328,7 +333,11 @@ impl<O, C> StateCell<O, C> {
         let mut claimed = vec![false; locked.len()];
         for (cell, _) in entries {
             let k = slot_of(cell);
-            displaced.push(if std::mem::replace(&mut claimed[k], true) { None } else { locked[k].put_claim(Some(make())) });
+            displaced.push(if std::mem::replace(&mut claimed[k], true) {
+                None
+            } else {
+                locked[k].put_claim(Some(make()))
+            });
         }
         Ok(displaced)
     }
@@ -409,7 +418,6 @@ impl<O, C> StateCell<O, C> {
         debug_assert!(none.is_none());
         Ok(())
     }
-
 
     /// A framework mutation outside the element path: owned → `Owned`, a blocking claim →
     /// `Claimed`, else the version rises by one.

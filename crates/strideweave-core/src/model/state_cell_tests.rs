@@ -92,7 +92,14 @@ fn claim_all_checks_every_entry_before_claiming_any() {
 fn claim_all_claims_a_cell_listed_twice_once() {
     let a = Cell::new();
     let mut made = 0;
-    let got = Cell::claim_all(&[(&a, LOOSE), (&a, LOOSE)], || { made += 1; 5 }, &Judge);
+    let got = Cell::claim_all(
+        &[(&a, LOOSE), (&a, LOOSE)],
+        || {
+            made += 1;
+            5
+        },
+        &Judge,
+    );
     assert_eq!(got, Ok(vec![None, None]));
     assert_eq!((made, claim_of(&a)), (1, Some(5)));
 }
@@ -229,10 +236,14 @@ fn race<R: Send + 'static>(
 
 #[test]
 fn racing_claims_have_exactly_one_winner() {
-    race(Cell::new, |c, n| c.try_claim(n, ClaimRule::FREE, &Judge).is_ok(), |cell, won| {
-        assert_eq!(won.iter().filter(|w| **w).count(), 1);
-        assert!(cell.is_claimed());
-    });
+    race(
+        Cell::new,
+        |c, n| c.try_claim(n, ClaimRule::FREE, &Judge).is_ok(),
+        |cell, won| {
+            assert_eq!(won.iter().filter(|w| **w).count(), 1);
+            assert!(cell.is_claimed());
+        },
+    );
 }
 
 #[test]

@@ -168,10 +168,7 @@ fn a_multi_subtensor_tensor_is_refused_first() {
         Subtensor::new(host(&[1.0, 2.0]), 0, layout(&[2], &[1])).unwrap(),
         Subtensor::new(host(&[1.0]), 0, layout(&[1], &[1])).unwrap(),
     ];
-    assert!(matches!(
-        Tensor::from_subtensors(ElemKind::F32, mixed),
-        Err(ModelError::SubtensorShapesDiffer { .. })
-    ));
+    assert!(matches!(Tensor::from_subtensors(ElemKind::F32, mixed), Err(ModelError::SubtensorShapesDiffer { .. })));
 }
 
 #[test]
@@ -266,7 +263,8 @@ fn dlpack_export_describes_leaf_modes_offset_and_mutability() {
     let dl = m.dl_tensor();
     assert_eq!(dl.ndim, 2);
     // SAFETY: the export owns shape and strides arrays of ndim entries.
-    let (shape, strides) = unsafe { (std::slice::from_raw_parts(dl.shape, 2), std::slice::from_raw_parts(dl.strides, 2)) };
+    let (shape, strides) =
+        unsafe { (std::slice::from_raw_parts(dl.shape, 2), std::slice::from_raw_parts(dl.strides, 2)) };
     assert_eq!((shape, strides), (&[2i64, 3][..], &[1i64, 2][..]));
     assert_eq!(dl.byte_offset, 4);
     assert_eq!(m.managed().flags.bits(), 0);

@@ -51,7 +51,11 @@ const fn wants_mapping(len: usize, zeroed: bool) -> bool {
 
 /// The alignment of a heap buffer of `len` bytes.
 const fn heap_alignment(len: usize) -> usize {
-    if len >= PAGE_ALIGN_THRESHOLD { PAGE_ALIGN } else { HOST_ALIGN }
+    if len >= PAGE_ALIGN_THRESHOLD {
+        PAGE_ALIGN
+    } else {
+        HOST_ALIGN
+    }
 }
 
 /// The allocation behind a heap buffer of `len` bytes (a pure function of `len`, so `Drop`
@@ -76,7 +80,9 @@ const PLAIN_ALIGN: usize = 16;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Origin {
     /// From the heap; the buffer starts `lead` bytes into its allocation.
-    Heap { lead: usize },
+    Heap {
+        lead: usize,
+    },
     Mapped,
     Wrapped,
 }
@@ -127,7 +133,13 @@ impl HostBuffer {
         }
         let layout = heap_layout(len).ok_or_else(out_of_memory)?;
         // SAFETY: layout has a non-zero size (len > 0 checked above).
-        let raw = unsafe { if zeroed { alloc_zeroed(layout) } else { alloc(layout) } };
+        let raw = unsafe {
+            if zeroed {
+                alloc_zeroed(layout)
+            } else {
+                alloc(layout)
+            }
+        };
         if raw.is_null() {
             return Err(out_of_memory());
         }
@@ -147,8 +159,14 @@ impl HostBuffer {
         // SAFETY: an anonymous private mapping at a kernel-chosen address touches no existing
         // memory; the result is checked against MAP_FAILED before use.
         let raw = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE,
-                       libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
         };
         if raw == libc::MAP_FAILED {
             return Err(out_of_memory());

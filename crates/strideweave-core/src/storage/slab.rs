@@ -89,7 +89,10 @@ impl FileSlab {
         };
         let reused: Vec<u64> = state.free.iter().take(n).copied().collect();
         let extra = (n - reused.len()) as u64;
-        let top = state.top.checked_add(extra).filter(|t| t.checked_mul(self.region_bytes).is_some_and(|b| b <= i64::MAX as u64));
+        let top = state
+            .top
+            .checked_add(extra)
+            .filter(|t| t.checked_mul(self.region_bytes).is_some_and(|b| b <= i64::MAX as u64));
         let grown = match top {
             Some(top) if extra == 0 => Ok(top),
             Some(top) => store.set_len(top * self.region_bytes).map(|()| top),
@@ -150,7 +153,9 @@ impl FileSlab {
             state.top = last;
         }
         match &state.store {
-            Some(store) if creator && state.top < old_top => store.set_len(state.top * self.region_bytes).map(|()| None),
+            Some(store) if creator && state.top < old_top => {
+                store.set_len(state.top * self.region_bytes).map(|()| None)
+            }
             _ => Ok(None),
         }
     }

@@ -251,11 +251,13 @@ mod tests {
         // Tile (i, j) starts at slot 2i + 8j of the logical array.
         let origin = |t: u64| 2 * (t % 2) + 8 * (t / 2);
         let cut = BlockGeometry::new(&[2, 2], &[4, 4], &[2, 2]).unwrap();
-        let blocks: Vec<Block> = (0..4).map(|t| Block { src: 0, src_off: origin(t), dst: 2 + t as usize, dst_off: 0 }).collect();
+        let blocks: Vec<Block> =
+            (0..4).map(|t| Block { src: 0, src_off: origin(t), dst: 2 + t as usize, dst_off: 0 }).collect();
         run(&stores, &cut, &blocks).unwrap();
         assert_eq!(host_values(&tiles[1]), [2, 3, 6, 7]); // the specification's tile (1, 0)
         let place = BlockGeometry::new(&[2, 2], &[2, 2], &[4, 4]).unwrap();
-        let blocks: Vec<Block> = (0..4).map(|t| Block { src: 2 + t as usize, src_off: 0, dst: 1, dst_off: origin(t) }).collect();
+        let blocks: Vec<Block> =
+            (0..4).map(|t| Block { src: 2 + t as usize, src_off: 0, dst: 1, dst_off: origin(t) }).collect();
         run(&stores, &place, &blocks).unwrap();
         assert_eq!(host_values(&back), logical());
     }
@@ -268,12 +270,27 @@ mod tests {
         let out = HostBuffer::new(64, true).unwrap();
         let stores = [Store::Host(&src), Store::File(&file), Store::Host(&out)];
         // Cut tile (1, 1) into the file (dense destination), then place it at tile (0, 0).
-        run(&stores, &BlockGeometry::new(&[2, 2], &[4, 4], &[2, 2]).unwrap(), &[Block { src: 0, src_off: 10, dst: 1, dst_off: 0 }]).unwrap();
+        run(
+            &stores,
+            &BlockGeometry::new(&[2, 2], &[4, 4], &[2, 2]).unwrap(),
+            &[Block { src: 0, src_off: 10, dst: 1, dst_off: 0 }],
+        )
+        .unwrap();
         assert_eq!(file_values(&file), [10, 11, 14, 15]);
-        run(&stores, &BlockGeometry::new(&[2, 2], &[2, 2], &[4, 4]).unwrap(), &[Block { src: 1, src_off: 0, dst: 2, dst_off: 0 }]).unwrap();
+        run(
+            &stores,
+            &BlockGeometry::new(&[2, 2], &[2, 2], &[4, 4]).unwrap(),
+            &[Block { src: 1, src_off: 0, dst: 2, dst_off: 0 }],
+        )
+        .unwrap();
         assert_eq!(&host_values(&out)[..6], [10, 11, 0, 0, 14, 15]);
         // A sub-block of the file's array (not dense): read row by row.
-        run(&stores, &BlockGeometry::new(&[1, 2], &[2, 2], &[4, 4]).unwrap(), &[Block { src: 1, src_off: 1, dst: 2, dst_off: 2 }]).unwrap();
+        run(
+            &stores,
+            &BlockGeometry::new(&[1, 2], &[2, 2], &[4, 4]).unwrap(),
+            &[Block { src: 1, src_off: 1, dst: 2, dst_off: 2 }],
+        )
+        .unwrap();
         assert_eq!(&host_values(&out)[..8], [10, 11, 11, 0, 14, 15, 15, 0]);
         std::fs::remove_file(&path).unwrap();
     }
@@ -287,12 +304,19 @@ mod tests {
         let b = host_with(&[9, 9, 9, 9]);
         let stores = [Store::Host(&a), Store::Host(&b)];
         let geo = BlockGeometry::new(&[2], &[2], &[4]).unwrap();
-        let err = run(&stores, &geo, &[Block { src: 0, src_off: 0, dst: 1, dst_off: 0 }, Block { src: 0, src_off: 0, dst: 1, dst_off: 3 }]).unwrap_err();
-        assert!(matches!(err, SpanError::OutOfRange { item: "block", index: 1, side: "destination", end: 5, slots: 4 }), "{err}");
+        let err = run(
+            &stores,
+            &geo,
+            &[Block { src: 0, src_off: 0, dst: 1, dst_off: 0 }, Block { src: 0, src_off: 0, dst: 1, dst_off: 3 }],
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, SpanError::OutOfRange { item: "block", index: 1, side: "destination", end: 5, slots: 4 }),
+            "{err}"
+        );
         assert_eq!(host_values(&b), [9, 9, 9, 9]);
         let err = run(&stores, &geo, &[Block { src: 0, src_off: 0, dst: 0, dst_off: 1 }]).unwrap_err();
         assert!(matches!(err, SpanError::Overlap { item: "block", index: 0 }));
         assert_eq!(host_values(&a), [1, 2, 3, 4]);
     }
 }
-

@@ -127,7 +127,8 @@ fn coalesce(spans: &[Span]) -> Vec<Span> {
     let mut out: Vec<Span> = Vec::with_capacity(spans.len());
     for s in spans.iter().filter(|s| s.count > 0) {
         if let Some(p) = out.last_mut() {
-            if p.src == s.src && p.dst == s.dst && p.src_off + p.count == s.src_off && p.dst_off + p.count == s.dst_off {
+            if p.src == s.src && p.dst == s.dst && p.src_off + p.count == s.src_off && p.dst_off + p.count == s.dst_off
+            {
                 p.count += s.count;
                 continue;
             }
@@ -271,11 +272,13 @@ mod tests {
         let back = HostBuffer::new(64, true).unwrap();
         let stores = [Store::Host(&src), Store::File(&file), Store::Host(&back)];
         // Reverse the four quarters into the file (a gather run per contiguous dst).
-        let out: Vec<Span> = (0..4).map(|q| Span { src: 0, src_off: 12 - 4 * q, dst: 1, dst_off: 4 * q, count: 4 }).collect();
+        let out: Vec<Span> =
+            (0..4).map(|q| Span { src: 0, src_off: 12 - 4 * q, dst: 1, dst_off: 4 * q, count: 4 }).collect();
         run(&stores, &out).unwrap();
         assert_eq!(file_values(&file), [12, 13, 14, 15, 8, 9, 10, 11, 4, 5, 6, 7, 0, 1, 2, 3]);
         // Read the file's rows back to scattered places (one read, scattered).
-        let back_spans: Vec<Span> = (0..4).map(|q| Span { src: 1, src_off: 4 * q, dst: 2, dst_off: 12 - 4 * q, count: 4 }).collect();
+        let back_spans: Vec<Span> =
+            (0..4).map(|q| Span { src: 1, src_off: 4 * q, dst: 2, dst_off: 12 - 4 * q, count: 4 }).collect();
         run(&stores, &back_spans).unwrap();
         assert_eq!(host_values(&back), (0..16).collect::<Vec<_>>());
         std::fs::remove_file(path).unwrap();
@@ -291,7 +294,10 @@ mod tests {
             Span { src: 0, src_off: 2, dst: 1, dst_off: 3, count: 2 },
         ];
         let err = run(&stores, &spans).unwrap_err();
-        assert!(matches!(err, SpanError::OutOfRange { item: "span", index: 1, side: "destination", end: 5, slots: 4 }), "{err}");
+        assert!(
+            matches!(err, SpanError::OutOfRange { item: "span", index: 1, side: "destination", end: 5, slots: 4 }),
+            "{err}"
+        );
         assert_eq!(host_values(&b), [9, 9, 9, 9]);
         let overlap = [Span { src: 0, src_off: 0, dst: 0, dst_off: 1, count: 2 }];
         assert!(matches!(run(&stores, &overlap).unwrap_err(), SpanError::Overlap { index: 0, .. }));

@@ -13,10 +13,9 @@ fn int_element(arg: &str, elem: &Bound<'_, PyAny>) -> PyResult<(Option<i64>, boo
     match elem.extract::<i64>() {
         Ok(v) => Ok((Some(v), v < 0)),
         Err(e) if e.is_instance_of::<PyOverflowError>(elem.py()) => Ok((None, elem.lt(0)?)),
-        Err(_) => Err(PyTypeError::new_err(format!(
-            "{arg} elements must be integers, got {}",
-            elem.get_type().name()?
-        ))),
+        Err(_) => {
+            Err(PyTypeError::new_err(format!("{arg} elements must be integers, got {}", elem.get_type().name()?)))
+        }
     }
 }
 
@@ -33,9 +32,7 @@ fn pair_argument<R>(
     }
     let two_elements = |n: usize| match n {
         2 => Ok(()),
-        _ => Err(PyValueError::new_err(format!(
-            "{arg} must have exactly two elements, got {n}"
-        ))),
+        _ => Err(PyValueError::new_err(format!("{arg} must have exactly two elements, got {n}"))),
     };
     if let Ok(t) = value.cast_exact::<PyTuple>() {
         // The common case (NumPy passes `max_version=(1, 0)`): an exact tuple cannot
@@ -65,9 +62,7 @@ pub(super) fn wants_versioned(max_version: Option<&Bound<'_, PyAny>>) -> PyResul
         let (major_v, major_neg) = int_element("max_version", major)?;
         let (_, minor_neg) = int_element("max_version", minor)?;
         if major_neg || minor_neg {
-            return Err(PyValueError::new_err(
-                "max_version components must be non-negative",
-            ));
+            return Err(PyValueError::new_err("max_version components must be non-negative"));
         }
         // `None` means a non-negative int beyond i64: a very high ceiling, still capped at 1.0.
         Ok(major_v.is_none_or(|m| m >= 1))

@@ -8,8 +8,7 @@ use std::mem::ManuallyDrop;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use strideweave_core::dlpack::{
-    export_legacy, export_versioned, DLManagedTensor, DLManagedTensorVersioned, Exported, ManagedAbi,
-    TensorDesc,
+    export_legacy, export_versioned, DLManagedTensor, DLManagedTensorVersioned, Exported, ManagedAbi, TensorDesc,
 };
 
 const LEGACY_NAME: &CStr = c"dltensor";
@@ -62,11 +61,7 @@ unsafe fn destroy_capsule<M: ManagedAbi>(capsule: *mut ffi::PyObject, name: &CSt
     let managed = unsafe { ffi::PyCapsule_GetPointer(capsule, name.as_ptr()) }.cast::<M>();
     // The deleter drops a Tensor reference, which can run arbitrary Python code; keep any
     // in-flight exception intact around it.
-    let (mut ty, mut value, mut tb) = (
-        std::ptr::null_mut(),
-        std::ptr::null_mut(),
-        std::ptr::null_mut(),
-    );
+    let (mut ty, mut value, mut tb) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
     // SAFETY: the GIL is held (CPython calls destructors with it); Fetch/Restore are paired
     // and transfer ownership of the three references back and forth.
     #[allow(deprecated)]
@@ -136,4 +131,3 @@ pub(super) fn legacy(py: Python<'_>, desc: TensorDesc, tensor: &Bound<'_, PyAny>
     let owner = TensorRef(ManuallyDrop::new(tensor.clone().unbind()));
     into_capsule(py, export_legacy(desc, owner), LEGACY_NAME, legacy_capsule_destructor)
 }
-

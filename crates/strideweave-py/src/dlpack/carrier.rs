@@ -23,10 +23,7 @@ pub(super) struct ExportCarrier<'a, 'py> {
 
 impl<'a, 'py> ExportCarrier<'a, 'py> {
     pub(super) fn new(object: &'a Bound<'py, PyAny>) -> Self {
-        Self {
-            object,
-            base: object.cast::<CarrierBase>().ok(),
-        }
+        Self { object, base: object.cast::<CarrierBase>().ok() }
     }
 }
 
@@ -49,23 +46,12 @@ pub(super) struct CarrierInfo {
 /// method, in any subclass, takes the general path and runs the hook through Python.
 pub(super) fn carrier_info(carrier: ExportCarrier<'_, '_>, with_pointer: bool) -> PyResult<CarrierInfo> {
     if inherits_cpu_hooks(carrier) {
-        let device = DLDevice {
-            device_type: DLDeviceType::CPU,
-            device_id: 0,
-        };
+        let device = DLDevice { device_type: DLDeviceType::CPU, device_id: 0 };
         if !with_pointer {
-            return Ok(CarrierInfo {
-                device,
-                pointer: 0,
-                released: None,
-            });
+            return Ok(CarrierInfo { device, pointer: 0, released: None });
         }
         if let Some((pointer, released)) = builtin_cpu_pointer(carrier)? {
-            return Ok(CarrierInfo {
-                device,
-                pointer,
-                released: Some(released),
-            });
+            return Ok(CarrierInfo { device, pointer, released: Some(released) });
         }
     }
     hook_info(carrier.object, with_pointer)
@@ -100,9 +86,7 @@ fn hook_info(carrier: &Bound<'_, PyAny>, with_pointer: bool) -> PyResult<Carrier
             Ok(d) => d.cast_into::<PyDict>()?,
             // dict() reports some unconvertible values as ValueError (e.g. a string); the spec
             // names TypeError for every value that is not convertible.
-            Err(e)
-                if e.is_instance_of::<PyTypeError>(py) || e.is_instance_of::<PyValueError>(py) =>
-            {
+            Err(e) if e.is_instance_of::<PyTypeError>(py) || e.is_instance_of::<PyValueError>(py) => {
                 let err = PyTypeError::new_err(format!(
                     "{}.dlpack_info() must return a value convertible to dict, got {}",
                     carrier.get_type().name()?,
@@ -119,24 +103,11 @@ fn hook_info(carrier: &Bound<'_, PyAny>, with_pointer: bool) -> PyResult<Carrier
     let device_type: u32 = required_key(&info, intern!(py, "device_type"))?.extract()?;
     let device_id: i32 = required_key(&info, intern!(py, "device_id"))?.extract()?;
     let pointer: usize = if with_pointer { pointer.extract()? } else { 0 };
-    Ok(CarrierInfo {
-        device: DLDevice {
-            device_type: DLDeviceType(device_type),
-            device_id,
-        },
-        pointer,
-        released: None,
-    })
+    Ok(CarrierInfo { device: DLDevice { device_type: DLDeviceType(device_type), device_id }, pointer, released: None })
 }
 
-fn required_key<'py>(
-    info: &Bound<'py, PyDict>,
-    key: &Bound<'py, PyString>,
-) -> PyResult<Bound<'py, PyAny>> {
+fn required_key<'py>(info: &Bound<'py, PyDict>, key: &Bound<'py, PyString>) -> PyResult<Bound<'py, PyAny>> {
     info.get_item(key)?.ok_or_else(|| {
-        PyKeyError::new_err(format!(
-            "dlpack_info() result has no {} key (needs pointer, device_type, device_id)",
-            key
-        ))
+        PyKeyError::new_err(format!("dlpack_info() result has no {} key (needs pointer, device_type, device_id)", key))
     })
 }

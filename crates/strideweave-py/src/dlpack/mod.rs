@@ -109,11 +109,7 @@ pub(crate) fn export(
             &read_carrier
         }
     });
-    let CarrierInfo {
-        device,
-        pointer,
-        released,
-    } = carrier_info(carrier, true)?;
+    let CarrierInfo { device, pointer, released } = carrier_info(carrier, true)?;
     let layout_object = match view {
         Some(v) => v.layout.bind(py).as_any(),
         None => {
@@ -167,15 +163,11 @@ pub(crate) fn export(
         Some(view) => u64::try_from(view.offset).map_err(|_| PyValueError::new_err("negative tensor offset"))?,
         None => field(tensor, Field::Offset)?.extract()?,
     };
-    let desc = TensorDesc::from_modes(pointer, device, export_dtype, shape, strides, offset)
-        .map_err(error::dlpack_desc)?;
+    let desc =
+        TensorDesc::from_modes(pointer, device, export_dtype, shape, strides, offset).map_err(error::dlpack_desc)?;
     if versioned {
         // Advisory read-only bit: exactly when the tensor is not publicly mutable right now.
-        let flags = if is_mutable(tensor, carrier, subtensors, released)? {
-            0
-        } else {
-            FLAG_READ_ONLY
-        };
+        let flags = if is_mutable(tensor, carrier, subtensors, released)? { 0 } else { FLAG_READ_ONLY };
         capsule::versioned(py, desc, flags, tensor)
     } else {
         capsule::legacy(py, desc, tensor)

@@ -5,12 +5,12 @@
 //! Python frame (the native view's fields, the predicates evaluated from the same state);
 //! anything overridden goes through Python, so overrides always run.
 
+use pyo3::exceptions::PyTypeError;
+use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::exceptions::PyTypeError;
 use pyo3::types::{PyString, PyType};
-use pyo3::ffi;
 use strideweave_core::dlpack::ExportDType;
 
 use super::carrier::ExportCarrier;
@@ -99,9 +99,7 @@ fn builtins(py: Python<'_>) -> Option<&'static Builtins> {
                     return Err(PyTypeError::new_err("strideweave.Tensor does not subclass _TensorBase"));
                 }
                 let carrier = py.import("strideweave.carriers.base")?.getattr("Carrier")?;
-                let builtin = py
-                    .import("strideweave.carriers._builtin")?
-                    .getattr("RustBackedCarrier")?;
+                let builtin = py.import("strideweave.carriers._builtin")?.getattr("RustBackedCarrier")?;
                 let dtype = py.import("strideweave.carriers.dtype")?.getattr("DType")?;
                 Ok(Builtins {
                     cpu_dlpack_info: cpu.getattr("dlpack_info")?.unbind(),
@@ -175,10 +173,7 @@ pub(super) fn leaf_modes(layout: &Bound<'_, PyAny>) -> PyResult<(Vec<i64>, Vec<i
         return Ok((core.leaf_extents().to_vec(), core.leaf_strides().to_vec()));
     }
     let py = layout.py();
-    Ok((
-        layout.getattr(intern!(py, "leaf_shape"))?.extract()?,
-        layout.getattr(intern!(py, "leaf_stride"))?.extract()?,
-    ))
+    Ok((layout.getattr(intern!(py, "leaf_shape"))?.extract()?, layout.getattr(intern!(py, "leaf_stride"))?.extract()?))
 }
 
 /// The exportable element type of a logical dtype, or `None`. Identity with the DType

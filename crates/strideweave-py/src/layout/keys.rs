@@ -60,8 +60,7 @@ impl<'py> KeySeq for PyKeySeq<'py> {
             PyKeySeq::Tuple(t) => t.get_item(i),
             PyKeySeq::List(l) => l.get_item(i),
         };
-        item.map(PyKey)
-            .map_err(|e| LayoutError::KeyComponentUnreadable(e.to_string()))
+        item.map(PyKey).map_err(|e| LayoutError::KeyComponentUnreadable(e.to_string()))
     }
 }
 
@@ -83,14 +82,10 @@ fn find_bad_key_type(key: &Bound<'_, PyAny>, depth: usize) -> Option<LayoutError
         return None;
     }
     if let Ok(t) = key.cast::<PyTuple>() {
-        return t
-            .iter()
-            .find_map(|item| find_bad_key_type(&item, depth + 1));
+        return t.iter().find_map(|item| find_bad_key_type(&item, depth + 1));
     }
     if let Ok(l) = key.cast::<PyList>() {
-        return l
-            .iter()
-            .find_map(|item| find_bad_key_type(&item, depth + 1));
+        return l.iter().find_map(|item| find_bad_key_type(&item, depth + 1));
     }
     Some(bad_key_type(key))
 }
@@ -115,10 +110,7 @@ pub(super) fn coord_to_py<'py>(py: Python<'py>, c: &Coord) -> PyResult<Bound<'py
     match c {
         Coord::Int(v) => Ok(v.into_pyobject(py)?.into_any()),
         Coord::Seq(s) => {
-            let items = s
-                .iter()
-                .map(|c| coord_to_py(py, c))
-                .collect::<PyResult<Vec<_>>>()?;
+            let items = s.iter().map(|c| coord_to_py(py, c)).collect::<PyResult<Vec<_>>>()?;
             Ok(PyTuple::new(py, items)?.into_any())
         }
     }

@@ -41,11 +41,7 @@ static NODE_MEMBERS: PyOnceLock<[Py<PyAny>; 3]> = PyOnceLock::new();
 fn node_members(py: Python<'_>) -> PyResult<&'static [Py<PyAny>; 3]> {
     NODE_MEMBERS.get_or_try_init(py, || {
         let node = py.import("strideweave.layout")?.getattr("Node")?;
-        Ok([
-            node.getattr("Leaf")?.unbind(),
-            node.getattr("Push")?.unbind(),
-            node.getattr("Pop")?.unbind(),
-        ])
+        Ok([node.getattr("Leaf")?.unbind(), node.getattr("Push")?.unbind(), node.getattr("Pop")?.unbind()])
     })
 }
 
@@ -68,10 +64,7 @@ impl PyLayout {
         walk_key(key, |key| self.inner.index_of_key(key))
     }
 
-    fn operand<'a, 'py>(
-        obj: &'a Bound<'py, PyAny>,
-        what: &str,
-    ) -> PyResult<&'a Bound<'py, PyLayout>> {
+    fn operand<'a, 'py>(obj: &'a Bound<'py, PyAny>, what: &str) -> PyResult<&'a Bound<'py, PyLayout>> {
         argument(obj, &format!("{what} operand must be a Layout")).map_err(PyTypeError::new_err)
     }
 }
@@ -80,10 +73,8 @@ impl PyLayout {
 impl PyLayout {
     #[new]
     fn py_new(shape: &Bound<'_, PyAny>, stride: &Bound<'_, PyAny>) -> PyResult<Self> {
-        let shape = argument::<PyShape>(shape, "Layout shape must be a Shape")
-            .map_err(PyValueError::new_err)?;
-        let stride = argument::<PyStride>(stride, "Layout stride must be a Stride")
-            .map_err(PyValueError::new_err)?;
+        let shape = argument::<PyShape>(shape, "Layout shape must be a Shape").map_err(PyValueError::new_err)?;
+        let stride = argument::<PyStride>(stride, "Layout stride must be a Stride").map_err(PyValueError::new_err)?;
         Layout::new(shape.get().core().clone(), stride.get().core().clone())
             .map(PyLayout::from_core)
             .map_err(error::layout)
@@ -167,8 +158,8 @@ impl PyLayout {
 
     #[staticmethod]
     fn get_index(layout: &Bound<'_, PyAny>, key: &Bound<'_, PyAny>) -> PyResult<i64> {
-        let layout = argument::<PyLayout>(layout, "Layout.get_index layout must be a Layout")
-            .map_err(PyValueError::new_err)?;
+        let layout =
+            argument::<PyLayout>(layout, "Layout.get_index layout must be a Layout").map_err(PyValueError::new_err)?;
         layout.get().index_from_key(key)
     }
 
@@ -177,45 +168,32 @@ impl PyLayout {
     }
 
     fn broadcast_to(&self, target: &Bound<'_, PyAny>) -> PyResult<PyLayout> {
-        let target = argument::<PyShape>(target, "broadcast_to target must be a Shape")
-            .map_err(PyTypeError::new_err)?;
-        self.inner
-            .broadcast_to(target.get().core())
-            .map(PyLayout::from_core)
-            .map_err(error::layout)
+        let target =
+            argument::<PyShape>(target, "broadcast_to target must be a Shape").map_err(PyTypeError::new_err)?;
+        self.inner.broadcast_to(target.get().core()).map(PyLayout::from_core).map_err(error::layout)
     }
 
     #[staticmethod]
     fn canonical(shape: &Bound<'_, PyAny>) -> PyResult<PyLayout> {
-        let shape = argument::<PyShape>(shape, "Layout.canonical shape must be a Shape")
-            .map_err(PyTypeError::new_err)?;
-        Layout::canonical(shape.get().core())
-            .map(PyLayout::from_core)
-            .map_err(error::layout)
+        let shape =
+            argument::<PyShape>(shape, "Layout.canonical shape must be a Shape").map_err(PyTypeError::new_err)?;
+        Layout::canonical(shape.get().core()).map(PyLayout::from_core).map_err(error::layout)
     }
 
     fn concat(&self, other: &Bound<'_, PyAny>) -> PyResult<PyLayout> {
         let b = PyLayout::operand(other, "concat")?;
-        Layout::concat(&self.inner, &b.get().inner)
-            .map(PyLayout::from_core)
-            .map_err(error::layout)
+        Layout::concat(&self.inner, &b.get().inner).map(PyLayout::from_core).map_err(error::layout)
     }
 
     fn append(&self, other: &Bound<'_, PyAny>) -> PyResult<PyLayout> {
         let b = PyLayout::operand(other, "append")?;
-        Layout::append(&self.inner, &b.get().inner)
-            .map(PyLayout::from_core)
-            .map_err(error::layout)
+        Layout::append(&self.inner, &b.get().inner).map(PyLayout::from_core).map_err(error::layout)
     }
 
     #[pyo3(signature = (*order))]
     fn permute(&self, order: &Bound<'_, PyTuple>) -> PyResult<PyLayout> {
         // Variadic, or a single list/tuple holding the order.
-        let single = if order.len() == 1 {
-            Some(order.get_item(0)?)
-        } else {
-            None
-        };
+        let single = if order.len() == 1 { Some(order.get_item(0)?) } else { None };
         let entries: Vec<Bound<'_, PyAny>> = match &single {
             Some(s) if s.is_instance_of::<PyTuple>() || s.is_instance_of::<PyList>() => {
                 s.try_iter()?.collect::<PyResult<_>>()?
@@ -226,10 +204,7 @@ impl PyLayout {
         let mut idx = Vec::with_capacity(entries.len());
         for e in &entries {
             if !e.is_exact_instance_of::<PyInt>() {
-                return Err(PyTypeError::new_err(format!(
-                    "permute order entries must be int, got {}",
-                    type_name(e)
-                )));
+                return Err(PyTypeError::new_err(format!("permute order entries must be int, got {}", type_name(e))));
             }
         }
         for e in &entries {
@@ -237,16 +212,11 @@ impl PyLayout {
             match e.extract::<usize>() {
                 Ok(i) => idx.push(i),
                 Err(_) => {
-                    return Err(PyValueError::new_err(format!(
-                        "permute order entry {e} is not in range({rank})"
-                    )))
+                    return Err(PyValueError::new_err(format!("permute order entry {e} is not in range({rank})")))
                 }
             }
         }
-        self.inner
-            .permute(&idx)
-            .map(PyLayout::from_core)
-            .map_err(error::layout)
+        self.inner.permute(&idx).map(PyLayout::from_core).map_err(error::layout)
     }
 
     fn __add__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
@@ -255,9 +225,7 @@ impl PyLayout {
             return Ok(py.NotImplemented());
         };
         let out = Layout::concat(&self.inner, &b.get().inner).map_err(error::layout)?;
-        Ok(Bound::new(py, PyLayout::from_core(out))?
-            .into_any()
-            .unbind())
+        Ok(Bound::new(py, PyLayout::from_core(out))?.into_any().unbind())
     }
 
     fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> Py<PyAny> {
@@ -277,9 +245,7 @@ impl PyLayout {
         self.inner.to_string()
     }
 
-    fn __reduce__<'py>(
-        slf: &Bound<'py, Self>,
-    ) -> PyResult<(Bound<'py, PyType>, (PyShape, PyStride))> {
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyType>, (PyShape, PyStride))> {
         let me = slf.get();
         Ok((slf.get_type(), (me.shape(), me.stride())))
     }

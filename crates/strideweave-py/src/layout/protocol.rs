@@ -20,10 +20,7 @@ pub(super) const MAX_NESTING: usize = 1000;
 
 /// The class name of `obj`, for messages.
 pub(super) fn type_name(obj: &Bound<'_, PyAny>) -> String {
-    obj.get_type()
-        .name()
-        .map(|n| n.to_string())
-        .unwrap_or_else(|_| "?".into())
+    obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
 }
 
 /// `obj` as the pyclass `P`, or the message `"{rule}, got {type}"` for the caller's exception.
@@ -31,8 +28,7 @@ pub(super) fn argument<'a, 'py, P: PyTypeCheck>(
     obj: &'a Bound<'py, PyAny>,
     rule: &str,
 ) -> Result<&'a Bound<'py, P>, String> {
-    obj.cast::<P>()
-        .map_err(|_| format!("{rule}, got {}", type_name(obj)))
+    obj.cast::<P>().map_err(|_| format!("{rule}, got {}", type_name(obj)))
 }
 
 /// A core value made of top-level modes.
@@ -68,35 +64,24 @@ top_level_modes!(Layout, |v| Layout::rank(v));
 
 /// `obj[key]`: an int (negatives as in Python; out of range is IndexError) picks one mode, a
 /// slice picks several; any other key is a TypeError naming `class`.
-pub(super) fn select_modes<T: TopLevelModes>(
-    core: &T,
-    key: &Bound<'_, PyAny>,
-    class: &str,
-) -> PyResult<T> {
+pub(super) fn select_modes<T: TopLevelModes>(core: &T, key: &Bound<'_, PyAny>, class: &str) -> PyResult<T> {
     let rank = core.rank();
     if key.is_instance_of::<PyBool>() {
-        return Err(PyTypeError::new_err(format!(
-            "{class} indices must be int or slice, not bool"
-        )));
+        return Err(PyTypeError::new_err(format!("{class} indices must be int or slice, not bool")));
     }
     if let Ok(i) = key.cast::<PyInt>() {
-        let i = i.extract::<i64>().map_err(|_| {
-            PyIndexError::new_err(format!("{class} index {key} out of range for rank {rank}"))
-        })?;
+        let i = i
+            .extract::<i64>()
+            .map_err(|_| PyIndexError::new_err(format!("{class} index {key} out of range for rank {rank}")))?;
         let i = normalize_mode_index(i, rank).map_err(error::layout)?;
         return Ok(core.mode(i));
     }
     if let Ok(s) = key.cast::<PySlice>() {
         let ind = s.indices(rank as isize)?;
-        let picked: Vec<usize> = (0..ind.slicelength as isize)
-            .map(|j| (ind.start + j * ind.step) as usize)
-            .collect();
+        let picked: Vec<usize> = (0..ind.slicelength as isize).map(|j| (ind.start + j * ind.step) as usize).collect();
         return Ok(core.select(&picked));
     }
-    Err(PyTypeError::new_err(format!(
-        "{class} indices must be int or slice, not {}",
-        type_name(key)
-    )))
+    Err(PyTypeError::new_err(format!("{class} indices must be int or slice, not {}", type_name(key))))
 }
 
 /// `iter(obj)`: the top-level modes, each wrapped as its Python class by `wrap`.
@@ -111,12 +96,7 @@ pub(super) fn iter_modes<'py, T: TopLevelModes, P: IntoPyObject<'py>>(
 
 /// `==` and `!=` against another value of the same class (`other`); NotImplemented for any
 /// other class and for orderings.
-pub(super) fn compare<T: PartialEq>(
-    py: Python<'_>,
-    mine: &T,
-    other: Option<&T>,
-    op: CompareOp,
-) -> Py<PyAny> {
+pub(super) fn compare<T: PartialEq>(py: Python<'_>, mine: &T, other: Option<&T>, op: CompareOp) -> Py<PyAny> {
     let Some(other) = other else {
         return py.NotImplemented();
     };

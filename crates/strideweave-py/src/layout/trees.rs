@@ -32,23 +32,18 @@ fn parse_element(
     depth: usize,
 ) -> PyResult<Mode> {
     if depth > MAX_NESTING {
-        return Err(PyValueError::new_err(format!(
-            "{cls} nesting deeper than {MAX_NESTING} levels"
-        )));
+        return Err(PyValueError::new_err(format!("{cls} nesting deeper than {MAX_NESTING} levels")));
     }
     if obj.is_instance_of::<PyInt>() {
-        return obj.extract::<i64>().map(Mode::Leaf).map_err(|_| {
-            PyOverflowError::new_err(format!("{cls} element {obj} is outside signed 64 bits"))
-        });
+        return obj
+            .extract::<i64>()
+            .map(Mode::Leaf)
+            .map_err(|_| PyOverflowError::new_err(format!("{cls} element {obj} is outside signed 64 bits")));
     }
     let children: Vec<Mode> = if let Ok(t) = obj.cast::<PyTuple>() {
-        t.iter()
-            .map(|e| parse_element(&e, cls, same, depth + 1))
-            .collect::<PyResult<_>>()?
+        t.iter().map(|e| parse_element(&e, cls, same, depth + 1)).collect::<PyResult<_>>()?
     } else if let Ok(l) = obj.cast::<PyList>() {
-        l.iter()
-            .map(|e| parse_element(&e, cls, same, depth + 1))
-            .collect::<PyResult<_>>()?
+        l.iter().map(|e| parse_element(&e, cls, same, depth + 1)).collect::<PyResult<_>>()?
     } else if let Some(tree) = same(obj) {
         // A same-class element with one leaf adds that int; otherwise its modes form one
         // nested mode (a rank-0 element is therefore an empty nested mode: ValueError).
@@ -62,8 +57,7 @@ fn parse_element(
             type_name(obj)
         )));
     };
-    Mode::nested(children)
-        .map_err(|_| PyValueError::new_err(format!("{cls} has an empty nested mode")))
+    Mode::nested(children).map_err(|_| PyValueError::new_err(format!("{cls} has an empty nested mode")))
 }
 
 /// `Shape(*items)` / `Stride(*items)`: no items is rank 0; one item is the whole tree (an
@@ -80,21 +74,14 @@ fn parse_items(
             return Ok(tree);
         }
         if let Ok(t) = only.cast::<PyTuple>() {
-            t.iter()
-                .map(|e| parse_element(&e, cls, same, 1))
-                .collect::<PyResult<_>>()?
+            t.iter().map(|e| parse_element(&e, cls, same, 1)).collect::<PyResult<_>>()?
         } else if let Ok(l) = only.cast::<PyList>() {
-            l.iter()
-                .map(|e| parse_element(&e, cls, same, 1))
-                .collect::<PyResult<_>>()?
+            l.iter().map(|e| parse_element(&e, cls, same, 1)).collect::<PyResult<_>>()?
         } else {
             vec![parse_element(&only, cls, same, 1)?]
         }
     } else {
-        items
-            .iter()
-            .map(|e| parse_element(&e, cls, same, 1))
-            .collect::<PyResult<_>>()?
+        items.iter().map(|e| parse_element(&e, cls, same, 1)).collect::<PyResult<_>>()?
     };
     Ok(IntTree::new(top))
 }
@@ -212,14 +199,11 @@ tree_class!(PyShape, Shape, "Shape", {
     /// Coordinate of ordinal `i` (mixed radix, first mode fastest) as a nested tuple.
     fn decode<'py>(&self, py: Python<'py>, i: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         if i.is_instance_of::<PyBool>() || !i.is_instance_of::<PyInt>() {
-            return Err(PyTypeError::new_err(format!(
-                "Shape.decode ordinal must be an int, got {}",
-                type_name(i)
-            )));
+            return Err(PyTypeError::new_err(format!("Shape.decode ordinal must be an int, got {}", type_name(i))));
         }
-        let k = i.extract::<i64>().map_err(|_| {
-            PyValueError::new_err(format!("Shape.decode ordinal {i} is outside [0, size)"))
-        })?;
+        let k = i
+            .extract::<i64>()
+            .map_err(|_| PyValueError::new_err(format!("Shape.decode ordinal {i} is outside [0, size)")))?;
         let coord = self.inner.decode(k).map_err(error::layout)?;
         coord_to_py(py, &coord)
     }

@@ -4,13 +4,13 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use super::route::{self, Job, Route, RouteKind};
-use super::table::{validate_rows, Check};
-use super::terminal::{CommitSteps, Terminal};
 use super::super::carrier::{same_carrier, Carrier, CarrierExt};
 use super::super::error::{ModelError, Result};
 use super::super::state::{ClaimGuard, ClaimId, Role};
 use super::super::tensor::Tensor;
+use super::route::{self, Job, Route, RouteKind};
+use super::table::{validate_rows, Check};
+use super::terminal::{CommitSteps, Terminal};
 
 /// A validated move holding both claims, ready to transfer. Dropping it without running
 /// gives both claims back (the guards' rollback).

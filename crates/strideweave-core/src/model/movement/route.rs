@@ -16,9 +16,9 @@
 
 use std::sync::Arc;
 
+use super::super::block::BlockCarrier;
 use super::super::carrier::{BulkStorage, Carrier, ClassKey};
 use super::super::error::{ModelError, Result};
-use super::super::block::BlockCarrier;
 use super::super::file::FileCarrier;
 use super::super::host::{HostCarrier, HostStore};
 use crate::copy;

@@ -105,7 +105,11 @@ mod tests {
         let mut asked = Vec::new();
         let out = validate(&mut |row| {
             asked.push(row);
-            if row == Check::SourceUnclaimed { Err(row) } else { Ok(()) }
+            if row == Check::SourceUnclaimed {
+                Err(row)
+            } else {
+                Ok(())
+            }
         });
         assert_eq!(out, Err(Check::SourceUnclaimed));
         assert_eq!(asked, VALIDATION_ORDER[..5].to_vec());

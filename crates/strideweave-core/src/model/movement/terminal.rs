@@ -114,7 +114,11 @@ mod tests {
     impl Log {
         fn step(&mut self, name: &'static str) -> Result<(), &'static str> {
             self.steps.push(name);
-            if self.refuse == Some(name) { Err(name) } else { Ok(()) }
+            if self.refuse == Some(name) {
+                Err(name)
+            } else {
+                Ok(())
+            }
         }
     }
 

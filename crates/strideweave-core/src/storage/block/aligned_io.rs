@@ -25,8 +25,7 @@ impl AlignedBuf {
             .expect("bounce buffer layout: alignment is a power of two and size is small");
         // SAFETY: the layout has a non-zero size (at least `align` >= 1 bytes).
         let raw = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr =
-            std::ptr::NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        let ptr = std::ptr::NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
         AlignedBuf { ptr, layout }
     }
 
@@ -83,12 +82,7 @@ pub(super) fn read_full(file: &File, buf: &mut [u8], off: u64) -> Result<(), Blo
     let mut done = 0usize;
     while done < buf.len() {
         match read_at(file, &mut buf[done..], off + done as u64) {
-            Ok(0) => {
-                return Err(BlockError::ZeroTransfer {
-                    offset: off + done as u64,
-                    write: false,
-                })
-            }
+            Ok(0) => return Err(BlockError::ZeroTransfer { offset: off + done as u64, write: false }),
             Ok(n) => done += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(BlockError::Io(e)),
@@ -102,12 +96,7 @@ pub(super) fn write_full(file: &File, buf: &[u8], off: u64) -> Result<(), BlockE
     let mut done = 0usize;
     while done < buf.len() {
         match write_at(file, &buf[done..], off + done as u64) {
-            Ok(0) => {
-                return Err(BlockError::ZeroTransfer {
-                    offset: off + done as u64,
-                    write: true,
-                })
-            }
+            Ok(0) => return Err(BlockError::ZeroTransfer { offset: off + done as u64, write: true }),
             Ok(n) => done += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(BlockError::Io(e)),
@@ -169,9 +158,7 @@ impl Io<'_> {
 
     fn debug_check_aligned(&self, ptr: *const u8, len: usize, off: u64) {
         debug_assert!(
-            off % self.align == 0
-                && len as u64 % self.align == 0
-                && ptr as usize % self.mem_align == 0,
+            off % self.align == 0 && len as u64 % self.align == 0 && ptr as usize % self.mem_align == 0,
             "misaligned direct transfer: offset {off}, length {len}, address {ptr:p}"
         );
     }
@@ -191,11 +178,7 @@ impl Io<'_> {
             if p >= aend {
                 return None;
             }
-            let plen = if p < off || p >= mid_end {
-                a
-            } else {
-                chunk.min(mid_end - p)
-            };
+            let plen = if p < off || p >= mid_end { a } else { chunk.min(mid_end - p) };
             let item = (p, plen, p.max(off), (p + plen).min(end));
             p += plen;
             Some(item)

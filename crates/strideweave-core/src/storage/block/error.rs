@@ -49,9 +49,6 @@ pub enum BlockError {
 impl BlockError {
     /// Whether this error put (or found) the device in the faulted state.
     pub fn is_fault(&self) -> bool {
-        matches!(
-            self,
-            BlockError::Io(_) | BlockError::ZeroTransfer { .. } | BlockError::Faulted(_)
-        )
+        matches!(self, BlockError::Io(_) | BlockError::ZeroTransfer { .. } | BlockError::Faulted(_))
     }
 }

@@ -14,20 +14,11 @@ pub struct Geometry {
 impl Geometry {
     /// Validates the numbers the I/O layer relies on: a non-empty capacity that is a whole
     /// number of logical blocks, and block sizes that are powers of two no larger than 1 MiB.
-    pub fn new(
-        capacity_bytes: u64,
-        logical_block_size: u32,
-        physical_block_size: u32,
-    ) -> Result<Self, BlockError> {
+    pub fn new(capacity_bytes: u64, logical_block_size: u32, physical_block_size: u32) -> Result<Self, BlockError> {
         if capacity_bytes == 0 {
-            return Err(BlockError::BadGeometry(
-                "capacity is 0 bytes (no medium or no backing file?)".into(),
-            ));
+            return Err(BlockError::BadGeometry("capacity is 0 bytes (no medium or no backing file?)".into()));
         }
-        for (name, v) in [
-            ("logical block size", logical_block_size),
-            ("physical block size", physical_block_size),
-        ] {
+        for (name, v) in [("logical block size", logical_block_size), ("physical block size", physical_block_size)] {
             if v == 0 || !v.is_power_of_two() || v > MAX_BLOCK_SIZE {
                 return Err(BlockError::BadGeometry(format!(
                     "{name} {v} is not a power of two between 1 and {MAX_BLOCK_SIZE}"
@@ -40,11 +31,7 @@ impl Geometry {
                  {logical_block_size}"
             )));
         }
-        Ok(Geometry {
-            capacity_bytes,
-            logical_block_size,
-            physical_block_size,
-        })
+        Ok(Geometry { capacity_bytes, logical_block_size, physical_block_size })
     }
 
     /// Extents start and end on this boundary: the larger block size, so that no two extents
@@ -60,7 +47,6 @@ impl Geometry {
         self.capacity_bytes - self.capacity_bytes % a
     }
 }
-
 
 #[cfg(target_os = "linux")]
 pub(super) mod sys {
@@ -85,18 +71,11 @@ pub(super) mod sys {
         if !meta.file_type().is_block_device() {
             return Err(BlockError::NotBlockDevice(path.to_owned()));
         }
-        let open = |flags: i32| {
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .custom_flags(flags | libc::O_CLOEXEC)
-                .open(path)
-        };
+        let open =
+            |flags: i32| OpenOptions::new().read(true).write(true).custom_flags(flags | libc::O_CLOEXEC).open(path);
         let (file, direct) = match open(libc::O_DIRECT) {
             Ok(f) => (f, true),
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                (open(0).map_err(BlockError::Open)?, false)
-            }
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (open(0).map_err(BlockError::Open)?, false),
             Err(e) => return Err(BlockError::Open(e)),
         };
         // The node may have been swapped between the stat and the open.
@@ -121,10 +100,9 @@ pub(super) mod sys {
         if rcs.iter().any(|&rc| rc != 0) {
             return Err(BlockError::Open(io::Error::last_os_error()));
         }
-        let logical = u32::try_from(logical)
-            .map_err(|_| BlockError::BadGeometry(format!("logical block size {logical}")))?;
+        let logical =
+            u32::try_from(logical).map_err(|_| BlockError::BadGeometry(format!("logical block size {logical}")))?;
         let geometry = Geometry::new(capacity, logical, physical)?;
         Ok((file, geometry, direct))
     }
 }
-

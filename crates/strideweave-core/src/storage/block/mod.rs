@@ -33,15 +33,15 @@ pub const CHUNK_BYTES: usize = 8 << 20;
 /// allocation alignment.
 const MAX_BLOCK_SIZE: u32 = 1 << 20;
 
+mod aligned_io;
 mod error;
 mod geometry;
-mod aligned_io;
 #[cfg(test)]
 mod tests;
 
+use aligned_io::{round_down, Bounces, Io};
 pub use error::BlockError;
 pub use geometry::Geometry;
-use aligned_io::{round_down, Bounces, Io};
 
 /// A live allocation: `len` bytes at device offset `offset`, both multiples of the alignment.
 /// A zero-length extent occupies nothing and is not tracked.
@@ -50,7 +50,6 @@ pub struct Extent {
     pub offset: u64,
     pub len: u64,
 }
-
 
 struct State {
     /// `None` once closed.
@@ -164,12 +163,7 @@ impl BlockDevice {
 
     /// Live extents in offset order.
     pub fn live_extents(&self) -> Vec<Extent> {
-        self.state
-            .lock()
-            .extents
-            .iter()
-            .map(|(&offset, &len)| Extent { offset, len })
-            .collect()
+        self.state.lock().extents.iter().map(|(&offset, &len)| Extent { offset, len }).collect()
     }
 
     /// Closes the descriptor. Idempotent; live extents stay tracked so `free` keeps working.
@@ -188,10 +182,7 @@ impl BlockDevice {
         let file = usable(&st.fault, &st.file)?;
         let align = self.geometry.allocation_alignment();
         let usable_bytes = self.geometry.usable_bytes();
-        let no_space = BlockError::NoSpace {
-            requested: bytes,
-            capacity: self.geometry.capacity_bytes,
-        };
+        let no_space = BlockError::NoSpace { requested: bytes, capacity: self.geometry.capacity_bytes };
         let len = match bytes.checked_add(align - 1) {
             Some(v) => round_down(v, align),
             None => return Err(no_space),
@@ -234,10 +225,7 @@ impl BlockDevice {
                 st.extents.remove(&extent.offset);
                 Ok(())
             }
-            _ => Err(BlockError::UnknownExtent {
-                offset: extent.offset,
-                len: extent.len,
-            }),
+            _ => Err(BlockError::UnknownExtent { offset: extent.offset, len: extent.len }),
         }
     }
 
@@ -265,8 +253,7 @@ impl BlockDevice {
             return Ok(());
         }
         let io = self.io(file);
-        io.read(offset, out, &mut st.bounce)
-            .map_err(|e| fault(&mut st.fault, e))
+        io.read(offset, out, &mut st.bounce).map_err(|e| fault(&mut st.fault, e))
     }
 
     /// Writes `data` at device offset `offset`, which must lie inside one live extent.
@@ -285,8 +272,7 @@ impl BlockDevice {
             return Ok(());
         }
         let io = self.io(file);
-        io.write(offset, data, &mut st.bounce)
-            .map_err(|e| fault(&mut st.fault, e))
+        io.write(offset, data, &mut st.bounce).map_err(|e| fault(&mut st.fault, e))
     }
 
     /// Reads one native-endian `f32` at `offset`.
@@ -342,12 +328,9 @@ fn fault(slot: &mut Option<String>, e: BlockError) -> BlockError {
 
 fn check_range(extents: &BTreeMap<u64, u64>, offset: u64, len: u64) -> Result<(), BlockError> {
     let out = BlockError::OutOfRange { offset, len };
-    let end = offset
-        .checked_add(len)
-        .ok_or(BlockError::OutOfRange { offset, len })?;
+    let end = offset.checked_add(len).ok_or(BlockError::OutOfRange { offset, len })?;
     match extents.range(..=offset).next_back() {
         Some((&eoff, &elen)) if end <= eoff + elen => Ok(()),
         _ => Err(out),
     }
 }
-

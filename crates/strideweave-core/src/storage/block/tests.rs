@@ -1,5 +1,5 @@
-use super::*;
 use super::aligned_io::AlignedBuf;
+use super::*;
 use std::io;
 use std::io::{Read, Seek, SeekFrom};
 
@@ -23,11 +23,7 @@ impl Drop for TempFile {
 fn device(cap: u64, logical: u32, physical: u32, direct: bool) -> (BlockDevice, TempFile) {
     let path = temp_path("dev");
     std::fs::write(&path, vec![0xABu8; cap as usize]).unwrap();
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .unwrap();
+    let file = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
     let g = Geometry::new(cap, logical, physical).unwrap();
     (BlockDevice::from_file(file, g, direct), TempFile(path))
 }
@@ -42,26 +38,11 @@ fn file_bytes(t: &TempFile) -> Vec<u8> {
 
 #[test]
 fn geometry_validation() {
-    assert!(matches!(
-        Geometry::new(0, 512, 512),
-        Err(BlockError::BadGeometry(_))
-    ));
-    assert!(matches!(
-        Geometry::new(4096, 0, 512),
-        Err(BlockError::BadGeometry(_))
-    ));
-    assert!(matches!(
-        Geometry::new(4096, 512, 1000),
-        Err(BlockError::BadGeometry(_))
-    ));
-    assert!(matches!(
-        Geometry::new(4096, 1 << 21, 512),
-        Err(BlockError::BadGeometry(_))
-    ));
-    assert!(matches!(
-        Geometry::new(4100, 512, 512),
-        Err(BlockError::BadGeometry(_))
-    ));
+    assert!(matches!(Geometry::new(0, 512, 512), Err(BlockError::BadGeometry(_))));
+    assert!(matches!(Geometry::new(4096, 0, 512), Err(BlockError::BadGeometry(_))));
+    assert!(matches!(Geometry::new(4096, 512, 1000), Err(BlockError::BadGeometry(_))));
+    assert!(matches!(Geometry::new(4096, 1 << 21, 512), Err(BlockError::BadGeometry(_))));
+    assert!(matches!(Geometry::new(4100, 512, 512), Err(BlockError::BadGeometry(_))));
     let g = Geometry::new(4096 * 3 + 512, 512, 4096).unwrap();
     assert_eq!(g.allocation_alignment(), 4096);
     assert_eq!(g.usable_bytes(), 4096 * 3);
@@ -71,68 +52,23 @@ fn geometry_validation() {
 fn allocate_rounds_zeroes_and_first_fits() {
     let (d, t) = device(64 * 1024, 512, 4096, true);
     let a = d.allocate(1, true).unwrap();
-    assert_eq!(
-        a,
-        Extent {
-            offset: 0,
-            len: 4096
-        }
-    );
+    assert_eq!(a, Extent { offset: 0, len: 4096 });
     let b = d.allocate(4097, true).unwrap();
-    assert_eq!(
-        b,
-        Extent {
-            offset: 4096,
-            len: 8192
-        }
-    );
+    assert_eq!(b, Extent { offset: 4096, len: 8192 });
     let c = d.allocate(4096, false).unwrap();
-    assert_eq!(
-        c,
-        Extent {
-            offset: 12288,
-            len: 4096
-        }
-    );
+    assert_eq!(c, Extent { offset: 12288, len: 4096 });
     let bytes = file_bytes(&t);
-    assert!(
-        bytes[..12288].iter().all(|&x| x == 0),
-        "zeroed extents read zero"
-    );
-    assert!(
-        bytes[12288..16384].iter().all(|&x| x == 0xAB),
-        "zero=false leaves bytes"
-    );
+    assert!(bytes[..12288].iter().all(|&x| x == 0), "zeroed extents read zero");
+    assert!(bytes[12288..16384].iter().all(|&x| x == 0xAB), "zero=false leaves bytes");
     // Freeing the middle extent makes its range the lowest fit again.
     d.free(b).unwrap();
-    assert_eq!(
-        d.allocate(100, true).unwrap(),
-        Extent {
-            offset: 4096,
-            len: 4096
-        }
-    );
+    assert_eq!(d.allocate(100, true).unwrap(), Extent { offset: 4096, len: 4096 });
     // A request larger than the hole skips it.
-    assert_eq!(
-        d.allocate(8192, true).unwrap(),
-        Extent {
-            offset: 16384,
-            len: 8192
-        }
-    );
-    assert_eq!(
-        d.allocate(4096, true).unwrap(),
-        Extent {
-            offset: 8192,
-            len: 4096
-        }
-    );
+    assert_eq!(d.allocate(8192, true).unwrap(), Extent { offset: 16384, len: 8192 });
+    assert_eq!(d.allocate(4096, true).unwrap(), Extent { offset: 8192, len: 4096 });
     let live = d.live_extents();
     for w in live.windows(2) {
-        assert!(
-            w[0].offset + w[0].len <= w[1].offset,
-            "extents overlap: {live:?}"
-        );
+        assert!(w[0].offset + w[0].len <= w[1].offset, "extents overlap: {live:?}");
     }
 }
 
@@ -143,57 +79,27 @@ fn zero_length_extent_occupies_nothing() {
     assert_eq!(z.len, 0);
     assert!(d.live_extents().is_empty());
     d.free(z).unwrap();
-    assert_eq!(
-        d.allocate(8192, true).unwrap(),
-        Extent {
-            offset: 0,
-            len: 8192
-        }
-    );
+    assert_eq!(d.allocate(8192, true).unwrap(), Extent { offset: 0, len: 8192 });
 }
 
 #[test]
 fn no_space_reserves_nothing() {
     let (d, _t) = device(16384 + 512, 512, 4096, true);
     let a = d.allocate(8192, true).unwrap();
-    assert!(matches!(
-        d.allocate(8193, true),
-        Err(BlockError::NoSpace { .. })
-    ));
-    assert!(matches!(
-        d.allocate(u64::MAX, true),
-        Err(BlockError::NoSpace { .. })
-    ));
+    assert!(matches!(d.allocate(8193, true), Err(BlockError::NoSpace { .. })));
+    assert!(matches!(d.allocate(u64::MAX, true), Err(BlockError::NoSpace { .. })));
     assert_eq!(d.live_extents(), vec![a]);
     // The trailing partial alignment unit is never handed out.
-    assert_eq!(
-        d.allocate(8192, true).unwrap(),
-        Extent {
-            offset: 8192,
-            len: 8192
-        }
-    );
-    assert!(matches!(
-        d.allocate(1, true),
-        Err(BlockError::NoSpace { .. })
-    ));
+    assert_eq!(d.allocate(8192, true).unwrap(), Extent { offset: 8192, len: 8192 });
+    assert!(matches!(d.allocate(1, true), Err(BlockError::NoSpace { .. })));
 }
 
 #[test]
 fn free_unknown_and_mismatched() {
     let (d, _t) = device(16384, 512, 512, true);
     let a = d.allocate(1024, true).unwrap();
-    assert!(matches!(
-        d.free(Extent {
-            offset: a.offset,
-            len: 512
-        }),
-        Err(BlockError::UnknownExtent { .. })
-    ));
-    assert!(matches!(
-        d.free_at(512),
-        Err(BlockError::UnknownExtent { .. })
-    ));
+    assert!(matches!(d.free(Extent { offset: a.offset, len: 512 }), Err(BlockError::UnknownExtent { .. })));
+    assert!(matches!(d.free_at(512), Err(BlockError::UnknownExtent { .. })));
     assert_eq!(d.free_at(0).unwrap(), a);
     assert!(matches!(d.free(a), Err(BlockError::UnknownExtent { .. })));
 }
@@ -259,24 +165,12 @@ fn bulk_round_trip_spans_chunks() {
 fn access_outside_live_extents_is_refused() {
     let (d, _t) = device(16384, 512, 512, true);
     let e = d.allocate(1024, true).unwrap();
-    assert!(matches!(
-        d.read_f32(1022),
-        Err(BlockError::OutOfRange { .. })
-    ));
-    assert!(matches!(
-        d.write_f32(1024, 1.0),
-        Err(BlockError::OutOfRange { .. })
-    ));
-    assert!(matches!(
-        d.read_f32(u64::MAX - 1),
-        Err(BlockError::OutOfRange { .. })
-    ));
+    assert!(matches!(d.read_f32(1022), Err(BlockError::OutOfRange { .. })));
+    assert!(matches!(d.write_f32(1024, 1.0), Err(BlockError::OutOfRange { .. })));
+    assert!(matches!(d.read_f32(u64::MAX - 1), Err(BlockError::OutOfRange { .. })));
     d.free(e).unwrap();
     assert!(matches!(d.read_f32(0), Err(BlockError::OutOfRange { .. })));
-    assert!(
-        !d.is_faulted(),
-        "range errors are caller errors, not device faults"
-    );
+    assert!(!d.is_faulted(), "range errors are caller errors, not device faults");
 }
 
 #[test]
@@ -293,10 +187,7 @@ fn os_error_faults_device_but_free_and_close_work() {
     assert!(d.is_faulted());
     assert!(d.fault_reason().unwrap().contains("I/O error"));
     assert!(matches!(d.read_f32(0), Err(BlockError::Faulted(_))));
-    assert!(matches!(
-        d.allocate(512, false),
-        Err(BlockError::Faulted(_))
-    ));
+    assert!(matches!(d.allocate(512, false), Err(BlockError::Faulted(_))));
     d.free(e).unwrap();
     d.close();
     d.close();
@@ -321,19 +212,12 @@ fn zero_byte_read_faults_device() {
     // returns 0 bytes, the same thing a shrunken block device does.
     let (d, _t) = device(4096, 512, 512, true);
     let d2 = {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&_t.0)
-            .unwrap();
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(&_t.0).unwrap();
         BlockDevice::from_file(file, Geometry::new(16384, 512, 512).unwrap(), true)
     };
     drop(d);
     let e = d2.allocate(16384, false).unwrap();
-    assert!(matches!(
-        d2.read_f32(e.offset + 8192),
-        Err(BlockError::ZeroTransfer { write: false, .. })
-    ));
+    assert!(matches!(d2.read_f32(e.offset + 8192), Err(BlockError::ZeroTransfer { write: false, .. })));
     assert!(d2.is_faulted());
     assert!(matches!(d2.write_f32(0, 1.0), Err(BlockError::Faulted(_))));
 }
@@ -351,23 +235,14 @@ fn closed_device_refuses_io_and_allocation() {
 
 #[test]
 fn open_rejects_nul_and_non_block_paths() {
-    assert!(matches!(
-        BlockDevice::open("/dev/lo\0op0"),
-        Err(BlockError::InvalidPath(_))
-    ));
+    assert!(matches!(BlockDevice::open("/dev/lo\0op0"), Err(BlockError::InvalidPath(_))));
     #[cfg(target_os = "linux")]
     {
         let t = TempFile(temp_path("plain"));
         std::fs::write(&t.0, b"x").unwrap();
         let p = t.0.to_str().unwrap();
-        assert!(matches!(
-            BlockDevice::open(p),
-            Err(BlockError::NotBlockDevice(_))
-        ));
-        assert!(matches!(
-            BlockDevice::open("/"),
-            Err(BlockError::NotBlockDevice(_))
-        ));
+        assert!(matches!(BlockDevice::open(p), Err(BlockError::NotBlockDevice(_))));
+        assert!(matches!(BlockDevice::open("/"), Err(BlockError::NotBlockDevice(_))));
         assert!(matches!(
             BlockDevice::open("/nonexistent/strideweave"),
             Err(BlockError::Open(e)) if e.kind() == io::ErrorKind::NotFound
@@ -384,17 +259,11 @@ fn loop_device_round_trip() {
     let f = File::create(&backing.0).unwrap();
     f.set_len(8 << 20).unwrap();
     drop(f);
-    let out = Command::new("losetup")
-        .args(["--find", "--show", "--direct-io=on"])
-        .arg(&backing.0)
-        .output();
+    let out = Command::new("losetup").args(["--find", "--show", "--direct-io=on"]).arg(&backing.0).output();
     let dev = match out {
         Ok(o) if o.status.success() => String::from_utf8(o.stdout).unwrap().trim().to_owned(),
         Ok(o) => {
-            eprintln!(
-                "SKIPPED loop_device_round_trip: losetup failed: {}",
-                String::from_utf8_lossy(&o.stderr).trim()
-            );
+            eprintln!("SKIPPED loop_device_round_trip: losetup failed: {}", String::from_utf8_lossy(&o.stderr).trim());
             return;
         }
         Err(e) => {
@@ -405,9 +274,7 @@ fn loop_device_round_trip() {
     struct Detach(String);
     impl Drop for Detach {
         fn drop(&mut self) {
-            let _ = std::process::Command::new("losetup")
-                .args(["-d", &self.0])
-                .status();
+            let _ = std::process::Command::new("losetup").args(["-d", &self.0]).status();
         }
     }
     let _detach = Detach(dev.clone());

@@ -218,6 +218,7 @@ class _TensorBase:
     _grad: Any
     _autograd_ctx: Any
     _retain_grad: Any
+    _sw_grant: Any
     def __getitem__(self, key: Any, /) -> Any: ...
     def __setitem__(self, key: Any, value: Any, /) -> None: ...
     def __dlpack__(self, stream: Any = None, *, max_version: tuple[int, int] | list[int] | None = None,

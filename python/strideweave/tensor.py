@@ -239,7 +239,14 @@ class Tensor(_native._TensorBase):
         if _has_slice(key):
             raise TypeError("slice assignment is not supported; assign elements one key at a time")
         self._check_live()
-        self._carrier[self._offset + self._layout.index(_coordinate(key))] = value
+        slot = self._offset + self._layout.index(_coordinate(key))
+        grant = self._sw_grant
+        request = grant() if grant is not None else None
+        if request is not None:
+            # A Tensor a move handed its transfer: the move's claim admits its writes.
+            self._carrier._sw_write_granted(slot, value, request)
+        else:
+            self._carrier[slot] = value
 
     def _slice_view(self, key: Any) -> "Tensor":
         self._check_live()

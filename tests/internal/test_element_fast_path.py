@@ -5,6 +5,7 @@
 (`carrier[offset + layout.index(key)]`). Every test here runs the same operation on both and
 requires identical outcomes: value, exception type and message, version, stored slots.
 """
+import weakref
 import pytest
 
 import strideweave as sw
@@ -197,19 +198,27 @@ def test_refused_writes_match_the_reference_path(state, key, value):
     assert slots(fast.carrier) == slots(ref.carrier)
 
 
-def test_a_running_move_may_still_write_its_claimed_carriers():
+class _Request:
+    """Stands for a move request: what a grant refers to (weakly) and its destination."""
+
+    def __init__(self, destination):
+        self.destination = destination
+
+
+def test_a_running_move_writes_its_claimed_destination_only_through_what_it_granted():
     fast, ref = pair(HIER)
     for t in (fast, ref):
-        request = object()
+        request = _Request(t.carrier)
         t.carrier._sw_claim = request
         with pytest.raises(RuntimeError, match="pending move"):
             t[0] = 9.0
-        saved = base.ACTIVE_CLAIM.request
-        base.ACTIVE_CLAIM.request = request
+        granted = sw.Tensor(t.carrier, t.offset, t.layout)
+        granted._sw_grant = weakref.ref(request)
         try:
-            t[0] = 9.0
+            granted[0] = 9.0
+            with pytest.raises(RuntimeError, match="pending move"):
+                t[0] = 8.0  # the same carrier, through a Tensor the move did not hand out
         finally:
-            base.ACTIVE_CLAIM.request = saved
             t.carrier._sw_claim = None
         assert t[0] == 9.0
     assert fast.version == ref.version

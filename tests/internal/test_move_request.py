@@ -42,7 +42,7 @@ def claimed_request(t, destination, *, grow=False):
     request = move_module._MoveRequest(t, destination, False)
     take_claims(request, ((t.carrier, "source", "move"), (destination, "destination", "move into")))
     if grow:
-        destination._allocate(N)
+        destination._sw_allocate_claimed(request, N)
         request.grown = True
     request.output = Tensor._from_subtensors(F32, (Subtensor(F32, destination, 0, t.layout),), ())
     return request

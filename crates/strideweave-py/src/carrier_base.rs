@@ -263,7 +263,7 @@ impl CarrierBase {
     }
 
     /// Claims every `(carrier, role, action)` of `entries` for `claim`, or none: each must
-    /// be live and not claimed except by `active` (the move running on this thread), checked
+    /// be live and not claimed except by `active` (a claim the caller passes as its own), checked
     /// in order; RuntimeError names the first that is not.
     #[staticmethod]
     fn _sw_take_claims(
@@ -312,8 +312,7 @@ impl CarrierBase {
         carrier_state::drop_claim(self, claim);
     }
 
-    /// RuntimeError unless no claim but `active`'s holds the carrier (for `write to`, nor one
-    /// whose `open_destination` is this carrier).
+    /// RuntimeError unless no claim but `active`'s holds the carrier.
     fn _sw_check_claim(
         slf: &Bound<'_, Self>,
         action: &str,

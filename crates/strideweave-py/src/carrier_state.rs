@@ -3,15 +3,15 @@
 //! "being released" marker) as claim.
 //!
 //! Each transition is one critical section of the cell, so its atomicity comes from the core.
-//! The rules the Python layer writes in its own terms enter as a [`PyJudge`]: the claim of
-//! the move running on this thread (`carriers.base.ACTIVE_CLAIM.request`) does not block,
-//! and the `carriers.base.RELEASING` marker blocks with its own message. The judge only
+//! The rules the Python layer writes in its own terms enter as a [`PyJudge`]: the claim the
+//! caller passes as its own (`active`: a move request releasing its source at its commit)
+//! does not block, whichever thread runs it, and the `carriers.base.RELEASING` marker blocks
+//! with its own message. No claim is lifted for a thread. The judge only
 //! compares identities and takes references, so no Python code runs inside the cell's lock;
 //! payloads a transition displaces are dropped after it (a `__del__` may read this carrier).
 //! Every message is the one the Python layer raised when it did these checks itself.
 
 use pyo3::exceptions::PyRuntimeError;
-use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyType;
 use strideweave_core::model::{ClaimJudge, ClaimRule, Refusal, ReleaseStart, StateCell, Verdict};
@@ -162,28 +162,18 @@ pub(crate) fn drop_claim(carrier: &CarrierBase, claim: &Bound<'_, PyAny>) {
     drop(carrier.state().drop_claim_if(|held| claim.is(held)));
 }
 
-/// `_sw_check_unclaimed(action)`: the claim is read in one critical section; whether a
-/// move's provider still has its destination open (`open_destination`, a Python attribute)
-/// is asked after, outside the lock.
+/// `_sw_check_unclaimed(action)`: the claim is read in one critical section.
 pub(crate) fn check_unclaimed(carrier: &Bound<'_, CarrierBase>, action: &str, judge: &PyJudge<'_, '_>) -> PyResult<()> {
-    let py = carrier.py();
     let held = carrier.get().state().with_claim(|held| {
         held.and_then(|held| match judge.judge(held) {
             Verdict::Passes => None,
-            Verdict::Blocks(why) => Some((why, held.clone_ref(py))),
+            Verdict::Blocks(why) => Some(why),
         })
     });
-    let Some((why, held)) = held else {
-        return Ok(());
-    };
-    if why == Held::Pending && action == "write to" {
-        if let Some(open) = held.bind(py).getattr_opt(intern!(py, "open_destination"))? {
-            if open.is(carrier) {
-                return Ok(());
-            }
-        }
+    match held {
+        None => Ok(()),
+        Some(why) => Err(claimed_error(&type_name(carrier.as_any())?, action, why)),
     }
-    Err(claimed_error(&type_name(carrier.as_any())?, action, why))
 }
 
 /// What `Carrier.release()` raises for an owned carrier.

@@ -14,7 +14,8 @@
 //! What stays in `carriers/move.py` is what the specification defines in Python terms: which
 //! route a pair takes, how a `MoveOperation` or a provider runs its transfer, and the node
 //! a recorded move makes. The request object is also the claim its carriers hold, so the
-//! claim checks (`transfer_may_write`, `open_destination`) read its fields.
+//! claim its carriers hold: it admits the writes through the Tensors it handed the transfer
+//! (`output`), its own commit's release of the source and its own resizing of the destination.
 //!
 //! Commit order (the core's [`Terminal`]): on success attach the node, release the source
 //! while the request still claims it (so no other move takes it in between), then drop both
@@ -30,7 +31,8 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyTuple, PyType};
 use pyo3::{PyTraverseError, PyVisit};
 
-use strideweave_core::model::movement::{validate, Check, CommitSteps, Terminal};
+use strideweave_core::model::movement::{validate_settled, Check, CommitSteps, Terminal};
+use strideweave_core::model::ModelError;
 
 use crate::carrier_base::CarrierBase;
 use crate::carrier_state::{check_unclaimed, drop_claim, type_name, PyJudge};
@@ -47,9 +49,7 @@ struct RequestHooks {
     await_move: Py<PyType>,
     /// `base.not_a_carrier(name, value)`: the TypeError for a non-carrier argument.
     not_a_carrier: Py<PyAny>,
-    /// `base.ACTIVE_CLAIM` (a thread-local whose `request` is the move running on this thread)
-    /// and `base.RELEASING`, the claim of a carrier whose release hook runs.
-    active_claim: Py<PyAny>,
+    /// `base.RELEASING`, the claim of a carrier whose release hook runs.
     releasing: Py<PyAny>,
     /// `move._grows_when_empty(carrier)`: whether an empty destination may grow to the span.
     grows_when_empty: Py<PyAny>,
@@ -84,7 +84,6 @@ struct Parts {
     token: Option<Py<PyAny>>,
     output: Option<Py<PyAny>>,
     prepared: Option<Py<PyAny>>,
-    open_destination: Option<Py<PyAny>>,
     grown: bool,
 }
 
@@ -158,20 +157,10 @@ impl<'py> Arguments<'_, 'py> {
         self.destination.cast::<CarrierBase>().expect("a Carrier from the IsCarrier row on")
     }
 
-    fn judge<'a>(
-        &'a self,
-        active: &'a Option<Bound<'py, PyAny>>,
-        releasing: &'a Bound<'py, PyAny>,
-    ) -> PyJudge<'a, 'py> {
-        PyJudge { active: active.as_ref(), releasing, owner: None }
-    }
-
+    /// A claim refuses every other request, whoever asks: no thread is exempt.
     fn unclaimed(&self, carrier: &Bound<'py, CarrierBase>, action: &str) -> PyResult<()> {
-        let py = self.py();
-        let active = self.hooks.active_claim.bind(py).getattr(intern!(py, "request"))?;
-        let active = (!active.is_none()).then_some(active);
-        let releasing = self.hooks.releasing.bind(py);
-        check_unclaimed(carrier, action, &self.judge(&active, releasing))
+        let releasing = self.hooks.releasing.bind(self.py());
+        check_unclaimed(carrier, action, &PyJudge { active: None, releasing, owner: None })
     }
 
     fn check(&mut self, row: Check) -> PyResult<()> {
@@ -322,10 +311,12 @@ impl Route<'_, '_> {
                     if size == 0 && self.hooks.grows_when_empty.bind(py).call1((destination,))?.is_truthy()? {
                         self.grow = true;
                     } else {
-                        return Err(PyValueError::new_err(format!(
-                            "destination {} is too small: {size} slots for a layout cosize of {cosize}",
-                            type_name(destination)?
-                        )));
+                        let refusal = ModelError::TooSmall {
+                            carrier: type_name(destination)?,
+                            size: usize::try_from(size).unwrap_or(0),
+                            needed: usize::try_from(cosize).unwrap_or(0),
+                        };
+                        return Err(PyValueError::new_err(refusal.to_string()));
                     }
                 }
             }
@@ -367,20 +358,16 @@ impl CommitSteps for Steps<'_, '_> {
         let py = self.request.py();
         let request = self.request.get();
         let source = request.source.bind(py);
-        // Released as this request's own act (its claim admits the release, and the carrier
-        // stays claimed by it to everybody else until the release is over).
-        let active = self.hooks.active_claim.bind(py);
-        let saved = active.getattr(intern!(py, "request"))?;
-        active.setattr(intern!(py, "request"), self.request)?;
-        let released = if request.between_tiers {
+        // Released as this request's own act: the request passes itself, its claim admits
+        // the release, and the carrier stays claimed by it to everybody else (its own
+        // `_release` hook included) until the release is over.
+        let owner = if request.between_tiers {
             // The composite's own tier, released for its owner, which it stays.
-            let owner = source.getattr(intern!(py, "_sw_owner"))?;
-            source.call_method1(intern!(py, "_sw_release_for"), (owner,))
+            source.get().state().with_owner(|owner| owner.map(|o| o.clone_ref(py)))
         } else {
-            source.call_method0(intern!(py, "release"))
+            None
         };
-        active.setattr(intern!(py, "request"), saved)?;
-        released.map(drop)
+        source.call_method1(intern!(py, "_sw_release_for"), (owner, self.request)).map(drop)
     }
 
     fn shrink_destination(&mut self) {
@@ -388,7 +375,7 @@ impl CommitSteps for Steps<'_, '_> {
         let destination = self.request.get().destination.bind(py);
         // Best effort: the move has failed either way, and its claims must still end.
         if destination.is_instance(self.hooks.allocatable.bind(py)).unwrap_or(false) {
-            let _ = destination.call_method1(intern!(py, "_allocate"), (0,));
+            let _ = destination.call_method1(intern!(py, "_sw_allocate_claimed"), (self.request, 0));
         }
     }
 
@@ -449,7 +436,7 @@ impl MoveRequest {
         let mut arguments = Arguments { hooks, tensor, destination, between_tiers, source: None };
         let mut resolved: Option<(Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyAny>)> = None;
         let mut grow = false;
-        validate(&mut |row| match row {
+        validate_settled(&mut |row| match row {
             Check::PinnedClasses | Check::Room | Check::RoutePermitted => {
                 if resolved.is_none() {
                     let out = resolve.call0()?;
@@ -480,9 +467,7 @@ impl MoveRequest {
         // Never blocks the collector: a request whose parts are being changed right now is
         // reachable from the thread changing them, so skipping them this pass is sound.
         if let Some(parts) = self.parts.try_lock() {
-            for field in
-                [&parts.node, &parts.recorded, &parts.token, &parts.output, &parts.prepared, &parts.open_destination]
-            {
+            for field in [&parts.node, &parts.recorded, &parts.token, &parts.output, &parts.prepared] {
                 visit.call(field)?;
             }
         }
@@ -551,16 +536,6 @@ impl MoveRequest {
     }
 
     #[getter]
-    fn open_destination(&self, py: Python<'_>) -> Option<Py<PyAny>> {
-        self.read(py, |p| &p.open_destination)
-    }
-
-    #[setter]
-    fn set_open_destination(&self, value: Option<Bound<'_, PyAny>>) {
-        self.write(|p| &mut p.open_destination, value)
-    }
-
-    #[getter]
     fn grown(&self) -> bool {
         self.parts.lock().grown
     }
@@ -582,12 +557,7 @@ impl MoveRequest {
             None => Ok(()),
             Some(e) => Err(PyErr::from_value(e)),
         };
-        // The provider's threads write the destination no longer once the request finishes.
-        let (grown, open) = {
-            let mut parts = request.parts.lock();
-            (parts.grown, parts.open_destination.take())
-        };
-        drop(open);
+        let grown = request.parts.lock().grown;
         let mut steps = Steps { request: slf, hooks };
         let Some(outcome) = request.terminal.commit(&mut steps, transfer, grown) else {
             return Ok(());
@@ -631,11 +601,11 @@ impl MoveRequest {
         if request.terminal.commit(&mut steps, abandoned, grown).is_none() {
             return Ok(());
         }
-        let (prepared, open, node) = {
+        let (prepared, node) = {
             let mut parts = request.parts.lock();
-            (parts.prepared.take(), parts.open_destination.take(), cloned(py, &parts.node))
+            (parts.prepared.take(), cloned(py, &parts.node))
         };
-        drop((prepared, open));
+        drop(prepared);
         if let Some(node) = node {
             node.bind(py).call_method0(intern!(py, "_sw_clear"))?;
         }

@@ -84,6 +84,10 @@ pub struct TensorBase {
     #[pyo3(get, name = "_autograd_ctx")]
     autograd_ctx: Slot,
     retain_grad: Slot,
+    /// What a move handed this Tensor as its `output` (a weak reference to the move request):
+    /// while that request still claims the carrier, writes through this Tensor are the
+    /// transfer's own and the claim admits them. Writes through anything else are refused.
+    grant: Slot,
 }
 
 impl TensorBase {
@@ -93,6 +97,7 @@ impl TensorBase {
             grad: Slot::default(),
             autograd_ctx: Slot::default(),
             retain_grad: Slot::default(),
+            grant: Slot::default(),
         }
     }
 
@@ -258,6 +263,17 @@ impl TensorBase {
         drop(self.retain_grad.put(value.map(Bound::unbind)));
     }
 
+    /// The move request (a weak reference) whose transfer writes through this Tensor, or None.
+    #[getter(_sw_grant)]
+    fn grant_field(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.grant.get(py)
+    }
+
+    #[setter(_sw_grant)]
+    fn set_grant_field(&self, value: Option<Bound<'_, PyAny>>) {
+        assign_or_clear(&self.grant, value);
+    }
+
     /// `t[key]`: the element of an int or hierarchical key, or the view of a slicing key.
     fn __getitem__(slf: &Bound<'_, Self>, key: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         access::getitem(slf, key)
@@ -285,14 +301,16 @@ impl TensorBase {
         }
         self.grad.visit(&visit)?;
         self.autograd_ctx.visit(&visit)?;
-        self.retain_grad.visit(&visit)
+        self.retain_grad.visit(&visit)?;
+        self.grant.visit(&visit)
     }
 
     fn __clear__(&self) {
         // The view is immutable once set (set once) and so cannot be cleared; the cycles a
         // Tensor takes part in run through its autograd state (a node holding its inputs and
         // results), which is cleared here.
-        let dropped = (self.grad.put(None), self.autograd_ctx.put(None), self.retain_grad.put(None));
+        let dropped =
+            (self.grad.put(None), self.autograd_ctx.put(None), self.retain_grad.put(None), self.grant.put(None));
         drop(dropped);
     }
 }

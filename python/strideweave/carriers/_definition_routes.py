@@ -65,14 +65,17 @@ def _state(carrier: Carrier) -> tuple[int, bool, int]:
     return (carrier.version, carrier.is_released(), carrier.size())
 
 
-def prepare_route(decision: RouteDecision, tensor: Tensor, destination: Carrier) -> PreparedTransfer | None:
-    """Run the decided route's `prepare` (§5 steps 1–2). None means: use the elementwise
-    fallback (no route, or the route declined and fallback is permitted)."""
+def prepare_route(decision: RouteDecision, tensor: Tensor,
+                  destination: Carrier) -> tuple[PreparedTransfer | None, TransferRequest | None]:
+    """Run the decided route's `prepare` (§5 steps 1–2): `(prepared, request)`, the request
+    the provider was asked, whose `output` the move binds once it has claimed and sized the
+    destination. A None `prepared` means: use the elementwise fallback (no route, or the route
+    declined and fallback is permitted)."""
     from strideweave import _autograd
 
     route = decision.route
     if route is None:
-        return None
+        return None, None
     source = tensor.carrier
     request = TransferRequest(tensor, destination, type(source), type(destination), tensor.dtype(),
                               tensor.layout, tensor.layout.cosize)
@@ -93,7 +96,7 @@ def prepare_route(decision: RouteDecision, tensor: Tensor, destination: Carrier)
     if (_state(source), _state(destination)) != before:
         raise RuntimeError(f"transfer route {route.route_id!r} for {pair}: prepare changed a "
                            "carrier's version, size or release state")
-    return result if isinstance(result, PreparedTransfer) else None
+    return (result if isinstance(result, PreparedTransfer) else None), request
 
 
 def check_provider_completion(obj: Any) -> None:

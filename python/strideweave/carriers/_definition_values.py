@@ -231,7 +231,7 @@ class TransferRequest(FrozenValue):
     slots `[0, physical_span)`, wherever `layout` reaches."""
 
     __slots__ = ("tensor", "destination", "source_class", "destination_class", "dtype", "layout",
-                 "physical_span")
+                 "physical_span", "output")
     tensor: Tensor
     destination: Carrier
     source_class: type[Carrier]
@@ -239,6 +239,12 @@ class TransferRequest(FrozenValue):
     dtype: DType
     layout: Layout
     physical_span: int
+    #: The destination window `[0, physical_span)` as a flat Tensor, bound by the move once it
+    #: has claimed and sized the destination (None before that, and for a request made by
+    #: hand). How an asynchronous provider fills the destination: writes through it are the
+    #: move's own from any thread until the move's terminal completion; the destination itself
+    #: is writable only during the provider's own `submit()` call.
+    output: Tensor | None
 
     def __init__(self, tensor: Tensor, destination: Carrier, source_class: type[Carrier],
                  destination_class: type[Carrier], dtype: DType, layout: Layout,
@@ -266,7 +272,13 @@ class TransferRequest(FrozenValue):
                              f"not {physical_span}")
         self._sw_set(tensor=tensor, destination=destination, source_class=source_class,
                      destination_class=destination_class, dtype=dtype, layout=layout,
-                     physical_span=physical_span)
+                     physical_span=physical_span, output=None)
+
+    def _sw_bind_output(self, output: Tensor) -> None:
+        """The move binds its window once (see `output`)."""
+        if self.output is not None:
+            raise AttributeError("TransferRequest.output is bound once")
+        self._sw_set(output=output)
 
     @property
     def offset(self) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import operator
 import threading
 from types import TracebackType
-from typing import Any, Callable, Iterable, Protocol, Self, TypeVar, runtime_checkable
+from typing import Any, Callable, Iterable, Protocol, Self, TypeVar, cast, runtime_checkable
 
 from strideweave import _native
 from strideweave.carriers.dtype import CompoundDType, DType
@@ -70,18 +70,38 @@ class _DefinitionHooks:
 DEFINITION_HOOKS = _DefinitionHooks()
 
 
-class _ActiveClaim(threading.local):
-    """The pending move whose own transfer code is running on this thread.
+class _SubmitWindow(threading.local):
+    """The move whose provider's `submit()` call is running on this thread.
 
-    A pending move claims its carriers so that everybody else's mutation, release or move
-    fails; the move's own copy hook (`MoveOperation._copy`, a provider's `submit`) must still
-    write to them, so a claim does not block the thread that is executing it.
+    A claim admits what its transfer was handed, never a thread: a `_copy` hook writes through
+    its `output`, a provider through `TransferRequest.output` from any thread. The one
+    exception the specification grants is the destination itself, written during the
+    provider's own `submit()` call (docs/spec/extension-and-tiling.md §5, "What a claim
+    admits"): that call, on this thread, may write that move's destination, and nothing else
+    (no release, no resize, no version bump, no move; no other carrier).
     """
 
     request: object | None = None
 
 
-ACTIVE_CLAIM = _ActiveClaim()
+SUBMIT_WINDOW = _SubmitWindow()
+
+
+class _ClaimedResize(threading.local):
+    """The `(carrier, claim)` whose claim is sizing it on this thread, for the one
+    `_allocate` call `Carrier._sw_allocate_claimed` makes (a subclass's override calling the
+    built-in's must pass too); every other `_allocate` of a claimed carrier is refused."""
+
+    entry: tuple[object, object] | None = None
+
+
+CLAIMED_RESIZE = _ClaimedResize()
+
+
+def claimed_resize_admitted(carrier: "Carrier") -> bool:
+    """True inside the `_allocate` call the claim holding `carrier` makes (see above)."""
+    entry = CLAIMED_RESIZE.entry
+    return entry is not None and entry[0] is carrier and entry[1] is carrier._sw_claim
 
 
 class _OwnerWrite(threading.local):
@@ -118,23 +138,22 @@ class _Releasing:
 RELEASING = _Releasing()
 
 
-def transfer_may_write(carrier: "Carrier") -> bool:
-    """True when this thread runs the transfer of the move that claims `carrier`: its `_copy`
-    hook or provider `submit` on this thread, or, for the destination only, a provider's
-    own threads until its completion reports done (the request opens its destination then)."""
+def in_submit_window(carrier: "Carrier") -> bool:
+    """True when this thread runs the `submit()` of the move that claims `carrier` as its
+    destination (see `_SubmitWindow`)."""
     claim = carrier._sw_claim
-    return claim is not None and (claim is ACTIVE_CLAIM.request
-                                  or getattr(claim, "open_destination", None) is carrier)
+    return claim is not None and claim is SUBMIT_WINDOW.request and getattr(claim, "destination", None) is carrier
 
 
 def take_claims(claim: object, carriers: "Iterable[tuple[Carrier, str, str]]") -> None:
     """Claim every `(carrier, role, action)` for `claim`, or none of them: each must still be
     live and unclaimed. The carriers' state cells check and claim in one step (the core's
     `StateCell::claim_all`), so of two racing requests exactly one wins and the other raises
-    RuntimeError. The state lock is held as well, because a Python-level write checks and
-    stores under it and must not see a claim appear in between."""
+    RuntimeError. A carrier a pending move claims refuses every other claim, whoever asks
+    (the move's own hooks included). The state lock is held as well, because a Python-level
+    write checks and stores under it and must not see a claim appear in between."""
     with STATE_LOCK:
-        _native._CarrierBase._sw_take_claims(claim, tuple(carriers), ACTIVE_CLAIM.request, RELEASING)
+        _native._CarrierBase._sw_take_claims(claim, tuple(carriers), None, RELEASING)
 
 
 def take_claim(carrier: "Carrier", claim: object, action: str) -> None:
@@ -144,7 +163,7 @@ def take_claim(carrier: "Carrier", claim: object, action: str) -> None:
     exactly one goes ahead. Under the state lock, as `take_claims`, so that no Python-level
     write is between its checks and its store."""
     with STATE_LOCK:
-        carrier._sw_take_claim(claim, action, ACTIVE_CLAIM.request, RELEASING)
+        carrier._sw_take_claim(claim, action, None, RELEASING)
 
 
 def drop_claims(claim: object, carriers: "Iterable[Carrier]") -> None:
@@ -314,20 +333,23 @@ class Carrier(_native._CarrierBase):
     def release(self) -> None:
         self._sw_release_for(None)
 
-    def _sw_release_for(self, owner: object | None) -> None:
+    def _sw_release_for(self, owner: object | None, claim: object | None = None) -> None:
         """`release()`; with `owner`, for that owner: the composite that owns this carrier as
         a tier releasing it at the commit of a move between its tiers. The owner does not
         refuse it and stays, so the carrier goes from owned and live to owned and released
-        in one step, never unowned in between."""
+        in one step, never unowned in between. With `claim`, as that claim's own act: the
+        commit of the move that claims this carrier as its source (the move request passes
+        itself; nothing else holds it)."""
         # The checks and the start are one transition of the carrier's state: an owned or
-        # claimed carrier raises, a released one returns. Unless the move running on this
-        # thread claims the carrier (a move's commit releasing its own source keeps its claim:
-        # to everybody else the carrier still participates in that pending move), it holds
-        # RELEASING for the hook's duration (outside every lock: a hook may block), so a
-        # racing move or write fails instead of using storage that is being freed. Begun under
-        # the state lock so that no Python-level write is between its checks and its store.
+        # claimed carrier raises, a released one returns. A release by the claiming move's
+        # commit keeps its claim for the hook's duration (to everybody else, the carrier's
+        # own `_release` hook included, the carrier still participates in that pending move);
+        # any other release holds RELEASING for the hook's duration (outside every lock: a
+        # hook may block), so a racing move or write fails instead of using storage that is
+        # being freed. Begun under the state lock so that no Python-level write is between its
+        # checks and its store.
         with STATE_LOCK:
-            began, saved = self._sw_begin_release(ACTIVE_CLAIM.request, RELEASING, owner)
+            began, saved = self._sw_begin_release(claim, RELEASING, owner)
         if not began:
             return None
         try:
@@ -339,7 +361,7 @@ class Carrier(_native._CarrierBase):
         return None
 
     def _increment_version(self) -> None:
-        self._sw_mutate(ACTIVE_CLAIM.request, RELEASING)
+        self._sw_mutate(None, RELEASING)
 
     def facet(self, facet_type: type[_F]) -> _F | None:
         found: _F | None = DEFINITION_HOOKS.facet_of(self, facet_type)
@@ -372,15 +394,15 @@ class Carrier(_native._CarrierBase):
         return False
 
     def _sw_check_unclaimed(self, action: str) -> None:
-        """RuntimeError (`cannot {action} ...`) unless no claim but the running move's holds
-        the carrier (for a write, nor one whose provider still has it open)."""
-        self._sw_check_claim(action, ACTIVE_CLAIM.request, RELEASING)
+        """RuntimeError (`cannot {action} ...`) when a claim holds the carrier."""
+        self._sw_check_claim(action, None, RELEASING)
 
     def _sw_check_writable(self) -> None:
         """Raise unless a public write may proceed now (checked after the index checks)."""
-        if transfer_may_write(self):
-            # The claiming move's own transfer writing through its `output`: ownership by a
-            # composite (an Evictable's tier during evict/promote) does not stop it.
+        if in_submit_window(self):
+            # The claiming move's provider writing the destination during its own submit():
+            # ownership by a composite (an Evictable's tier during evict/promote) does not
+            # stop it.
             if not self._is_mutable():
                 raise RuntimeError(f"{type(self).__name__} carrier is not mutable")
             return
@@ -402,6 +424,36 @@ class Carrier(_native._CarrierBase):
             self._sw_check_writable()
             store(index)
             self._sw_count_write()
+
+    def _sw_allocate_claimed(self, claim: object, size: int) -> None:
+        """`_allocate(size)` as the act of `claim`, which must hold this carrier: a move growing
+        its empty destination, or shrinking it back when the move fails (a projection into a
+        caller's destination likewise). The carrier's own `_allocate` hook runs (a subclass's
+        override included); a built-in's `_allocate`, which refuses while the carrier is
+        claimed, admits this one call (`claimed_resize_admitted`)."""
+        if self._sw_claim is not claim:
+            raise RuntimeError(f"cannot resize {type(self).__name__} carrier: its claim has ended")
+        saved, CLAIMED_RESIZE.entry = CLAIMED_RESIZE.entry, (self, claim)
+        try:
+            cast(Allocatable, self)._allocate(size)
+        finally:
+            CLAIMED_RESIZE.entry = saved
+
+    def _sw_write_granted(self, i: Any, v: Any, request: object) -> None:
+        """A write through a Tensor a move handed its transfer (`output`, or a provider's
+        `TransferRequest.output`): while `request` claims this carrier as its destination the
+        claim admits it (ownership by a composite does not stop it; immutability does), the
+        transfer's store (`_sw_fill`) and the version count under the state lock. Once the
+        request no longer claims it, it is an ordinary public write."""
+        with STATE_LOCK:
+            if self._sw_claim is request and getattr(request, "destination", None) is self:
+                index = check_index(self, i)
+                if not self._is_mutable():
+                    raise RuntimeError(f"{type(self).__name__} carrier is not mutable")
+                self._sw_fill(index, v)
+                self._sw_count_write()
+                return
+        self[i] = v
 
     def _sw_fill(self, i: int, v: Any) -> None:
         """Framework write of a move's transfer: no checks beyond the storage's own, and no

@@ -11,7 +11,7 @@ from strideweave import _native
 from strideweave.carriers._builtin import RustBackedCarrier
 from strideweave.carriers._filebacked_dir import filebacked_directory
 from strideweave.carriers._sizes import KIND_BYTES, check_storage_size
-from strideweave.carriers.base import check_factory_dtype, check_size_argument
+from strideweave.carriers.base import check_factory_dtype, check_size_argument, claimed_resize_admitted
 from strideweave.carriers.dtype import STORAGE_KIND, DType, storage_zero
 
 __all__ = ["FileBacked"]
@@ -67,7 +67,11 @@ class FileBacked(RustBackedCarrier):
         return d in _FILE_DTYPES
 
     def _allocate(self, size: int) -> None:
-        """Resize the file to `size` slots; new slots read zero. The version is unchanged."""
+        """Resize the file to `size` slots; new slots read zero. The version is unchanged.
+        RuntimeError while a pending move (or another claim) holds the carrier: only the move
+        itself sizes its destination (`_sw_allocate_claimed`)."""
+        if not claimed_resize_admitted(self):
+            self._sw_check_unclaimed("resize")
         n = check_storage_size(f"{type(self).__name__}._allocate", check_size_argument(size),
                                KIND_BYTES[STORAGE_KIND[self._dtype]])
         self._storage.resize(n)

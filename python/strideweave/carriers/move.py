@@ -17,19 +17,20 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 from types import TracebackType
 from typing import Any, Callable, cast
 
 from strideweave import _autograd, _native, profiler
 from strideweave._autograd import Operation
 from strideweave.carriers import extension
-from strideweave.carriers.base import (ACTIVE_CLAIM, RELEASING, Allocatable, Carrier, not_a_carrier,
+from strideweave.carriers.base import (RELEASING, SUBMIT_WINDOW, Allocatable, Carrier, not_a_carrier,
                                       take_claims)
 from strideweave.carriers.block_device import BlockDeviceCarrier
 from strideweave.carriers.cpu import CPU
 from strideweave.carriers.file_backed import FileBacked
 from strideweave.core.representation import Subtensor
-from strideweave.layout import Layout
+from strideweave.layout import Layout, Shape, Stride
 from strideweave.carriers.move_handle import INLINE_SLOTS, AwaitMove, AwaitResult, _NativeTransfer, _worker_commit
 from strideweave.tensor import Tensor
 
@@ -408,12 +409,12 @@ def _slot_bytes(dtype: Any) -> int:
 # hold. Native (crates/strideweave-py/src/move_request.rs): it walks the core's validation
 # table and commits through the core's terminal commit, calling the hooks below.
 # `prepared` keeps a provider's PreparedTransfer (and whatever it captured) alive until the
-# commit; `open_destination` is the destination while a provider's own threads may still write
-# it (from submit until its completion reports done).
+# commit. The request admits writes only through what it handed the transfer: `output` (and a
+# provider's `TransferRequest.output`), each granted by a weak reference to the request.
 _MoveRequest = _native.MoveRequest
 _native.configure_move_request({
     "tensor": Tensor, "carrier": Carrier, "await_move": AwaitMove, "not_a_carrier": not_a_carrier,
-    "active_claim": ACTIVE_CLAIM, "releasing": RELEASING, "grows_when_empty": _grows_when_empty,
+    "releasing": RELEASING, "grows_when_empty": _grows_when_empty,
     "allocatable": Allocatable, "attach_result": _autograd.attach_result, "move_complete": profiler._move_complete,
     "slot_bytes": _slot_bytes,
 })
@@ -439,9 +440,9 @@ def _initiate(tensor: Any, destination: Any, *, between_tiers: bool = False, rou
 
     chosen, reverse, recording, grow = _MoveRequest.check(tensor, destination, between_tiers, resolve)
     source = tensor.carrier
-    prepared = None
+    prepared = transfer_request = None
     if chosen.decision is not None:
-        prepared = extension.prepare_route(chosen.decision, tensor, destination)
+        prepared, transfer_request = extension.prepare_route(chosen.decision, tensor, destination)
         if prepared is None:
             chosen = _Route(ElementwiseMoveOperation)
     request = _MoveRequest(tensor, destination, between_tiers)
@@ -463,11 +464,18 @@ def _initiate(tensor: Any, destination: Any, *, between_tiers: bool = False, rou
             if extension.is_definition_backed(destination):
                 extension.allocate_destination(destination, request.cosize)
             else:
-                destination._allocate(request.cosize)
+                destination._sw_allocate_claimed(request, request.cosize)
             request.grown = True
-        # Valid by construction (live destination of at least cosize slots, offset 0).
-        request.output = Tensor._from_subtensors(
-            tensor.dtype(), (Subtensor(tensor.dtype(), destination, 0, tensor.layout),), ())
+        # Valid by construction (live destination of at least cosize slots, offset 0). The
+        # claim admits writes through it (and through a provider's window below), never
+        # through the destination itself: a weak reference, so a published result does not
+        # keep its request alive.
+        grant = weakref.ref(request)
+        output = Tensor._from_subtensors(tensor.dtype(), (Subtensor(tensor.dtype(), destination, 0, tensor.layout),), ())
+        output._sw_grant = grant
+        request.output = output
+        if transfer_request is not None and prepared is not None:
+            transfer_request._sw_bind_output(_window(tensor, destination, grant))
         if recording:
             request.node = op
             request.recorded = _autograd.record_inputs(op, (tensor,))
@@ -488,16 +496,30 @@ def _initiate(tensor: Any, destination: Any, *, between_tiers: bool = False, rou
 _Blocking = Callable[..., None]
 
 
+def _window(tensor: Tensor, destination: Carrier, grant: Any) -> Tensor:
+    """A provider's `TransferRequest.output`: the destination slots `[0, physical_span)` as a
+    flat Tensor whose writes the move's claim admits, from any thread, until the move's
+    terminal completion."""
+    span = tensor.layout.cosize
+    layout = Layout(Shape([span]), Stride([1])) if span > 0 else tensor.layout
+    window = Tensor._from_subtensors(tensor.dtype(), (Subtensor(tensor.dtype(), destination, 0, layout),), ())
+    window._sw_grant = grant
+    return window
+
+
 def _submit(request: _MoveRequest, op: MoveOperation, prepared: Any) -> None:
     if prepared is not None:
         # A provider may hand the copy to its own threads and report through a completion:
-        # until that completion is done, their writes into the destination are the move's own.
-        request.open_destination = request.destination
-
+        # they write through `TransferRequest.output`; `submit()` itself may also write the
+        # destination directly, during that call only.
         def submit() -> Any:
-            with _autograd.no_grad():  # provider transfers create no visible node
-                return prepared.submit()
-        outcome = _run_claimed(request, submit)
+            saved, SUBMIT_WINDOW.request = SUBMIT_WINDOW.request, request
+            try:
+                with _autograd.no_grad():  # provider transfers create no visible node
+                    return prepared.submit()
+            finally:
+                SUBMIT_WINDOW.request = saved
+        outcome = _run_transfer(submit)
         if isinstance(outcome, BaseException):
             request.commit(outcome)
         elif outcome is None:
@@ -505,7 +527,11 @@ def _submit(request: _MoveRequest, op: MoveOperation, prepared: Any) -> None:
         else:
             def finish_provider() -> None:
                 try:
-                    extension.check_provider_completion(outcome)
+                    # A completion's `done`/`wait` run on an engine thread; they make no
+                    # visible node either (interop-movement.md: provider transfers create no
+                    # nested visible node).
+                    with _autograd.no_grad():
+                        extension.check_provider_completion(outcome)
                 except BaseException as exc:  # noqa: BLE001 - any failure is the terminal one
                     request.commit(exc)
                 else:
@@ -518,7 +544,7 @@ def _submit(request: _MoveRequest, op: MoveOperation, prepared: Any) -> None:
             # Set whenever it runs inline. (The cast's type is a constant: subscripting
             # `Callable` on every move cost a few microseconds.)
             blocking = cast(_Blocking, transfer.blocking)
-            request.commit(_run_claimed(request, lambda: blocking(*transfer.args)))
+            request.commit(_run_transfer(lambda: blocking(*transfer.args)))
         else:
             extra = transfer.progress_argument(request.handle._progress)
             commit = _worker_commit(request, transfer)
@@ -534,20 +560,17 @@ def _submit(request: _MoveRequest, op: MoveOperation, prepared: Any) -> None:
         if returned is not None:
             raise TypeError(f"{type(op).__name__}._copy must return None, not {type(returned).__name__}")
 
-    request.commit(_run_claimed(request, copy))
+    request.commit(_run_transfer(copy))
 
 
-def _run_claimed(request: _MoveRequest, fn: Callable) -> Any:
-    """Run transfer code on this thread with the request's claims lifted for it; returns the
-    result, or the exception it raised."""
-    saved = ACTIVE_CLAIM.request
-    ACTIVE_CLAIM.request = request
+def _run_transfer(fn: Callable) -> Any:
+    """Run transfer code on this thread; returns its result, or the exception it raised (the
+    move's terminal failure). Nothing is lifted for it: the move's claims admit only writes
+    through what the transfer was handed."""
     try:
         return fn()
     except BaseException as exc:  # noqa: BLE001 - becomes the handle's terminal failure
         return exc
-    finally:
-        ACTIVE_CLAIM.request = saved
 
 
 # ===== public entry points =======================================================================

@@ -11,7 +11,7 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
-from strideweave.carriers.base import ACTIVE_CLAIM, RELEASING, Carrier
+from strideweave.carriers.base import RELEASING, Carrier
 
 if TYPE_CHECKING:
     from strideweave.carriers.dtype import DType
@@ -46,7 +46,7 @@ class Ownership:
         checks. When that step refuses, `explain()` (the caller's checks, which the state now
         fails) raises the refusal in the caller's words; should the state have changed back
         meanwhile, the step is tried again."""
-        while not carrier._sw_adopt(self, ACTIVE_CLAIM.request, RELEASING):
+        while not carrier._sw_adopt(self, None, RELEASING):
             if explain is None:
                 raise RuntimeError(f"{type(carrier).__name__} carrier cannot be owned: it is released, "
                                    "owned or held by a pending move")

@@ -260,7 +260,7 @@ def project(c: Any, tensor: Any, selection: Any, destination: Carrier | None) ->
                 from strideweave.carriers.extension import allocate_destination
                 allocate_destination(destination, total)
             elif isinstance(destination, Allocatable):  # check_projection grows no other kind
-                destination._allocate(total)
+                destination._sw_allocate_claimed(claim, total)
         handle = _native.new_completion(AwaitProjection)
     except BaseException:
         if claimed is not None:

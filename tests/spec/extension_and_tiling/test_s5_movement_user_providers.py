@@ -63,8 +63,14 @@ def test_an_async_provider_fills_the_destination_from_its_own_thread():
         def work():
             opened.wait(30)
             try:
+                # From its own thread a provider writes through `request.output` (issue 21:
+                # the destination itself is writable only during its own submit() call).
                 for k in range(request.physical_span):
-                    request.destination[k] = request.tensor[k] * 10
+                    request.output[k] = request.tensor[k] * 10
+                try:
+                    request.destination[0] = 7.0  # nor through the destination from here
+                except RuntimeError as exc:
+                    seen["destination write"] = exc
                 try:
                     request.tensor.carrier[0] = 99.0  # the source stays protected
                 except RuntimeError as exc:
@@ -88,6 +94,7 @@ def test_an_async_provider_fills_the_destination_from_its_own_thread():
     assert result.tolist() == [10.0, 20.0, 30.0]
     assert t.carrier.is_released() and dest.version == 0
     assert "pending move" in str(seen["source write"])
+    assert "pending move" in str(seen["destination write"])
 
 
 # ----- 3. prepared-transfer resources live until the move completes -----------------------------

@@ -27,9 +27,10 @@ def test_return_while_a_transfer_is_pending_and_protect_participants():
         source.release()
     with pytest.raises(RuntimeError):
         sw.move_async(t, CPU(3))
-    # The destination stays open to writes until the provider's completion is done: the
-    # provider may fill it from any thread of its own (issue 11; the spec protects sources).
-    dest[0] = 1.0
+    # The destination is protected as well: a provider's own threads fill it through
+    # `request.output` (issue 21), so nobody else writes it while the move is pending.
+    with pytest.raises(RuntimeError, match="pending move"):
+        dest[0] = 5.0
     with pytest.raises(RuntimeError):
         dest.release()
     with pytest.raises(RuntimeError):

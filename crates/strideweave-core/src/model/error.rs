@@ -65,7 +65,8 @@ pub enum ModelError {
     #[error("destination is the tensor's own carrier")]
     SameCarrier,
     /// The destination holds fewer slots than the layout's cosize and cannot allocate.
-    #[error("destination {carrier} carrier is too small: it has {size} slots, the layout's cosize is {needed}")]
+    /// (The one text of this refusal: the Python binding raises it too.)
+    #[error("destination {carrier} is too small: {size} slots for a layout cosize of {needed}")]
     TooSmall { carrier: String, size: usize, needed: usize },
     /// `allocate` on a carrier that cannot grow.
     #[error("{carrier} carrier cannot allocate")]

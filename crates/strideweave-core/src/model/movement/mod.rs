@@ -26,7 +26,7 @@ use super::tensor::Tensor;
 use crate::engine::{pool, Completion};
 
 pub use route::{route_kind, RouteKind};
-pub use table::{validate, validate_rows, Check, VALIDATION_ORDER};
+pub use table::{validate, validate_rows, validate_settled, Check, VALIDATION_ORDER};
 pub use terminal::{CommitSteps, Terminal};
 
 /// The outcome a move records once.

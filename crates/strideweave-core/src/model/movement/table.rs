@@ -82,6 +82,45 @@ pub fn validate<E>(check: &mut dyn FnMut(Check) -> Result<(), E>) -> Result<(), 
     VALIDATION_ORDER.iter().try_for_each(|&row| check(row))
 }
 
+impl Check {
+    /// A row about a carrier's framework state (live, unowned, unclaimed), which another
+    /// thread can change while the request is still checking later rows. (Mutability is a
+    /// carrier's own hook, asked once.)
+    pub fn is_state(self) -> bool {
+        matches!(
+            self,
+            Check::SourceLive
+                | Check::SourceUnowned
+                | Check::SourceUnclaimed
+                | Check::DestinationLive
+                | Check::DestinationUnclaimed
+        )
+    }
+}
+
+/// [`validate`], for a request whose carriers other threads may change while it checks
+/// (nothing is claimed yet): when a row refuses, the state rows before it are asked again,
+/// and the first of them that refuses now is the answer. A carrier released (say) between its
+/// own row and a later one then reports "released", the cause, not the later row's symptom
+/// ("too small": a released carrier has no slots).
+pub fn validate_settled<E>(check: &mut dyn FnMut(Check) -> Result<(), E>) -> Result<(), E> {
+    let mut failed = None;
+    let outcome = VALIDATION_ORDER.iter().try_for_each(|&row| {
+        failed = Some(row);
+        check(row)
+    });
+    let Err(error) = outcome else {
+        return Ok(());
+    };
+    let failed = failed.expect("a refusal names its row");
+    for &row in VALIDATION_ORDER.iter().take_while(|&&row| row != failed) {
+        if row.is_state() {
+            check(row)?;
+        }
+    }
+    Err(error)
+}
+
 /// [`validate`] over the rows from `first` to `last` inclusive, for a request that answers
 /// the table in stages (the arguments before the route is resolved, the rest after).
 pub fn validate_rows<E>(first: Check, last: Check, check: &mut dyn FnMut(Check) -> Result<(), E>) -> Result<(), E> {
@@ -113,6 +152,35 @@ mod tests {
         });
         assert_eq!(out, Err(Check::SourceUnclaimed));
         assert_eq!(asked, VALIDATION_ORDER[..5].to_vec());
+    }
+
+    #[test]
+    fn a_settled_walk_reports_a_state_row_that_fails_by_the_time_a_later_row_refuses() {
+        // The destination is live when its row is asked, released by the time Room refuses.
+        let mut released = false;
+        let out = validate_settled(&mut |row| match row {
+            Check::DestinationLive if released => Err(row),
+            Check::Room => {
+                released = true;
+                Err(row)
+            }
+            _ => Ok(()),
+        });
+        assert_eq!(out, Err(Check::DestinationLive));
+        // Nothing changed: the row that refused is the answer, and non-state rows are not re-asked.
+        let mut asked = Vec::new();
+        let out = validate_settled(&mut |row| {
+            asked.push(row);
+            if row == Check::SameDType {
+                Err(row)
+            } else {
+                Ok(())
+            }
+        });
+        assert_eq!(out, Err(Check::SameDType));
+        let again: Vec<Check> = asked[11..].to_vec();
+        assert!(again.iter().all(|row| row.is_state()), "{again:?}");
+        assert_eq!(again.len(), 5);
     }
 
     #[test]

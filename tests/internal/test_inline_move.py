@@ -63,7 +63,11 @@ def test_a_gapped_layout_at_an_offset_moves_natively(python_requests):
 
 
 class SubCPU(CPU):
-    pass
+    """Overrides a hook a move runs through, so the request always decides its moves (a plain
+    subclass is served natively once its route is resolved: see the tests at the end)."""
+
+    def _is_mutable(self):
+        return super()._is_mutable()
 
 
 @pytest.mark.parametrize("case", ["subclass source", "subclass destination", "profiler", "registered",
@@ -112,3 +116,66 @@ def test_the_python_request_decides_everything_else(python_requests, case):
     sw.move(filled([5.0]), CPU(1))
     sw.move(filled([5.0]), CPU(1))
     assert len(python_requests) <= 1  # the first may re-resolve the route after a change
+
+
+# ----- plain subclasses (issue 21: the general path's cost for a class that overrides nothing) ---
+
+class PlainCPU(CPU):
+    """A user's CPU subclass that overrides no hook (an added method is not a hook)."""
+
+    def describe(self):
+        return "plain"
+
+
+class ReleaseNotingCPU(CPU):
+    released = 0
+
+    def _release(self):
+        ReleaseNotingCPU.released += 1
+        super()._release()
+
+
+@pytest.mark.parametrize("grad", [True, False])
+@pytest.mark.parametrize("pair", [(PlainCPU, CPU), (CPU, PlainCPU), (PlainCPU, PlainCPU)], ids=repr)
+def test_a_plain_subclass_pair_runs_natively_once_its_route_is_resolved(python_requests, grad, pair):
+    source_class, destination_class = pair
+    assert PlainCPU._sw_plain_move and not ReleaseNotingCPU._sw_plain_move
+    saved = sw.is_grad_enabled()
+    sw.set_grad_enabled(grad)
+    try:
+        sw.move(filled([0.0], source_class), destination_class(1))  # resolves the pair (and its reverse)
+        python_requests.clear()
+        t, dest = filled([1.0, 2.0], source_class), destination_class(2)
+        out = sw.move(t, dest)
+    finally:
+        sw.set_grad_enabled(saved)
+    assert python_requests == []
+    assert out.carrier is dest and out.tolist() == [1.0, 2.0] and t.carrier.is_released()
+    assert (out.autograd_ctx is not None) == grad
+
+
+def test_a_subclass_that_overrides_a_hook_always_takes_the_request(python_requests):
+    ReleaseNotingCPU.released = 0
+    for _ in range(3):
+        sw.move(filled([1.0], ReleaseNotingCPU), CPU(1))
+    assert len(python_requests) == 3 and ReleaseNotingCPU.released == 3
+
+
+def test_a_registered_route_for_a_plain_pair_takes_the_request_until_unregistered(python_requests):
+    class Counting(move_module.ElementwiseMoveOperation):
+        runs = 0
+
+        def _copy(self, tensor, destination, output, element_count):
+            Counting.runs += 1
+            super()._copy(tensor, destination, output, element_count)
+
+    with sw.no_grad():
+        sw.move(filled([0.0], PlainCPU), CPU(1))
+        with sw.registered_move_operation(PlainCPU, CPU, Counting):
+            sw.move(filled([1.0], PlainCPU), CPU(1))
+            sw.move(filled([1.0], PlainCPU), CPU(1))
+        assert Counting.runs == 2
+        python_requests.clear()
+        sw.move(filled([1.0], PlainCPU), CPU(1))  # re-resolves
+        sw.move(filled([1.0], PlainCPU), CPU(1))
+    assert len(python_requests) == 1 and Counting.runs == 2

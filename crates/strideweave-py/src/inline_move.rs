@@ -30,6 +30,8 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyTuple, PyType};
 
+use parking_lot::Mutex;
+
 use strideweave_core::model::{ClaimRule, Strict};
 
 use crate::carrier_base::CarrierBase;
@@ -131,6 +133,17 @@ impl BuiltinPair {
 /// resolves the pair to it, all cleared whenever the route registry changes.
 static DEFAULT_ROUTES: AtomicU8 = AtomicU8::new(0);
 
+/// Pairs of classes other than the exact built-ins that Python resolved to the default route
+/// of (CPU, CPU): plain subclasses of CPU (`_builtin._sw_plain_move`: they override no hook a
+/// move runs through), moved exactly as CPU is. The classes are held, so an entry never
+/// outlives them; the registry's next change clears the list.
+static PLAIN_PAIRS: Mutex<Vec<(Py<PyType>, Py<PyType>)>> = Mutex::new(Vec::new());
+
+/// Whether (source, destination) is a known plain pair of (CPU, CPU) at its default route.
+fn plain_pair_is_default(source: &Bound<'_, PyType>, destination: &Bound<'_, PyType>) -> bool {
+    PLAIN_PAIRS.lock().iter().any(|(s, d)| s.as_ptr() == source.as_ptr() && d.as_ptr() == destination.as_ptr())
+}
+
 /// Active profilers in the process: while any is active, moves take the Python path, which
 /// records their events.
 static PROFILERS: AtomicIsize = AtomicIsize::new(0);
@@ -153,6 +166,18 @@ fn configure_inline_move(py: Python<'_>, config: Config) -> PyResult<()> {
 #[pyfunction]
 fn set_default_route(py: Python<'_>, source: &Bound<'_, PyType>, destination: &Bound<'_, PyType>, default: bool) {
     let Some(pair) = CONFIG.get(py).and_then(|cfg| BuiltinPair::of(cfg, py, source, destination)) else {
+        // A pair of plain CPU subclasses (the Python layer tells only those).
+        let removed = {
+            let mut pairs = PLAIN_PAIRS.lock();
+            let removed: Vec<_> = pairs
+                .extract_if(.., |(s, d)| s.as_ptr() == source.as_ptr() && d.as_ptr() == destination.as_ptr())
+                .collect();
+            if default {
+                pairs.push((source.clone().unbind(), destination.clone().unbind()));
+            }
+            removed
+        };
+        drop(removed); // outside the lock: dropping a class may run Python code
         return;
     };
     if default {
@@ -166,6 +191,8 @@ fn set_default_route(py: Python<'_>, source: &Bound<'_, PyType>, destination: &B
 #[pyfunction]
 fn forget_default_routes() {
     DEFAULT_ROUTES.store(0, Ordering::SeqCst);
+    let forgotten = std::mem::take(&mut *PLAIN_PAIRS.lock());
+    drop(forgotten); // outside the lock: dropping a class may run Python code
 }
 
 /// A profiler became active (`+1`) or stopped being active (`-1`).
@@ -332,7 +359,7 @@ fn move_inline(
     let Some(cfg) = CONFIG.get(py) else {
         return Ok(None);
     };
-    if profiling() || !BuiltinPair::CpuToCpu.route_is_default() {
+    if profiling() {
         return Ok(None);
     }
     let Some(view) = exact_single_view(cfg, tensor) else {
@@ -340,14 +367,19 @@ fn move_inline(
     };
     let cpu = cfg.cpu.bind(py);
     let source = view.carrier.bind(py);
-    if !source.get_type().is(cpu)
-        || !destination.get_type().is(cpu)
-        || source.is(destination)
-        || view.layout.bind(py).get().core().cosize() > cfg.max_slots
-    {
+    let recording = cfg.records(py, view.dtype.bind(py));
+    let (source_type, destination_type) = (source.get_type(), destination.get_type());
+    // Exactly CPU at its default route, or a plain pair of CPU subclasses Python resolved to
+    // it (and, for a recorded move, its reverse, whose route the node's backward takes).
+    let served = if source_type.is(cpu) && destination_type.is(cpu) {
+        BuiltinPair::CpuToCpu.route_is_default()
+    } else {
+        plain_pair_is_default(&source_type, &destination_type)
+            && (!recording || plain_pair_is_default(&destination_type, &source_type))
+    };
+    if !served || source.is(destination) || view.layout.bind(py).get().core().cosize() > cfg.max_slots {
         return Ok(None);
     }
-    let recording = cfg.records(py, view.dtype.bind(py));
     let Some(claimed) = check_and_claim(cfg, view, source, destination)? else {
         return Ok(None);
     };

@@ -25,11 +25,20 @@ class RustBackedCarrier(Carrier):
     # element path is exactly this class's, so a subclass that overrides any hook the path
     # runs through loses it (decided once per class, in __init_subclass__).
     _sw_fast_access: bool = True
+    # A *plain* subclass of a built-in class (CPU, FileBacked: those that set `_sw_is_builtin`
+    # in their own body) overrides none of the hooks a move, its commit or its backward runs
+    # through, so a move of it is exactly the built-in's: the native moves serve its pairs
+    # once the route registry resolved them to the built-in pair's default route (decided
+    # once per class, here; the route once per pair, in `move._lookup_route`).
+    _sw_plain_move: bool = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls._sw_fast_access = all(getattr(cls, name, None) is getattr(RustBackedCarrier, name, None)
                                   for name in _ELEMENT_PATH)
+        builtin = next((base for base in cls.__mro__[1:] if base.__dict__.get("_sw_is_builtin")), None)
+        cls._sw_plain_move = builtin is not None and all(
+            getattr(cls, name, None) is getattr(builtin, name, None) for name in _MOVE_PATH)
 
     def _sw_storage(self) -> Any:
         return None if self._sw_released else self._storage
@@ -64,3 +73,10 @@ class RustBackedCarrier(Carrier):
 _ELEMENT_PATH = ("get_value", "set_value", "__getitem__", "__setitem__", "size", "is_released",
                  "_is_mutable", "_sw_check_writable", "_sw_check_unclaimed", "_sw_count_write",
                  "_sw_write_slot")
+# What a move of a carrier runs through beyond the element path: its checks, its commit (the
+# source's release), its growth and shrink, its autograd node's backward (fresh storage like
+# the source) and its export.
+_MOVE_PATH = _ELEMENT_PATH + ("dtype", "is_mutable", "is_owned", "_supports_storage_dtype", "supports_storage_dtype",
+                              "release", "_release", "_sw_release_for", "_sw_storage", "_sw_storage_gone", "_sw_fill",
+                              "_sw_write_granted", "_sw_allocate_claimed", "_allocate", "_increment_version",
+                              "allocate_like", "new_like", "dlpack_info", "facet", "require_facet")

@@ -25,6 +25,8 @@ class CPU(RustBackedCarrier):
     Exports through DLPack as device (1, 0).
     """
 
+    _sw_is_builtin = True  # its plain subclasses move as it does (`_builtin._sw_plain_move`)
+
     def __init__(self, size: int, pointer: int | None = None, *, mutable: bool = True,
                  dtype: DType = DType.Float32, empty: bool = False) -> None:
         if isinstance(size, bool) or not isinstance(size, int):

@@ -29,6 +29,8 @@ class FileBacked(RustBackedCarrier):
     """Slots in a raw file (float64 for Floating, float32, int32). Starts empty; a move into
     it grows it through `_allocate`. Releasing or garbage-collecting it deletes the file."""
 
+    _sw_is_builtin = True  # its plain subclasses move as it does (`_builtin._sw_plain_move`)
+
     def __init__(self, filename: str | os.PathLike[str] | None = None, *, mutable: bool = True,
                  dtype: DType = DType.Floating) -> None:
         if filename is not None:

@@ -9,12 +9,14 @@ so the order of imports cannot change any outcome; `import strideweave` imports 
 """
 from __future__ import annotations
 
+from typing import cast
+
 from strideweave import _autograd, _native
 from strideweave.carriers.base import STATE_LOCK
 from strideweave.carriers.cpu import CPU
 from strideweave.carriers.dtype import DType
 from strideweave.carriers.file_backed import FileBacked
-from strideweave.carriers.move import (_NATIVE_DEFAULTS, INLINE_SLOTS, AwaitMove, MoveOperation, _forget_routes,
+from strideweave.carriers.move import (INLINE_SLOTS, AwaitMove, MoveOperation, _forget_routes,
                                       _lookup_route, _MoveState, _slot_bytes)
 from strideweave.tensor import Tensor
 
@@ -33,7 +35,9 @@ def _record_native_move(tensor: Tensor, output: Tensor) -> MoveOperation:
     and attaches for a recorded move between built-in carriers over the pair's default route
     (the native side checked grad mode, the dtype and both routes)."""
     source, destination = tensor.carrier, output.carrier
-    op = _NATIVE_DEFAULTS[type(source), type(destination)]()  # the pair's route (checked natively)
+    # The pair's route, which the native side checked is its built-in pair's default (a pair
+    # of plain CPU subclasses moves as (CPU, CPU)).
+    op = cast(type[MoveOperation], _lookup_route(type(source), type(destination)).operation_class)()
     op._sw_move = _MoveState(source, destination, tensor.layout, _lookup_route(type(destination), type(source)))
     _autograd.record_unary(op, tensor, output)
     return op

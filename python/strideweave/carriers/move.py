@@ -346,11 +346,20 @@ def _lookup_route(source_class: type, destination_class: type) -> _Route:
         with _registry_lock:
             _ROUTES[key] = route
             default = _NATIVE_DEFAULTS.get(key)
+            if default is None and _plain_cpu(source_class) and _plain_cpu(destination_class):
+                # A pair of plain CPU subclasses moves as (CPU, CPU) does while its route is
+                # that pair's default: the native move serves it then.
+                default = _NATIVE_DEFAULTS[(CPU, CPU)]
             if default is not None:
                 # The native moves handle a built-in pair only while its route is the default.
                 _native.set_default_route(source_class, destination_class, route.operation_class is default
                                           and route.decision is None and route.refusal is None)
     return route
+
+
+def _plain_cpu(cls: type) -> bool:
+    """CPU itself or a plain subclass of it (see `_builtin.RustBackedCarrier._sw_plain_move`)."""
+    return cls is CPU or (issubclass(cls, CPU) and bool(getattr(cls, "_sw_plain_move", False)))
 
 
 def _forget_routes() -> None:

@@ -119,6 +119,9 @@ class Tensor(_native._TensorBase):
         return len(self._subtensors) == 1 and self._carrier.is_mutable()
 
     def version_snapshot(self) -> tuple[tuple[int, int], ...]:
+        if not self._is_multi():  # one carrier (a recorded move snapshots this on every move)
+            carrier = self._carrier
+            return ((id(carrier), carrier.version),)
         seen: dict[int, Carrier] = {}
         for sub in self._subtensors:
             seen.setdefault(id(sub.carrier), sub.carrier)

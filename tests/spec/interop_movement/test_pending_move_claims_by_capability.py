@@ -22,6 +22,7 @@ from strideweave.carriers.extension import (CarrierDefinition, PreparedTransfer,
 
 from cells_storage import cells_storage
 from list_carrier import ListCarrier
+from output_filling_provider import OutputFilled, pending_move
 from racing import accepts_release
 
 D = sw.DType
@@ -225,66 +226,10 @@ def test_get_value_whose_release_raises_fails_the_move_with_the_source_intact():
 
 # ----- providers: request.output from any thread, the destination only during submit ----------
 
-class _Completion:
-    """A ProviderCompletion whose copy runs on a thread of its own, through `request.output`,
-    after `go` is set."""
-
-    def __init__(self, request, go):
-        self.finished = threading.Event()
-        self.failure = None
-
-        def copy():
-            go.wait(60)
-            try:
-                cells = request.tensor.carrier.cells
-                for k in range(request.physical_span):
-                    request.output[k] = cells[request.tensor.offset + k]
-            except BaseException as exc:  # noqa: BLE001 - reported through wait()
-                self.failure = exc
-            self.finished.set()
-        threading.Thread(target=copy, daemon=True).start()
-
-    @property
-    def done(self):
-        return self.finished.is_set()
-
-    def wait(self):
-        self.finished.wait(60)
-        if self.failure is not None:
-            raise self.failure
-
-
-class Threaded(sw.Carrier):
-    pass
-
-
-_GO: list = []
-
-
-def _prepare_threaded(request):
-    go = _GO.pop()
-    return PreparedTransfer(lambda: _Completion(request, go))
-
-
-register_carrier_definition(Threaded, CarrierDefinition(
-    cells_storage(), transfers=(TransferRoute(Threaded, CPU, "threaded.to_cpu",
-                                              TransferProvider(_prepare_threaded)),)))
-
-
-def _threaded_tensor(values):
-    c = Threaded(len(values), dtype=D.Float32)
-    for i, v in enumerate(values):
-        c[i] = v
-    return Tensor(c, 0, L(len(values)))
-
-
 def test_an_asynchronous_provider_fills_the_destination_through_request_output():
-    go = threading.Event()
-    _GO.append(go)
-    t = _threaded_tensor([4.0, 5.0, 6.0])
     dst = CPU(3)
-    with sw.no_grad():
-        handle = sw.move_async(t, dst)
+    t, handle, go, finish = pending_move([4.0, 5.0, 6.0], dst)
+    finish.set()
     # Pending: nobody else writes the destination, whichever thread it is.
     with pytest.raises(RuntimeError, match="pending move"):
         dst[0] = 9.0
@@ -322,8 +267,9 @@ def test_a_pending_providers_destination_refuses_the_callers_write():
 
 def test_transfer_request_output_is_none_outside_a_move():
     from strideweave.carriers.extension import TransferRequest
-    t = _threaded_tensor([1.0])
-    request = TransferRequest(t, CPU(1), Threaded, CPU, D.Float32, t.layout, 1)
+    c = OutputFilled(1, dtype=D.Float32)
+    t = Tensor(c, 0, L(1))
+    request = TransferRequest(t, CPU(1), OutputFilled, CPU, D.Float32, t.layout, 1)
     assert request.output is None
 
 

@@ -9,10 +9,8 @@ import numpy as np
 
 import strideweave as sw
 from strideweave import CPU, FileBacked, Layout, Shape, Stride, Tensor
-from strideweave.carriers.extension import (CarrierDefinition, PreparedTransfer, TransferProvider,
-                                            TransferRoute, register_carrier_definition)
 
-from cells_storage import cells_storage
+from output_filling_provider import pending_move
 from racing import accepts_release, frequent_thread_switches, run_together  # noqa: F401 - autouse fixture
 
 D = sw.DType
@@ -114,64 +112,11 @@ def test_hooks_and_other_threads_racing_one_moves_carriers():
 
 # ----- a provider writing through request.output from its own thread, racing writers ----------
 
-class _Pending:
-    """A ProviderCompletion whose thread copies through `request.output` once `go` is set and
-    reports done once `finish` is set."""
-
-    def __init__(self, request, go, finish):
-        self.finished = threading.Event()
-        self.failure = None
-
-        def run():
-            go.wait(60)
-            try:
-                cells = request.tensor.carrier.cells
-                for k in range(request.physical_span):
-                    request.output[k] = cells[request.tensor.offset + k]
-            except BaseException as exc:  # noqa: BLE001 - reported by wait()
-                self.failure = exc
-            finish.wait(60)
-            self.finished.set()
-        threading.Thread(target=run, daemon=True).start()
-
-    @property
-    def done(self):
-        return self.finished.is_set()
-
-    def wait(self):
-        self.finished.wait(60)
-        if self.failure is not None:
-            raise self.failure
-
-
-class Racing(sw.Carrier):
-    pass
-
-
-_EVENTS: list = []
-
-
-def _prepare(request):
-    go, finish = _EVENTS.pop()
-    return PreparedTransfer(lambda: _Pending(request, go, finish))
-
-
-register_carrier_definition(Racing, CarrierDefinition(
-    cells_storage(), transfers=(TransferRoute(Racing, CPU, "racing.to_cpu", TransferProvider(_prepare)),)))
-
-
 def test_a_providers_output_writes_race_everybody_elses_and_only_they_land():
     values = [float(k) + 0.5 for k in range(N)]
     for _ in range(ROUNDS):
-        go, finish = threading.Event(), threading.Event()
-        _EVENTS.append((go, finish))
-        c = Racing(N, dtype=D.Float32)
-        for k, v in enumerate(values):
-            c[k] = v
-        t = Tensor(c, 0, L(N))
         dst = CPU(N)
-        with sw.no_grad():
-            handle = sw.move_async(t, dst)
+        t, handle, go, finish = pending_move(values, dst)
         attacks = [lambda k=k: dst.__setitem__(k % N, -1.0) for k in range(4)] + [
             dst.release, lambda: sw.move(Tensor(dst, 0, L(N)), CPU(N)), dst._increment_version]
         outcomes = run_together([go.set] + attacks, grad=False)
@@ -181,4 +126,4 @@ def test_a_providers_output_writes_race_everybody_elses_and_only_they_land():
         finish.set()
         result = handle.wait(timeout=60)
         assert np.array_equal(np.from_dlpack(result), np.array(values, dtype=np.float32))
-        assert c.is_released() and accepts_release(dst)
+        assert t.carrier.is_released() and accepts_release(dst)

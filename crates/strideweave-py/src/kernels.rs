@@ -26,7 +26,7 @@ fn f32_buffer(name: &str, storage: &Bound<'_, HostStorage>) -> PyResult<Arc<Host
         return Err(PyTypeError::new_err(format!("{name}: kernel needs f32 storage, not {}", s.kind().name())));
     }
     let buf = s.buffer().ok_or_else(|| PyRuntimeError::new_err(format!("{name}: storage is released")))?;
-    if buf.as_ptr() as usize % std::mem::align_of::<f32>() != 0 {
+    if !(buf.as_ptr() as usize).is_multiple_of(std::mem::align_of::<f32>()) {
         return Err(PyValueError::new_err(format!("{name}: storage is not aligned for f32")));
     }
     Ok(buf)

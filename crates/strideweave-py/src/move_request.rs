@@ -574,7 +574,7 @@ impl MoveRequest {
             Ok(()) => {
                 request.progress.get().complete();
                 let recorded = record_completion(hooks, py, token, true);
-                handle.get().succeed(output.map_or_else(|| py.None(), |o| o));
+                handle.get().succeed(output.unwrap_or_else(|| py.None()));
                 recorded
             }
             Err(error) => {

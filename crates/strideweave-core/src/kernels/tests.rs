@@ -200,8 +200,10 @@ fn register_blocks_cover_every_orientation() {
     }
 }
 
-fn tiled_strategy(
-) -> impl Strategy<Value = (Vec<usize>, Vec<usize>, Vec<usize>, Vec<usize>, usize, usize, usize, usize)> {
+/// Extents, three operands' stride orders, and four small offsets/choices of one tiled case.
+type TiledCase = (Vec<usize>, Vec<usize>, Vec<usize>, Vec<usize>, usize, usize, usize, usize);
+
+fn tiled_strategy() -> impl Strategy<Value = TiledCase> {
     prop::collection::vec(1usize..25, 2..5).prop_flat_map(|ext| {
         let n = ext.len();
         (

@@ -120,8 +120,8 @@ impl<const N: usize> LoopPlan<N> {
                 }
             }
             plan.extents.push(e);
-            for k in 0..N {
-                plan.strides[k].push(s[k]);
+            for (strides, &sk) in plan.strides.iter_mut().zip(&s) {
+                strides.push(sk);
             }
         }
         plan
@@ -150,14 +150,14 @@ impl<const N: usize> LoopPlan<N> {
                     return;
                 }
                 counter[d] += 1;
-                for k in 0..N {
-                    bases[k] += self.strides[k][first + d];
+                for (base, strides) in bases.iter_mut().zip(&self.strides) {
+                    *base += strides[first + d];
                 }
                 if counter[d] < outer[d] {
                     break;
                 }
-                for k in 0..N {
-                    bases[k] -= self.strides[k][first + d] * outer[d] as isize;
+                for (base, strides) in bases.iter_mut().zip(&self.strides) {
+                    *base -= strides[first + d] * outer[d] as isize;
                 }
                 counter[d] = 0;
                 d += 1;

@@ -12,7 +12,7 @@ export PYRIGHT_PYTHON_GLOBAL_NODE := 1
 WHEEL_DIR := target/wheels
 TYPED := examples tests/typing
 
-.PHONY: demo test build deps demo-deps cargo-test pytest typecheck wheel wheel-test bench bench-rust \
+.PHONY: demo test build deps demo-deps cargo-test rust-checks pytest typecheck wheel wheel-test bench bench-rust \
 	clean asan test-interop interop-deps
 
 $(VENV)/.venv-stamp:
@@ -49,6 +49,15 @@ demo: demo-deps
 cargo-test:
 	cargo test -p strideweave-core --release --quiet
 
+# The Rust crates' hygiene, enforced (issue 25): formatting, clippy on every target of the
+# workspace (the binding builds against the venv's Python), the core's rustdoc with every
+# public item documented, and a crate outside the workspace that builds against the core by
+# path with no warning (tests/standalone_crate.rs builds it; run by cargo-test too).
+rust-checks: $(VENV)/.venv-stamp
+	cargo fmt --all --check
+	PYO3_PYTHON=$(abspath $(VPY)) cargo clippy --workspace --all-targets --quiet -- -D warnings
+	RUSTDOCFLAGS="-D missing_docs -D warnings" cargo doc -p strideweave-core --no-deps --quiet
+
 pytest: build
 	$(VPY) -m pytest -q
 
@@ -71,7 +80,7 @@ wheel: deps
 wheel-test: wheel
 	$(VPY) tests/wheel/install_and_run.py $(WHEEL_DIR)
 
-test: build cargo-test pytest typecheck wheel-test
+test: build rust-checks cargo-test pytest typecheck wheel-test
 
 bench: build
 	$(VPY) benches/run_all.py

@@ -5,7 +5,7 @@
 //! of a strided buffer ([`TensorDesc`]) plus an opaque *owner* value. It knows nothing about
 //! Python: the binding crate passes an owner whose `Drop` releases the producing Tensor.
 //!
-//! Memory model. Every export is one heap block ([`Holder`]) that starts with the managed
+//! Memory model. Every export is one heap block (`Holder`) that starts with the managed
 //! structure itself and also holds the shape array, the stride array and the owner. Up to
 //! [`INLINE_RANK`] dimensions the arrays sit inside the block, so an export costs exactly one
 //! allocation (the round trip through a consumer is short enough for a second `malloc`/`free`
@@ -74,13 +74,23 @@ impl ExportDType {
 pub enum DescError {
     /// `shape` and `strides` have different lengths.
     #[error("layout has {shape} leaf extents but {strides} leaf strides")]
-    RankMismatch { shape: usize, strides: usize },
+    RankMismatch {
+        /// Number of leaf extents.
+        shape: usize,
+        /// Number of leaf strides.
+        strides: usize,
+    },
     /// More dimensions than `DLTensor::ndim` (an `i32`) can count.
     #[error("{0} dimensions exceed DLPack's ndim range")]
     TooManyDims(usize),
     /// An extent is negative.
     #[error("leaf extent {extent} of dimension {dim} is negative")]
-    NegativeExtent { dim: usize, extent: i64 },
+    NegativeExtent {
+        /// The dimension (leaf) index.
+        dim: usize,
+        /// Its extent.
+        extent: i64,
+    },
     /// The data pointer is null although the tensor has elements.
     #[error(
         "the carrier reports a null data pointer for a tensor with elements \

@@ -3,6 +3,8 @@
 //! The Python bindings (`strideweave-py`) are a thin layer over these modules; keeping
 //! them free of PyO3 lets `cargo test` exercise the algebra and the I/O paths directly.
 
+#![warn(missing_docs)]
+
 pub mod copy;
 pub mod dlpack;
 pub mod engine;

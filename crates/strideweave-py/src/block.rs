@@ -51,17 +51,17 @@ impl BlockDeviceHandle {
 
     #[getter]
     fn capacity_bytes(&self) -> u64 {
-        self.dev.geometry().capacity_bytes
+        self.dev.geometry().capacity_bytes()
     }
 
     #[getter]
     fn logical_block_size(&self) -> u32 {
-        self.dev.geometry().logical_block_size
+        self.dev.geometry().logical_block_size()
     }
 
     #[getter]
     fn physical_block_size(&self) -> u32 {
-        self.dev.geometry().physical_block_size
+        self.dev.geometry().physical_block_size()
     }
 
     /// The larger of the two block sizes; every extent starts and ends on it.
@@ -214,7 +214,10 @@ impl BlockDeviceHandle {
         format!(
             "BlockDeviceHandle({:?}, capacity_bytes={}, logical_block_size={}, \
              physical_block_size={}, {state})",
-            self.path, g.capacity_bytes, g.logical_block_size, g.physical_block_size
+            self.path,
+            g.capacity_bytes(),
+            g.logical_block_size(),
+            g.physical_block_size()
         )
     }
 }

@@ -35,24 +35,45 @@ use crate::layout::plan::LoopPlan;
 pub enum KernelError {
     /// An operand's strides do not have one entry per leaf extent.
     #[error("{operand}: {got} strides for {expected} leaf extents")]
-    RankMismatch { operand: &'static str, expected: usize, got: usize },
+    RankMismatch {
+        /// Which operand.
+        operand: &'static str,
+        /// Number of leaf extents.
+        expected: usize,
+        /// Number of strides it has.
+        got: usize,
+    },
     /// An operand's greatest reachable index lies outside its buffer.
     #[error("{operand}: layout reaches {needed} slots but the storage holds {len}")]
-    OutOfBounds { operand: &'static str, needed: usize, len: usize },
+    OutOfBounds {
+        /// Which operand.
+        operand: &'static str,
+        /// Slots the layout reaches (greatest index + 1).
+        needed: usize,
+        /// Slots the buffer holds.
+        len: usize,
+    },
     /// The size or greatest index does not fit in `usize`.
     #[error("{operand}: layout span overflows")]
-    SpanOverflow { operand: &'static str },
+    SpanOverflow {
+        /// Which operand.
+        operand: &'static str,
+    },
 }
 
 /// A read-only operand: a buffer, an element offset into it, and one stride per leaf.
 #[derive(Clone, Copy, Debug)]
 pub struct Operand<'a> {
+    /// The buffer the operand reads.
     pub data: &'a [f32],
+    /// Element offset of the first element in `data`.
     pub offset: usize,
+    /// One stride (in elements) per leaf extent of the walk.
     pub strides: &'a [usize],
 }
 
 impl<'a> Operand<'a> {
+    /// An operand over `data` from `offset` with one stride per leaf.
     pub fn new(data: &'a [f32], offset: usize, strides: &'a [usize]) -> Self {
         Self { data, offset, strides }
     }
@@ -61,7 +82,9 @@ impl<'a> Operand<'a> {
 /// The elementwise binary operations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BinaryOp {
+    /// `a + b`.
     Add,
+    /// `a * b`.
     Mul,
 }
 

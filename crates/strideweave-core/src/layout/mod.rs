@@ -44,7 +44,12 @@ pub enum LayoutError {
     /// A shape and a stride whose trees differ in structure. (The trees are boxed, here and
     /// below, so that every `Result<_, LayoutError>` stays small on the indexing path.)
     #[error("shape {shape} and stride {stride} are not congruent")]
-    NotCongruent { shape: Box<Shape>, stride: Box<Stride> },
+    NotCongruent {
+        /// The shape.
+        shape: Box<Shape>,
+        /// The stride whose tree differs from it.
+        stride: Box<Stride>,
+    },
     /// The product of the extents leaves signed 64 bits.
     #[error("shape size exceeds 2**63-1")]
     SizeOverflow,
@@ -56,43 +61,98 @@ pub enum LayoutError {
     OrdinalOutOfRange(i64),
     /// An integer key outside `[0, size)`.
     #[error("integer key {key} is outside [0, {size})")]
-    IntegerKeyOutOfRange { key: i64, size: i64 },
+    IntegerKeyOutOfRange {
+        /// The key.
+        key: i64,
+        /// The layout's size.
+        size: i64,
+    },
     /// A key level with more or fewer components than the layout level has modes.
     #[error("key has {components} components where the layout has {modes} modes")]
-    ComponentCountMismatch { components: usize, modes: usize },
+    ComponentCountMismatch {
+        /// Components in the key level.
+        components: usize,
+        /// Modes in the layout level.
+        modes: usize,
+    },
     /// A leaf coordinate outside `[0, extent)`.
     #[error("coordinate {coordinate} is outside [0, {extent})")]
-    CoordinateOutOfRange { coordinate: i64, extent: i64 },
+    CoordinateOutOfRange {
+        /// The coordinate.
+        coordinate: i64,
+        /// The leaf's extent.
+        extent: i64,
+    },
     /// An integer standing for a nested mode, outside `[0, size of that subtree)`.
     #[error("coordinate {coordinate} is outside [0, {size}) of its subtree")]
-    SubtreeOrdinalOutOfRange { coordinate: i64, size: i64 },
+    SubtreeOrdinalOutOfRange {
+        /// The integer given for the nested mode.
+        coordinate: i64,
+        /// The size of that subtree.
+        size: i64,
+    },
     /// A sequence where the layout has an integer mode.
     #[error("a sequence where a leaf coordinate belongs")]
     SequenceForLeaf,
     /// A broadcast target whose mode structure (profile) differs from the layout's shape.
     #[error("cannot broadcast {from} to {to}: the mode structure differs")]
-    BroadcastStructureMismatch { from: Box<Shape>, to: Box<Shape> },
+    BroadcastStructureMismatch {
+        /// The layout's shape.
+        from: Box<Shape>,
+        /// The target shape.
+        to: Box<Shape>,
+    },
     /// A broadcast leaf whose extent is neither the target's nor 1.
     #[error("cannot broadcast extent {extent} to {target} in {from} to {to}")]
-    BroadcastExtentMismatch { extent: i64, target: i64, from: Box<Shape>, to: Box<Shape> },
+    BroadcastExtentMismatch {
+        /// The layout's leaf extent.
+        extent: i64,
+        /// The target's extent for that leaf.
+        target: i64,
+        /// The layout's shape.
+        from: Box<Shape>,
+        /// The target shape.
+        to: Box<Shape>,
+    },
     /// A permutation with more or fewer entries than the rank.
     #[error("order has {entries} entries but the layout has rank {rank}")]
-    PermutationLength { entries: usize, rank: usize },
+    PermutationLength {
+        /// Entries in the order given.
+        entries: usize,
+        /// The layout's rank.
+        rank: usize,
+    },
     /// A permutation that repeats or leaves out a mode.
     #[error("order {order:?} is not a permutation of range({rank})")]
-    NotAPermutation { order: Vec<usize>, rank: usize },
+    NotAPermutation {
+        /// The order given.
+        order: Vec<usize>,
+        /// The layout's rank.
+        rank: usize,
+    },
     /// A top-level mode index outside `[-rank, rank)`.
     #[error("mode index {index} out of range for rank {rank}")]
-    ModeIndexOutOfRange { index: i64, rank: usize },
+    ModeIndexOutOfRange {
+        /// The index given.
+        index: i64,
+        /// The layout's rank.
+        rank: usize,
+    },
     /// A bool used as a key component (it is an int in Python, but never a coordinate).
     #[error("a bool is not a valid coordinate")]
     BoolCoordinate,
     /// A key component that is neither an integer nor a sequence.
     #[error("a key must be an int or a list/tuple of keys, got {type_name}")]
-    KeyComponentType { type_name: String },
+    KeyComponentType {
+        /// The type name of the component.
+        type_name: String,
+    },
     /// An integer component beyond 64 bits, so outside every extent.
     #[error("coordinate {coordinate} is out of range")]
-    CoordinateBeyond64Bits { coordinate: String },
+    CoordinateBeyond64Bits {
+        /// The coordinate in decimal.
+        coordinate: String,
+    },
     /// A key sequence whose component could not be read (the reader's own message).
     #[error("{0}")]
     KeyComponentUnreadable(String),

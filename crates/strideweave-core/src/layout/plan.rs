@@ -24,10 +24,20 @@ use thiserror::Error;
 pub enum PlanError {
     /// A stride list's length differs from the number of leaf extents.
     #[error("leaf_strides has {strides} entries but leaf_extents has {extents}")]
-    RankMismatch { extents: usize, strides: usize },
+    RankMismatch {
+        /// Number of leaf extents.
+        extents: usize,
+        /// Entries in the stride list.
+        strides: usize,
+    },
     /// A leaf extent is negative.
     #[error("leaf_extents[{leaf}] is negative ({extent})")]
-    NegativeExtent { leaf: usize, extent: i64 },
+    NegativeExtent {
+        /// The leaf index.
+        leaf: usize,
+        /// Its extent.
+        extent: i64,
+    },
     /// Some addressed slot index does not fit 64 bits.
     #[error("addressed slots overflow the address space")]
     AddressOverflow,

@@ -56,6 +56,7 @@ impl BlockCarrier {
         Ok(c)
     }
 
+    /// The device the extent is on.
     pub fn device(&self) -> &Arc<BlockDevice> {
         &self.dev
     }

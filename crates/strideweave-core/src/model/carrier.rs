@@ -148,10 +148,12 @@ pub trait CarrierExt: Carrier {
         self.state().version()
     }
 
+    /// Whether the carrier is released.
     fn is_released(&self) -> bool {
         self.state().is_released()
     }
 
+    /// Whether a composite owns the carrier.
     fn is_owned(&self) -> bool {
         self.state().is_owned()
     }

@@ -22,27 +22,58 @@ use crate::storage::{ElemKind, Scalar};
 pub enum ModelError {
     /// The carrier's storage has been released.
     #[error("{carrier} carrier is released")]
-    Released { carrier: String },
+    Released {
+        /// The carrier's class name.
+        carrier: String,
+    },
     /// The carrier is owned by a composite carrier and only the owner may mutate, release
     /// or move it.
     #[error("{carrier} carrier is owned by another carrier")]
-    Owned { carrier: String },
+    Owned {
+        /// The carrier's class name.
+        carrier: String,
+    },
     /// A pending move holds the carrier: mutation, release and another move are refused
     /// until it reaches its terminal commit.
     #[error("cannot {action} {carrier} carrier: it participates in a pending move")]
-    Claimed { carrier: String, action: &'static str },
+    Claimed {
+        /// The carrier's class name.
+        carrier: String,
+        /// What was refused ("write", "release", "move", …).
+        action: &'static str,
+    },
     /// The carrier does not accept public writes.
     #[error("{carrier} carrier is not mutable")]
-    NotMutable { carrier: String },
+    NotMutable {
+        /// The carrier's class name.
+        carrier: String,
+    },
     /// A slot index outside `[0, size)`.
     #[error("carrier index {index} is outside [0, {size})")]
-    SlotOutOfRange { index: i64, size: usize },
+    SlotOutOfRange {
+        /// The index given.
+        index: i64,
+        /// The carrier's size.
+        size: usize,
+    },
     /// A value whose kind is not the slot's element kind.
     #[error("a {value:?} value does not suit a {kind:?} slot")]
-    ValueKind { value: Scalar, kind: ElemKind },
+    ValueKind {
+        /// The value given.
+        value: Scalar,
+        /// The slot's element kind.
+        kind: ElemKind,
+    },
     /// A tensor's window (offset + cosize) does not fit its carrier.
     #[error("tensor window [{offset}, {offset} + {cosize}) exceeds the carrier's {size} slots")]
-    WindowOutOfRange { offset: usize, cosize: usize, size: usize },
+    WindowOutOfRange {
+        /// The window's first slot.
+        offset: usize,
+        /// The layout's cosize.
+        cosize: usize,
+        /// The carrier's size.
+        size: usize,
+    },
     /// Layout algebra refused a key or a construction.
     #[error(transparent)]
     Layout(#[from] LayoutError),
@@ -51,51 +82,104 @@ pub enum ModelError {
     NoSubtensors,
     /// The subtensors of one tensor have different shapes.
     #[error("subtensor shapes differ: {first} and {other}")]
-    SubtensorShapesDiffer { first: Box<Shape>, other: Box<Shape> },
+    SubtensorShapesDiffer {
+        /// The first subtensor's shape.
+        first: Box<Shape>,
+        /// The shape that differs from it.
+        other: Box<Shape>,
+    },
     /// A layout copy refused its operands (the move checked them first, so a defect).
     #[error(transparent)]
     LayoutCopy(#[from] LayoutCopyError),
     /// The destination's element kind differs from the tensor's dtype.
     #[error("destination {carrier} carrier holds {found:?} but the tensor's dtype is {expected:?}")]
-    DTypeMismatch { carrier: String, expected: ElemKind, found: ElemKind },
+    DTypeMismatch {
+        /// The destination's class name.
+        carrier: String,
+        /// The tensor's dtype.
+        expected: ElemKind,
+        /// The destination's element kind.
+        found: ElemKind,
+    },
     /// An operation defined for single-subtensor tensors got a multi-subtensor one.
     #[error("{operation} needs a single-subtensor tensor; this one has {count} subtensors")]
-    MultiSubtensor { operation: &'static str, count: usize },
+    MultiSubtensor {
+        /// The operation.
+        operation: &'static str,
+        /// The tensor's number of subtensors.
+        count: usize,
+    },
     /// The move's destination is the tensor's own carrier.
     #[error("destination is the tensor's own carrier")]
     SameCarrier,
     /// The destination holds fewer slots than the layout's cosize and cannot allocate.
     /// (The one text of this refusal: the Python binding raises it too.)
     #[error("destination {carrier} is too small: {size} slots for a layout cosize of {needed}")]
-    TooSmall { carrier: String, size: usize, needed: usize },
+    TooSmall {
+        /// The destination's class name.
+        carrier: String,
+        /// Its size.
+        size: usize,
+        /// The layout's cosize.
+        needed: usize,
+    },
     /// `allocate` on a carrier that cannot grow.
     #[error("{carrier} carrier cannot allocate")]
-    NotAllocatable { carrier: String },
+    NotAllocatable {
+        /// The carrier's class name.
+        carrier: String,
+    },
     /// The tensor cannot be exported through DLPack.
     #[error("DLPack export refused: {reason}")]
-    NotExportable { reason: String },
+    NotExportable {
+        /// Why, in words.
+        reason: String,
+    },
     /// The operating system refused an I/O operation.
     #[error("I/O failed while {context}: {source}")]
     Io {
+        /// What was being done.
         context: &'static str,
+        /// The operating system's error.
         #[source]
         source: Arc<std::io::Error>,
     },
     /// No transfer exists for this exact carrier pair (the spec's NotImplementedError).
     #[error("no move route from {from} carrier to {to} carrier")]
-    NoRoute { from: String, to: String },
+    NoRoute {
+        /// The source carrier's class name.
+        from: String,
+        /// The destination carrier's class name.
+        to: String,
+    },
     /// A block device refused an operation.
     #[error("block device failed while {context}: {message}")]
-    Device { context: &'static str, message: String },
+    Device {
+        /// What was being done.
+        context: &'static str,
+        /// The device's error.
+        message: String,
+    },
     /// Host memory could not be allocated.
     #[error("cannot allocate {bytes} bytes of host memory")]
-    OutOfMemory { bytes: usize },
+    OutOfMemory {
+        /// The size asked for.
+        bytes: usize,
+    },
     /// A transfer's code panicked; the move was rolled back.
     #[error("the transfer panicked: {message}")]
-    TransferPanicked { message: String },
+    TransferPanicked {
+        /// The panic's message.
+        message: String,
+    },
     /// A foreign carrier's hook reported a failure in its own words.
     #[error("{carrier} carrier: {message}")]
-    Hook { carrier: String, message: String },
+    Hook {
+        /// The carrier's class name.
+        carrier: String,
+        /// The hook's message.
+        message: String,
+    },
 }
 
 impl ModelError {

@@ -89,18 +89,22 @@ impl CarrierState {
         &self.name
     }
 
+    /// The version: 0 at construction, +1 per public write.
     pub fn version(&self) -> u64 {
         self.cell.version()
     }
 
+    /// Whether the carrier is released.
     pub fn is_released(&self) -> bool {
         self.cell.is_released()
     }
 
+    /// Whether a composite owns the carrier.
     pub fn is_owned(&self) -> bool {
         self.cell.is_owned()
     }
 
+    /// Whether a pending move claims the carrier.
     pub fn is_claimed(&self) -> bool {
         self.cell.is_claimed()
     }
@@ -240,6 +244,7 @@ impl std::fmt::Debug for ClaimGuard {
 }
 
 impl ClaimGuard {
+    /// The claim this guard holds.
     pub fn id(&self) -> ClaimId {
         self.id
     }

@@ -42,7 +42,9 @@ pub trait ClaimJudge<O, C> {
     type Blocked;
     /// What a refusal by an owner reports.
     type Owner;
+    /// Whether the held claim `held` lets the transition go ahead, or what it reports.
     fn judge(&self, held: &C) -> Verdict<Self::Blocked>;
+    /// What a refusal by `owner` reports.
     fn owner(&self, owner: &O) -> Self::Owner;
     /// Whether `owner` lets the transition go ahead on an owned carrier (a composite
     /// releasing its own tier at the commit of a move between its tiers); no owner does,
@@ -68,9 +70,13 @@ impl<O, C> ClaimJudge<O, C> for Strict {
 /// Why a transition was refused; nothing changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refusal<B, W> {
+    /// The carrier is released.
     Released,
+    /// An owner holds the carrier (what the judge reports of it).
     Owned(W),
+    /// A claim blocks the transition (what the judge reports of it).
     Claimed(B),
+    /// The carrier does not accept writes.
     NotMutable,
 }
 
@@ -100,7 +106,10 @@ pub enum ReleaseStart {
     /// The release hook may run now. `marked`: the cell was unclaimed and holds the caller's
     /// "being released" marker until [`StateCell::finish_release`] or
     /// [`StateCell::abort_release`]; otherwise a claim the judge let pass stays in place.
-    Began { marked: bool },
+    Began {
+        /// Whether the cell holds the caller's "being released" marker.
+        marked: bool,
+    },
 }
 
 #[derive(Debug)]
@@ -208,18 +217,22 @@ impl<O, C> StateCell<O, C> {
 
     // ----- lock-free reads ---------------------------------------------------------------
 
+    /// The version: +1 per counted write.
     pub fn version(&self) -> u64 {
         self.version.load(Ordering::Relaxed)
     }
 
+    /// Whether the carrier is released.
     pub fn is_released(&self) -> bool {
         self.released.load(Ordering::Acquire)
     }
 
+    /// Whether an owner holds the carrier.
     pub fn is_owned(&self) -> bool {
         self.busy.load(Ordering::Acquire) & OWNED != 0
     }
 
+    /// Whether a claim (a pending move) holds the carrier.
     pub fn is_claimed(&self) -> bool {
         self.busy.load(Ordering::Acquire) & CLAIMED != 0
     }
@@ -237,10 +250,12 @@ impl<O, C> StateCell<O, C> {
         self.version.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Set the version without any check (the binding's settable record).
     pub fn set_version(&self, version: u64) {
         self.version.store(version, Ordering::Relaxed);
     }
 
+    /// Set the released flag without any check or hook (the binding's settable record).
     pub fn set_released(&self, released: bool) {
         self.lock().set_released(released);
     }
@@ -459,10 +474,12 @@ pub struct CellWriteGate<'a, O, C> {
 }
 
 impl<O, C> CellWriteGate<'_, O, C> {
+    /// The owner, if any, as the write sees it.
     pub fn owner(&self) -> Option<&O> {
         self.state.slots.owner.as_ref()
     }
 
+    /// The claim, if any, as the write sees it.
     pub fn claim(&self) -> Option<&C> {
         self.state.slots.claim.as_ref()
     }

@@ -41,14 +41,17 @@ impl Subtensor {
         Ok(Subtensor { carrier, offset, layout })
     }
 
+    /// The carrier the window is on.
     pub fn carrier(&self) -> &Arc<dyn Carrier> {
         &self.carrier
     }
 
+    /// The slot of coordinate 0.
     pub fn offset(&self) -> usize {
         self.offset
     }
 
+    /// The layout from coordinates to slots (relative to the offset).
     pub fn layout(&self) -> &Layout {
         &self.layout
     }
@@ -105,10 +108,12 @@ impl Tensor {
         Ok(Tensor { dtype, subtensors: subtensors.into() })
     }
 
+    /// The element kind of every subtensor's carrier.
     pub fn dtype(&self) -> ElemKind {
         self.dtype
     }
 
+    /// The windows, in order.
     pub fn subtensors(&self) -> &[Subtensor] {
         &self.subtensors
     }

@@ -3,18 +3,26 @@
 /// The native encoding of one storage slot.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ElemKind {
+    /// 32-bit IEEE float.
     F32,
+    /// 64-bit IEEE float.
     F64,
+    /// 32-bit signed integer.
     I32,
+    /// One byte, 0 or 1.
     Bool,
 }
 
 /// A decoded slot value.
 #[derive(Copy, Clone, Debug, PartialEq)]
 pub enum Scalar {
+    /// A 32-bit float.
     F32(f32),
+    /// A 64-bit float.
     F64(f64),
+    /// A 32-bit signed integer.
     I32(i32),
+    /// A boolean.
     Bool(bool),
 }
 
@@ -28,6 +36,7 @@ impl ElemKind {
         }
     }
 
+    /// The lower-case name (`"f32"`, `"f64"`, `"i32"`, `"bool"`).
     pub fn name(self) -> &'static str {
         match self {
             ElemKind::F32 => "f32",
@@ -37,6 +46,7 @@ impl ElemKind {
         }
     }
 
+    /// The kind [`name`](Self::name) returns, if `name` is one.
     pub fn from_name(name: &str) -> Option<Self> {
         Some(match name {
             "f32" => ElemKind::F32,

@@ -29,14 +29,17 @@ impl FileStore {
         Ok(Self { file, path: path.to_path_buf(), creator: std::process::id() })
     }
 
+    /// The file's path.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// The open file (positioned I/O only: never move its cursor).
     pub fn file(&self) -> &File {
         &self.file
     }
 
+    /// The file's current length in bytes.
     pub fn len_bytes(&self) -> io::Result<u64> {
         Ok(self.file.metadata()?.len())
     }

@@ -186,18 +186,22 @@ impl HostBuffer {
         Self { ptr, len, origin: Origin::Wrapped }
     }
 
+    /// The first byte (dangling but aligned when empty).
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
 
+    /// Length in bytes.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether the buffer has no bytes.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
+    /// Whether the buffer owns its memory (false for a wrapped pointer).
     pub fn is_owned(&self) -> bool {
         self.origin != Origin::Wrapped
     }

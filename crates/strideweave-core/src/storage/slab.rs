@@ -54,10 +54,12 @@ impl FileSlab {
         Ok(Self { path: path.to_path_buf(), region_bytes, creator: std::process::id(), state: Mutex::default() })
     }
 
+    /// The slab file's path.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// The size of one region in bytes.
     pub fn region_bytes(&self) -> u64 {
         self.region_bytes
     }

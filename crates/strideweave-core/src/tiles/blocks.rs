@@ -18,9 +18,13 @@ use crate::copy;
 /// (indices into the request's store list).
 #[derive(Clone, Copy, Debug)]
 pub struct Block {
+    /// Index of the source store in the request.
     pub src: usize,
+    /// First source slot.
     pub src_off: u64,
+    /// Index of the destination store in the request.
     pub dst: usize,
+    /// First destination slot.
     pub dst_off: u64,
 }
 

@@ -34,7 +34,9 @@ pub use blocks::{check_blocks, run_blocks, Block, BlockGeometry};
 /// One end of a span: a host buffer or a file, borrowed for the request.
 #[derive(Clone, Copy)]
 pub enum Store<'a> {
+    /// A host buffer.
     Host(&'a HostBuffer),
+    /// A file.
     File(&'a FileStore),
 }
 
@@ -56,10 +58,15 @@ impl Store<'_> {
 /// (indices into the request's store list).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Span {
+    /// Index of the source store in the request.
     pub src: usize,
+    /// First source slot.
     pub src_off: u64,
+    /// Index of the destination store in the request.
     pub dst: usize,
+    /// First destination slot.
     pub dst_off: u64,
+    /// Number of slots.
     pub count: u64,
 }
 
@@ -68,14 +75,35 @@ pub struct Span {
 pub enum SpanError {
     /// A span names a store index the request does not have.
     #[error("span {span} names store {index}, which the request does not have")]
-    NoStore { span: usize, index: usize },
+    NoStore {
+        /// The span's index.
+        span: usize,
+        /// The store index it names.
+        index: usize,
+    },
     /// A span or block (`item`) reaches past its store's end (`side` is "source" or
     /// "destination").
     #[error("{item} {index} reaches {side} slot {end}, past the storage's {slots} slots")]
-    OutOfRange { item: &'static str, index: usize, side: &'static str, end: u64, slots: u64 },
+    OutOfRange {
+        /// "span" or "block".
+        item: &'static str,
+        /// Its index in the request.
+        index: usize,
+        /// "source" or "destination".
+        side: &'static str,
+        /// One past the last slot it reaches.
+        end: u64,
+        /// The store's size in slots.
+        slots: u64,
+    },
     /// A span's or block's source and destination overlap in one store.
     #[error("{item} {index} copies between overlapping slots of one storage")]
-    Overlap { item: &'static str, index: usize },
+    Overlap {
+        /// "span" or "block".
+        item: &'static str,
+        /// Its index in the request.
+        index: usize,
+    },
     /// Block geometry that cannot describe dense arrays.
     #[error("{0}")]
     Geometry(String),

@@ -29,11 +29,17 @@ use crate::storage::FileStore;
 /// Which built-in transfer a move runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RouteKind {
+    /// Host memory to a file: one span of the layout's cosize.
     HostToFile,
+    /// A file to host memory: one span of the layout's cosize.
     FileToHost,
+    /// Host memory to host memory: one layout gather.
     HostToHost,
+    /// Host memory to a block device extent: one span.
     HostToBlock,
+    /// A block device extent to host memory: one span.
     BlockToHost,
+    /// Slot by slot through the carriers' hooks (foreign pairs).
     Elementwise,
     /// No transfer exists for the pair; the move is refused.
     Unsupported,

@@ -28,7 +28,12 @@ pub enum BlockError {
     Io(io::Error),
     /// The OS transferred zero bytes where data was expected; the device is now faulted.
     #[error("zero-byte {} at device offset {offset} (device faulted)", if *write { "write" } else { "read" })]
-    ZeroTransfer { offset: u64, write: bool },
+    ZeroTransfer {
+        /// Device byte offset of the transfer.
+        offset: u64,
+        /// Whether it was a write.
+        write: bool,
+    },
     /// The device was closed.
     #[error("block device is closed")]
     Closed,
@@ -37,13 +42,28 @@ pub enum BlockError {
     Faulted(String),
     /// No free range is large enough.
     #[error("no room on the block device for an extent of {requested} bytes (capacity {capacity} bytes)")]
-    NoSpace { requested: u64, capacity: u64 },
+    NoSpace {
+        /// Bytes asked for.
+        requested: u64,
+        /// The device's capacity in bytes.
+        capacity: u64,
+    },
     /// A byte range that is not inside one live extent.
     #[error("byte range [{offset}, {}) is not inside a live extent", offset.saturating_add(*len))]
-    OutOfRange { offset: u64, len: u64 },
+    OutOfRange {
+        /// First byte of the range.
+        offset: u64,
+        /// Its length in bytes.
+        len: u64,
+    },
     /// `free` of an extent that is not live.
     #[error("no live extent of {len} bytes at offset {offset}")]
-    UnknownExtent { offset: u64, len: u64 },
+    UnknownExtent {
+        /// The extent's offset.
+        offset: u64,
+        /// Its length in bytes.
+        len: u64,
+    },
 }
 
 impl BlockError {

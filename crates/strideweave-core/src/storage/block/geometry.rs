@@ -5,13 +5,31 @@ use super::{BlockError, MAX_BLOCK_SIZE};
 
 /// Device geometry as reported by the kernel (or supplied by a test).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+///
+/// The fields are private so that every `Geometry` went through [`Geometry::new`]'s checks,
+/// which the aligned I/O relies on.
 pub struct Geometry {
-    pub capacity_bytes: u64,
-    pub logical_block_size: u32,
-    pub physical_block_size: u32,
+    capacity_bytes: u64,
+    logical_block_size: u32,
+    physical_block_size: u32,
 }
 
 impl Geometry {
+    /// The device's size in bytes (a whole number of logical blocks).
+    pub fn capacity_bytes(&self) -> u64 {
+        self.capacity_bytes
+    }
+
+    /// The smallest unit of direct I/O, in bytes (a power of two).
+    pub fn logical_block_size(&self) -> u32 {
+        self.logical_block_size
+    }
+
+    /// The device's preferred I/O unit, in bytes (a power of two).
+    pub fn physical_block_size(&self) -> u32 {
+        self.physical_block_size
+    }
+
     /// Validates the numbers the I/O layer relies on: a non-empty capacity that is a whole
     /// number of logical blocks, and block sizes that are powers of two no larger than 1 MiB.
     pub fn new(capacity_bytes: u64, logical_block_size: u32, physical_block_size: u32) -> Result<Self, BlockError> {

@@ -47,7 +47,9 @@ pub use geometry::Geometry;
 /// A zero-length extent occupies nothing and is not tracked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Extent {
+    /// Device byte offset of the first byte.
     pub offset: u64,
+    /// Length in bytes.
     pub len: u64,
 }
 
@@ -95,9 +97,9 @@ impl BlockDevice {
             log::debug!(
                 target: LOG_TARGET,
                 "opened block device {path}: {} bytes, logical/physical block {}/{}, O_DIRECT {}",
-                geometry.capacity_bytes,
-                geometry.logical_block_size,
-                geometry.physical_block_size,
+                geometry.capacity_bytes(),
+                geometry.logical_block_size(),
+                geometry.physical_block_size(),
                 direct
             );
             Ok(BlockDevice::from_file(file, geometry, direct))
@@ -126,6 +128,7 @@ impl BlockDevice {
         }
     }
 
+    /// The device's geometry.
     pub fn geometry(&self) -> Geometry {
         self.geometry
     }
@@ -135,10 +138,12 @@ impl BlockDevice {
         self.direct
     }
 
+    /// Whether [`close`](Self::close) ran.
     pub fn is_closed(&self) -> bool {
         self.state.lock().file.is_none()
     }
 
+    /// Whether an I/O error faulted the device (every later operation fails).
     pub fn is_faulted(&self) -> bool {
         self.state.lock().fault.is_some()
     }
@@ -182,7 +187,7 @@ impl BlockDevice {
         let file = usable(&st.fault, &st.file)?;
         let align = self.geometry.allocation_alignment();
         let usable_bytes = self.geometry.usable_bytes();
-        let no_space = BlockError::NoSpace { requested: bytes, capacity: self.geometry.capacity_bytes };
+        let no_space = BlockError::NoSpace { requested: bytes, capacity: self.geometry.capacity_bytes() };
         let len = match bytes.checked_add(align - 1) {
             Some(v) => round_down(v, align),
             None => return Err(no_space),
@@ -292,7 +297,7 @@ impl BlockDevice {
             file,
             direct: self.direct,
             align: self.geometry.allocation_alignment(),
-            mem_align: self.geometry.logical_block_size as usize,
+            mem_align: self.geometry.logical_block_size() as usize,
         }
     }
 }

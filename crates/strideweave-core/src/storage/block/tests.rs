@@ -280,8 +280,8 @@ fn loop_device_round_trip() {
     let _detach = Detach(dev.clone());
     let d = BlockDevice::open(&dev).unwrap();
     let g = d.geometry();
-    assert_eq!(g.capacity_bytes, 8 << 20);
-    assert!(g.logical_block_size >= 512);
+    assert_eq!(g.capacity_bytes(), 8 << 20);
+    assert!(g.logical_block_size() >= 512);
     assert!(d.is_direct(), "loop devices accept O_DIRECT");
     let e = d.allocate(10_000, true).unwrap();
     assert_eq!(e.offset, 0);

@@ -5,6 +5,7 @@
 //! carrier (in bulk); every other pair is refused with [`ModelError::NoRoute`] after
 //! validation and before any effect, as the specification decides for BlockDeviceCarrier.
 
+use super::carrier::{HookToken, HOOK};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
@@ -52,7 +53,7 @@ impl BlockCarrier {
     /// `slots` zeroed slots in a fresh extent of `dev`.
     pub fn zeros(dev: &Arc<BlockDevice>, slots: usize) -> Result<Arc<Self>> {
         let c = Self::empty(dev);
-        c.allocate(slots)?;
+        c.allocate(HOOK, slots)?;
         Ok(c)
     }
 
@@ -72,7 +73,7 @@ impl BlockCarrier {
 }
 
 impl Carrier for BlockCarrier {
-    fn state(&self) -> &CarrierState {
+    fn state(&self, _: &HookToken) -> &CarrierState {
         &self.state
     }
 
@@ -84,12 +85,12 @@ impl Carrier for BlockCarrier {
         self.extent.read().map_or(0, |(_, slots)| slots)
     }
 
-    fn read_slot(&self, i: usize) -> Result<Scalar> {
+    fn read_slot(&self, _: &HookToken, i: usize) -> Result<Scalar> {
         let base = self.live_offset()?;
         self.dev.read_f32(base + i as u64 * SLOT).map(Scalar::F32).map_err(device_err("reading a slot"))
     }
 
-    fn write_slot(&self, i: usize, v: Scalar) -> Result<()> {
+    fn write_slot(&self, _: &HookToken, i: usize, v: Scalar) -> Result<()> {
         let Scalar::F32(x) = v else {
             return Err(ModelError::ValueKind { value: v, kind: ElemKind::F32 });
         };
@@ -101,11 +102,11 @@ impl Carrier for BlockCarrier {
         true
     }
 
-    fn bulk_storage(&self) -> Option<BulkStorage> {
+    fn bulk_storage(&self, _: &HookToken) -> Option<BulkStorage> {
         self.extent().map(|e| BulkStorage::Block(self.dev.clone(), e))
     }
 
-    fn release_storage(&self) {
+    fn release_storage(&self, _: &HookToken) {
         if let Some((extent, _)) = self.extent.write().take() {
             // A transfer still holding the device may finish its I/O first; freeing only
             // returns the range to the allocator. A failure means the extent was not live.
@@ -118,7 +119,7 @@ impl Carrier for BlockCarrier {
     }
 
     /// Replace the extent by a zeroed one of `slots` slots (0 frees it).
-    fn allocate(&self, slots: usize) -> Result<()> {
+    fn allocate(&self, _: &HookToken, slots: usize) -> Result<()> {
         let bytes = (slots as u64).checked_mul(SLOT).ok_or(ModelError::OutOfMemory { bytes: usize::MAX })?;
         let mut extent = self.extent.write();
         let fresh = if slots == 0 {

@@ -34,6 +34,21 @@ impl ClassKey {
     }
 }
 
+/// Proof that the framework calls a storage hook.
+///
+/// Every storage hook of [`Carrier`] takes a `&HookToken`, and only this crate can make one:
+/// an implementor writes the hooks, but code outside the crate cannot call them, so no
+/// public path reaches a slot write without the mutability, claim and version checks, a
+/// release without the state transition, or an `allocate` that shrinks a carrier under a
+/// live tensor. The checked operations are [`CarrierExt`]'s.
+#[derive(Debug)]
+pub struct HookToken {
+    _sealed: (),
+}
+
+/// The token the framework passes to the hooks it calls.
+pub(crate) const HOOK: &HookToken = &HookToken { _sealed: () };
+
 /// Storage a transfer may access in bulk instead of slot by slot. A running transfer holds
 /// these by `Arc`, so the bytes outlive a concurrent release of the carrier's handle.
 #[derive(Clone, Debug)]
@@ -55,31 +70,31 @@ pub enum BulkStorage {
 /// during a write). A binding whose hooks take a global lock (Python's GIL) must hold that
 /// lock whenever it calls a framework operation that can reach a hook, or release it before
 /// every framework call, so the state mutex and the global lock are always taken in one
-/// order. `allocate` is the framework's hook too: calling it directly bypasses the
-/// claim checks, so leave it to moves.
+/// order. The storage hooks take a [`HookToken`], which only the framework can pass: they
+/// are implemented here and called only by the framework's checked operations.
 ///
 /// A foreign carrier in a dozen lines; it moves like any other (elementwise, since no
 /// built-in route names its class):
 ///
 /// ```
 /// use std::sync::Arc;
-/// use parking_lot::Mutex;
-/// use strideweave_core::model::{move_tensor, Carrier, CarrierExt, CarrierState, HostCarrier, ModelError, Tensor};
+/// use std::sync::Mutex;
+/// use strideweave_core::model::{move_tensor, Carrier, CarrierExt, CarrierState, HookToken, HostCarrier, ModelError, Tensor};
 /// use strideweave_core::storage::{ElemKind, Scalar};
 ///
 /// struct Doubles { state: CarrierState, slots: Mutex<Vec<f64>> }
 ///
 /// impl Carrier for Doubles {
-///     fn state(&self) -> &CarrierState { &self.state }
+///     fn state(&self, _: &HookToken) -> &CarrierState { &self.state }
 ///     fn elem_kind(&self) -> ElemKind { ElemKind::F64 }
-///     fn size(&self) -> usize { self.slots.lock().len() }
-///     fn read_slot(&self, i: usize) -> Result<Scalar, ModelError> { Ok(Scalar::F64(self.slots.lock()[i])) }
-///     fn write_slot(&self, i: usize, v: Scalar) -> Result<(), ModelError> {
-///         if let Scalar::F64(x) = v { self.slots.lock()[i] = x }
+///     fn size(&self) -> usize { self.slots.lock().unwrap().len() }
+///     fn read_slot(&self, _: &HookToken, i: usize) -> Result<Scalar, ModelError> { Ok(Scalar::F64(self.slots.lock().unwrap()[i])) }
+///     fn write_slot(&self, _: &HookToken, i: usize, v: Scalar) -> Result<(), ModelError> {
+///         if let Scalar::F64(x) = v { self.slots.lock().unwrap()[i] = x }
 ///         Ok(())
 ///     }
 ///     fn is_mutable_hook(&self) -> bool { true }
-///     fn release_storage(&self) { self.slots.lock().clear() }
+///     fn release_storage(&self, _: &HookToken) { self.slots.lock().unwrap().clear() }
 /// }
 ///
 /// let mine: Arc<dyn Carrier> = Arc::new(Doubles { state: CarrierState::new("Doubles"), slots: Mutex::new(vec![0.5, 1.5]) });
@@ -91,9 +106,19 @@ pub enum BulkStorage {
 /// assert_eq!(moved.get(1).unwrap(), Scalar::F64(2.5));
 /// assert!(mine.is_released());
 /// ```
+///
+/// Code outside the crate cannot call a hook, so it cannot skip the checks:
+///
+/// ```compile_fail
+/// use strideweave_core::model::{Carrier, HookToken, HostCarrier};
+/// use strideweave_core::storage::Scalar;
+/// let host = HostCarrier::from_f32(&[1.0]);
+/// let forged = HookToken { _sealed: () }; // private: no token outside the framework
+/// host.write_slot(&forged, 0, Scalar::F32(2.0)).unwrap();
+/// ```
 pub trait Carrier: Send + Sync + 'static {
     /// The framework state embedded in the carrier.
-    fn state(&self) -> &CarrierState;
+    fn state(&self, _: &HookToken) -> &CarrierState;
 
     /// The element kind of every slot (the carrier's dtype).
     fn elem_kind(&self) -> ElemKind;
@@ -102,11 +127,11 @@ pub trait Carrier: Send + Sync + 'static {
     fn size(&self) -> usize;
 
     /// Read slot `i` (`i < size()`).
-    fn read_slot(&self, i: usize) -> Result<Scalar>;
+    fn read_slot(&self, _: &HookToken, i: usize) -> Result<Scalar>;
 
     /// Write slot `i` (`i < size()`, `v` of the carrier's kind). No version change: the
     /// framework counts public writes, and a move's fill is not one.
-    fn write_slot(&self, i: usize, v: Scalar) -> Result<()>;
+    fn write_slot(&self, _: &HookToken, i: usize, v: Scalar) -> Result<()>;
 
     /// Whether the carrier accepts public writes at all (the spec's `_is_mutable`).
     fn is_mutable_hook(&self) -> bool {
@@ -114,12 +139,12 @@ pub trait Carrier: Send + Sync + 'static {
     }
 
     /// Bulk access to the storage, if the carrier has one the built-in routes understand.
-    fn bulk_storage(&self) -> Option<BulkStorage> {
+    fn bulk_storage(&self, _: &HookToken) -> Option<BulkStorage> {
         None
     }
 
     /// Free the storage; called once, after the framework marked the carrier released.
-    fn release_storage(&self) {}
+    fn release_storage(&self, _: &HookToken) {}
 
     /// Whether [`allocate`](Carrier::allocate) can grow an empty carrier.
     fn can_allocate(&self) -> bool {
@@ -128,9 +153,9 @@ pub trait Carrier: Send + Sync + 'static {
 
     /// Resize to exactly `slots` slots (new slots read as zero). A move grows an empty
     /// destination with it, and shrinks it back to 0 when the move fails.
-    fn allocate(&self, slots: usize) -> Result<()> {
+    fn allocate(&self, _: &HookToken, slots: usize) -> Result<()> {
         let _ = slots;
-        Err(ModelError::NotAllocatable { carrier: self.state().class_name().to_string() })
+        Err(ModelError::NotAllocatable { carrier: self.state(HOOK).class_name().to_string() })
     }
 
     /// Exact-class identity for route lookup. Foreign carriers return
@@ -145,17 +170,17 @@ pub trait Carrier: Send + Sync + 'static {
 pub trait CarrierExt: Carrier {
     /// The version: 0 at construction, +1 per successful public write.
     fn version(&self) -> u64 {
-        self.state().version()
+        self.state(HOOK).version()
     }
 
     /// Whether the carrier is released.
     fn is_released(&self) -> bool {
-        self.state().is_released()
+        self.state(HOOK).is_released()
     }
 
     /// Whether a composite owns the carrier.
     fn is_owned(&self) -> bool {
-        self.state().is_owned()
+        self.state(HOOK).is_owned()
     }
 
     /// Live, unowned and mutable by its hook.
@@ -165,9 +190,9 @@ pub trait CarrierExt: Carrier {
 
     /// `carrier[i]`: released → `Released`; outside `[0, size)` → `SlotOutOfRange`.
     fn get(&self, i: i64) -> Result<Scalar> {
-        self.state().check_live()?;
+        self.state(HOOK).check_live()?;
         let slot = checked_slot(i, self.size())?;
-        self.read_slot(slot)
+        self.read_slot(HOOK, slot)
     }
 
     /// `carrier[i] = v`: released, range, then owned / not mutable → `NotMutable`, claimed
@@ -186,8 +211,8 @@ pub trait CarrierExt: Carrier {
     /// `Claimed`. The release hook runs after the carrier is marked released, so nobody can
     /// start using the storage while the hook frees it.
     fn release(&self) -> Result<()> {
-        if self.state().mark_released()? {
-            self.release_storage();
+        if self.state(HOOK).mark_released()? {
+            self.release_storage(HOOK);
         }
         Ok(())
     }
@@ -204,7 +229,7 @@ pub(crate) fn checked_slot(i: i64, size: usize) -> Result<usize> {
 }
 
 fn write_checked<C: Carrier + ?Sized>(c: &C, owner: Option<OwnerToken>, i: i64, v: Scalar) -> Result<()> {
-    let mut gate = c.state().begin_write()?;
+    let mut gate = c.state(HOOK).begin_write()?;
     let slot = checked_slot(i, c.size())?;
     if let Some(token) = owner {
         gate = gate.as_owner(token);
@@ -214,7 +239,7 @@ fn write_checked<C: Carrier + ?Sized>(c: &C, owner: Option<OwnerToken>, i: i64, 
     if scalar_kind(v) != kind {
         return Err(ModelError::ValueKind { value: v, kind });
     }
-    c.write_slot(slot, v)?;
+    c.write_slot(HOOK, slot, v)?;
     gate.commit();
     Ok(())
 }

@@ -6,6 +6,7 @@
 //! layout's flattened leaf modes become the DLPack shape and strides, the offset the byte
 //! offset. Only `f32` and `i32` tensors export, as Float32 and Int32.
 
+use super::carrier::HOOK;
 use super::carrier::{BulkStorage, CarrierExt};
 use super::error::{ModelError, Result};
 use super::tensor::Tensor;
@@ -23,15 +24,15 @@ impl Tensor {
     fn dlpack_parts(&self) -> Result<(TensorDesc, std::sync::Arc<super::host::HostStore>, bool)> {
         let sub = self.single("DLPack export")?;
         let carrier = sub.carrier();
-        carrier.state().check_live()?;
+        carrier.state(HOOK).check_live()?;
         let dtype = match self.dtype() {
             ElemKind::F32 => ExportDType::Float32,
             ElemKind::I32 => ExportDType::Int32,
             other => return Err(refuse(format!("dtype {other:?} is not exportable (only f32 and i32)"))),
         };
-        let store = match carrier.bulk_storage() {
+        let store = match carrier.bulk_storage(HOOK) {
             Some(BulkStorage::Host(store)) => store,
-            _ => return Err(refuse(format!("{} carrier is not host memory", carrier.state().class_name()))),
+            _ => return Err(refuse(format!("{} carrier is not host memory", carrier.state(HOOK).class_name()))),
         };
         let layout = sub.layout();
         let desc = TensorDesc::new(

@@ -4,6 +4,7 @@
 //! by `Arc` without a lock. A file carrier starts empty and can allocate, so a move into it
 //! sizes it to the layout's cosize (and shrinks it back to empty if the move fails).
 
+use super::carrier::{HookToken, HOOK};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -22,9 +23,8 @@ use crate::storage::{ElemKind, FileStore, Scalar};
 /// use strideweave_core::model::{Carrier, CarrierExt, FileCarrier};
 /// use strideweave_core::storage::{ElemKind, Scalar};
 ///
-/// let f = FileCarrier::temp(ElemKind::I32).unwrap();
-/// assert_eq!(f.size(), 0);
-/// f.allocate(4).unwrap();
+/// let f = FileCarrier::temp_zeros(ElemKind::I32, 4).unwrap();
+/// assert_eq!(f.size(), 4);
 /// f.set(3, Scalar::I32(-7)).unwrap();
 /// assert_eq!(f.get(3).unwrap(), Scalar::I32(-7));
 /// let path = f.path().to_path_buf();
@@ -63,13 +63,21 @@ impl FileCarrier {
         Self::create(&std::env::temp_dir().join(name), kind)
     }
 
+    /// A carrier of `slots` zeros in a fresh file under the system's temporary directory.
+    pub fn temp_zeros(kind: ElemKind, slots: usize) -> Result<Arc<Self>> {
+        let c = Self::temp(kind)?;
+        c.allocate(HOOK, slots)?;
+        Ok(c)
+    }
+
     /// The file's path (removed once the carrier is released).
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    /// The shared store, `None` once released.
-    pub fn store(&self) -> Option<Arc<FileStore>> {
+    /// The shared store, `None` once released. Crate-private: its bytes would bypass the
+    /// carrier's checks.
+    pub(crate) fn store(&self) -> Option<Arc<FileStore>> {
         self.store.read().clone()
     }
 
@@ -83,7 +91,7 @@ impl FileCarrier {
 }
 
 impl Carrier for FileCarrier {
-    fn state(&self) -> &CarrierState {
+    fn state(&self, _: &HookToken) -> &CarrierState {
         &self.state
     }
 
@@ -95,14 +103,14 @@ impl Carrier for FileCarrier {
         self.slots.load(Ordering::Acquire)
     }
 
-    fn read_slot(&self, i: usize) -> Result<Scalar> {
+    fn read_slot(&self, _: &HookToken, i: usize) -> Result<Scalar> {
         let mut bytes = [0u8; 8];
         let size = self.kind.size();
         self.live()?.read_at(self.byte_off(i), &mut bytes[..size]).map_err(|e| ModelError::io("reading a slot", e))?;
         Ok(self.kind.decode(&bytes[..size]))
     }
 
-    fn write_slot(&self, i: usize, v: Scalar) -> Result<()> {
+    fn write_slot(&self, _: &HookToken, i: usize, v: Scalar) -> Result<()> {
         let mut bytes = [0u8; 8];
         self.kind.encode(v, &mut bytes);
         self.live()?
@@ -114,11 +122,11 @@ impl Carrier for FileCarrier {
         true
     }
 
-    fn bulk_storage(&self) -> Option<BulkStorage> {
+    fn bulk_storage(&self, _: &HookToken) -> Option<BulkStorage> {
         self.store().map(BulkStorage::File)
     }
 
-    fn release_storage(&self) {
+    fn release_storage(&self, _: &HookToken) {
         if let Some(store) = self.store.write().take() {
             self.slots.store(0, Ordering::Release);
             // Removing the name is best effort: the handle closes when the last transfer
@@ -131,7 +139,7 @@ impl Carrier for FileCarrier {
         true
     }
 
-    fn allocate(&self, slots: usize) -> Result<()> {
+    fn allocate(&self, _: &HookToken, slots: usize) -> Result<()> {
         let bytes =
             (slots as u64).checked_mul(self.kind.size() as u64).ok_or(ModelError::OutOfMemory { bytes: usize::MAX })?;
         self.live()?.set_len(bytes).map_err(|e| ModelError::io("resizing the carrier's file", e))?;

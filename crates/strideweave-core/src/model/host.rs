@@ -7,6 +7,7 @@
 //! data races, whatever threads do. (Memory handed to a DLPack consumer is outside Rust's
 //! control; the consumer's accesses are its own responsibility, as with any raw pointer.)
 
+use super::carrier::HookToken;
 use std::sync::Arc;
 
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -45,12 +46,12 @@ impl HostStore {
     }
 
     /// Shared access: reads may run concurrently.
-    pub fn read(&self) -> RwLockReadGuard<'_, HostBuffer> {
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, HostBuffer> {
         self.buf.read()
     }
 
     /// Exclusive access for writing.
-    pub fn write(&self) -> RwLockWriteGuard<'_, HostBuffer> {
+    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, HostBuffer> {
         self.buf.write()
     }
 }
@@ -128,7 +129,7 @@ impl HostCarrier {
     }
 
     /// The shared store, `None` once released.
-    pub fn store(&self) -> Option<Arc<HostStore>> {
+    pub(crate) fn store(&self) -> Option<Arc<HostStore>> {
         self.store.read().clone()
     }
 
@@ -143,7 +144,7 @@ impl HostCarrier {
 }
 
 impl Carrier for HostCarrier {
-    fn state(&self) -> &CarrierState {
+    fn state(&self, _: &HookToken) -> &CarrierState {
         &self.state
     }
 
@@ -155,7 +156,7 @@ impl Carrier for HostCarrier {
         self.store.read().as_ref().map_or(0, |s| s.len_bytes() / self.kind.size())
     }
 
-    fn read_slot(&self, i: usize) -> Result<Scalar> {
+    fn read_slot(&self, _: &HookToken, i: usize) -> Result<Scalar> {
         let store = self.live()?;
         let size = self.kind.size();
         let mut bytes = [0u8; 8];
@@ -166,7 +167,7 @@ impl Carrier for HostCarrier {
         Ok(self.kind.decode(&bytes[..size]))
     }
 
-    fn write_slot(&self, i: usize, v: Scalar) -> Result<()> {
+    fn write_slot(&self, _: &HookToken, i: usize, v: Scalar) -> Result<()> {
         let store = self.live()?;
         let size = self.kind.size();
         let mut bytes = [0u8; 8];
@@ -179,13 +180,13 @@ impl Carrier for HostCarrier {
         self.mutable
     }
 
-    fn bulk_storage(&self) -> Option<BulkStorage> {
+    fn bulk_storage(&self, _: &HookToken) -> Option<BulkStorage> {
         self.store().map(BulkStorage::Host)
     }
 
     /// Drops the carrier's handle; the memory is freed when the last transfer or DLPack
     /// export holding the store lets go.
-    fn release_storage(&self) {
+    fn release_storage(&self, _: &HookToken) {
         drop(self.store.write().take());
     }
 }

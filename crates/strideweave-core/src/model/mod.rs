@@ -48,7 +48,7 @@ mod test_support;
 mod tests;
 
 pub use block::BlockCarrier;
-pub use carrier::{BulkStorage, Carrier, CarrierExt, ClassKey};
+pub use carrier::{BulkStorage, Carrier, CarrierExt, ClassKey, HookToken};
 pub use error::ModelError;
 pub use file::FileCarrier;
 pub use host::{HostCarrier, HostStore};

@@ -2,6 +2,7 @@
 //! and a second move races on one source; exactly one side wins, the loser gets the
 //! specified error, values are exact, and no claim is left behind.
 
+use super::carrier::HOOK;
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
@@ -121,10 +122,10 @@ fn moves_releases_and_writes_racing_on_one_source_have_one_winner() {
                 landed => assert!(landed.contains(&got[0]) && got[1..] == VALUES[1..], "{got:?}"),
             }
             assert_eq!(out.values_f32().unwrap(), got);
-            assert!(!dst.state().is_claimed() && dst.version() == 0);
+            assert!(!dst.state(HOOK).is_claimed() && dst.version() == 0);
         }
         assert!(src.is_released());
-        assert!(!src.state().is_claimed(), "no claim is left behind");
+        assert!(!src.state(HOOK).is_claimed(), "no claim is left behind");
     }
     assert!(move_wins > 0, "the race never let a move win; the test exercised nothing");
 }
@@ -172,8 +173,8 @@ fn a_pending_move_refuses_every_conflicting_operation() {
         gate.open();
         assert_eq!(pending.wait().unwrap().values_f32().unwrap(), VALUES);
         assert_eq!(values(&dst), VALUES);
-        assert!(src.is_released() && !src.state().is_claimed());
-        assert!(!dst.is_released() && !dst.state().is_claimed());
+        assert!(src.is_released() && !src.state(HOOK).is_claimed());
+        assert!(!dst.is_released() && !dst.state(HOOK).is_claimed());
         assert_eq!((src.version(), dst.version()), (0, 0));
     }
 }
@@ -199,7 +200,7 @@ fn eight_racing_moves_of_one_source_have_exactly_one_winner() {
             }
         }
         assert_eq!(winners, 1);
-        assert!(src.is_released() && !src.state().is_claimed());
+        assert!(src.is_released() && !src.state(HOOK).is_claimed());
     }
 }
 
@@ -228,6 +229,6 @@ fn a_slow_release_hook_racing_a_move() {
             }
             _ => panic!("not exactly one winner"),
         }
-        assert!(src.is_released() && !src.state().is_claimed());
+        assert!(src.is_released() && !src.state(HOOK).is_claimed());
     }
 }

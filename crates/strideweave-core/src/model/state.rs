@@ -9,6 +9,7 @@
 //! source. A claim is an RAII [`ClaimGuard`]: dropping it without a commit gives the claim
 //! back, so no failure path (an error, an early return, a panic) leaves a carrier claimed.
 
+use super::carrier::HOOK;
 use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -58,18 +59,14 @@ pub enum Role {
 /// The framework state every carrier shares. A carrier embeds one and returns it from
 /// [`Carrier::state`]; only the framework changes it.
 ///
-/// ```
-/// use std::sync::Arc;
-/// use strideweave_core::model::{Carrier, CarrierExt, ClaimId, HostCarrier, ModelError, Role};
+/// [`Carrier::state`] takes a [`HookToken`](super::HookToken), so only the framework reaches
+/// another carrier's state; a foreign carrier makes its own:
 ///
-/// let c: Arc<dyn Carrier> = HostCarrier::from_f32(&[1.0]);
-/// let claim = c.state().try_claim(&c, ClaimId::fresh(), Role::Source).unwrap();
-/// assert!(matches!(c.release(), Err(ModelError::Claimed { .. })));
-/// drop(claim); // an uncommitted claim rolls back
-/// assert!(!c.state().is_claimed());
-/// let claim = c.state().try_claim(&c, ClaimId::fresh(), Role::Source).unwrap();
-/// claim.commit_release(); // ends the claim and releases in one step
-/// assert!(c.is_released());
+/// ```
+/// use strideweave_core::model::CarrierState;
+///
+/// let state = CarrierState::new("Mine");
+/// assert_eq!((state.version(), state.is_released(), state.is_claimed()), (0, false, false));
 /// ```
 #[derive(Debug)]
 pub struct CarrierState {
@@ -175,7 +172,7 @@ impl CarrierState {
     /// released → `Released`; owned → `Owned` (source) or `NotMutable` (destination);
     /// claimed → `Claimed`; a destination whose `mutable` hook said no → `NotMutable`.
     pub fn try_claim(&self, carrier: &Arc<dyn Carrier>, id: ClaimId, role: Role) -> Result<ClaimGuard> {
-        debug_assert!(std::ptr::eq(carrier.state(), self), "the carrier must own this state");
+        debug_assert!(std::ptr::eq(carrier.state(HOOK), self), "the carrier must own this state");
         let mutable = role == Role::Source || carrier.is_mutable_hook();
         let owned: fn(String) -> ModelError = match role {
             Role::Source => |carrier| ModelError::Owned { carrier },
@@ -263,10 +260,10 @@ impl ClaimGuard {
     /// released and drops the claim atomically, then runs the carrier's release hook.
     pub fn commit_release(mut self) {
         let carrier = self.carrier.take().expect("live until consumed");
-        let (newly, held) = carrier.state().cell.release_claimed();
+        let (newly, held) = carrier.state(HOOK).cell.release_claimed();
         debug_assert_eq!(held, Some(self.id));
         if newly {
-            carrier.release_storage();
+            carrier.release_storage(HOOK);
         }
     }
 }
@@ -274,7 +271,7 @@ impl ClaimGuard {
 impl Drop for ClaimGuard {
     fn drop(&mut self) {
         if let Some(carrier) = self.carrier.take() {
-            carrier.state().drop_claim(self.id);
+            carrier.state(HOOK).drop_claim(self.id);
         }
     }
 }

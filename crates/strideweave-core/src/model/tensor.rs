@@ -4,6 +4,7 @@
 //! Tensors are cheap handles (`Clone` shares the subtensors); values live in carriers, whose
 //! state decides who may read, write, release or move them.
 
+use super::carrier::HOOK;
 use std::sync::Arc;
 
 use super::carrier::{Carrier, CarrierExt};
@@ -22,7 +23,7 @@ pub struct Subtensor {
 impl std::fmt::Debug for Subtensor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Subtensor")
-            .field("carrier", &self.carrier.state().class_name())
+            .field("carrier", &self.carrier.state(HOOK).class_name())
             .field("offset", &self.offset)
             .field("layout", &format_args!("{}:{}", self.layout.shape(), self.layout.stride()))
             .finish()
@@ -32,7 +33,7 @@ impl std::fmt::Debug for Subtensor {
 impl Subtensor {
     /// A window of `carrier`: `offset + cosize` must fit in its slots.
     pub fn new(carrier: Arc<dyn Carrier>, offset: usize, layout: Layout) -> Result<Self> {
-        carrier.state().check_live()?;
+        carrier.state(HOOK).check_live()?;
         let cosize = layout.cosize() as usize;
         let size = carrier.size();
         if offset.checked_add(cosize).is_none_or(|end| end > size) {

@@ -2,6 +2,7 @@
 //! with an optional gate that holds every slot read (so a move stays pending as long as a
 //! test needs), injected write failures and panics, and a slow release hook.
 
+use super::carrier::HookToken;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -64,7 +65,7 @@ impl VecCarrier {
 }
 
 impl Carrier for VecCarrier {
-    fn state(&self) -> &CarrierState {
+    fn state(&self, _: &HookToken) -> &CarrierState {
         &self.state
     }
 
@@ -76,7 +77,7 @@ impl Carrier for VecCarrier {
         self.slots.lock().len()
     }
 
-    fn read_slot(&self, i: usize) -> Result<Scalar> {
+    fn read_slot(&self, _: &HookToken, i: usize) -> Result<Scalar> {
         if let Some(gate) = &self.gate {
             gate.pass();
         }
@@ -84,7 +85,7 @@ impl Carrier for VecCarrier {
         Ok(Scalar::F32(self.slots.lock()[i]))
     }
 
-    fn write_slot(&self, i: usize, v: Scalar) -> Result<()> {
+    fn write_slot(&self, _: &HookToken, i: usize, v: Scalar) -> Result<()> {
         if self.fail_write_at == Some(i) {
             return Err(ModelError::Hook { carrier: "VecCarrier".into(), message: format!("injected failure at {i}") });
         }
@@ -97,7 +98,7 @@ impl Carrier for VecCarrier {
         !self.immutable
     }
 
-    fn release_storage(&self) {
+    fn release_storage(&self, _: &HookToken) {
         std::thread::sleep(self.release_sleep);
         self.slots.lock().clear();
     }
@@ -106,7 +107,7 @@ impl Carrier for VecCarrier {
         self.allocatable
     }
 
-    fn allocate(&self, slots: usize) -> Result<()> {
+    fn allocate(&self, _: &HookToken, slots: usize) -> Result<()> {
         assert!(self.allocatable, "allocate called on a fixed carrier");
         self.slots.lock().resize(slots, 0.0);
         Ok(())

@@ -1,6 +1,7 @@
 //! Unit tests of the object model: state transitions, validation order, routes, rollback,
 //! DLPack export, and property tests of moves over random layouts.
 
+use super::carrier::HOOK;
 use std::sync::Arc;
 
 use proptest::prelude::*;
@@ -26,7 +27,7 @@ fn vec_carrier(c: VecCarrier) -> (Arc<VecCarrier>, Arc<dyn Carrier>) {
 /// Nothing observable changed on `c`: not released, unclaimed, at `version`, holding `values`.
 fn assert_untouched(c: &Arc<dyn Carrier>, version: u64, values: &[f32]) {
     assert!(!c.is_released());
-    assert!(!c.state().is_claimed());
+    assert!(!c.state(HOOK).is_claimed());
     assert_eq!(c.version(), version);
     let got: Vec<Scalar> = (0..c.size() as i64).map(|i| c.get(i).unwrap()).collect();
     assert_eq!(got, values.iter().map(|&v| Scalar::F32(v)).collect::<Vec<_>>());
@@ -35,16 +36,16 @@ fn assert_untouched(c: &Arc<dyn Carrier>, version: u64, values: &[f32]) {
 #[test]
 fn claims_refuse_release_write_and_a_second_claim_until_dropped() {
     let c = host(&[1.0, 2.0]);
-    let guard = c.state().try_claim(&c, ClaimId::fresh(), Role::Source).unwrap();
+    let guard = c.state(HOOK).try_claim(&c, ClaimId::fresh(), Role::Source).unwrap();
     assert!(matches!(c.release(), Err(ModelError::Claimed { action: "release", .. })));
     assert!(matches!(c.set(0, Scalar::F32(9.0)), Err(ModelError::Claimed { action: "write to", .. })));
     assert!(matches!(
-        c.state().try_claim(&c, ClaimId::fresh(), Role::Source),
+        c.state(HOOK).try_claim(&c, ClaimId::fresh(), Role::Source),
         Err(ModelError::Claimed { action: "move", .. })
     ));
     assert_eq!(c.get(1).unwrap(), Scalar::F32(2.0), "reads continue under a claim");
     drop(guard);
-    assert!(!c.state().is_claimed());
+    assert!(!c.state(HOOK).is_claimed());
     c.set(0, Scalar::F32(9.0)).unwrap();
     assert_eq!(c.version(), 1);
     c.release().unwrap();
@@ -56,10 +57,10 @@ fn claims_refuse_release_write_and_a_second_claim_until_dropped() {
 #[test]
 fn commit_release_ends_the_claim_and_releases_in_one_step() {
     let c = host(&[1.0]);
-    let guard = c.state().try_claim(&c, ClaimId::fresh(), Role::Source).unwrap();
+    let guard = c.state(HOOK).try_claim(&c, ClaimId::fresh(), Role::Source).unwrap();
     guard.commit_release();
     assert!(c.is_released());
-    assert!(!c.state().is_claimed());
+    assert!(!c.state(HOOK).is_claimed());
 }
 
 #[test]
@@ -82,7 +83,7 @@ fn public_write_checks_in_order_and_counts_only_successes() {
 fn ownership_guards_writes_release_and_moves_but_lets_the_owner_write() {
     let c = host(&[1.0, 2.0]);
     let owner = OwnerToken::fresh();
-    c.state().adopt(owner).unwrap();
+    c.state(HOOK).adopt(owner).unwrap();
     assert!(matches!(c.set(0, Scalar::F32(5.0)), Err(ModelError::NotMutable { .. })));
     assert!(matches!(c.release(), Err(ModelError::Owned { .. })));
     let t = Tensor::canonical(c.clone(), &[2]).unwrap();
@@ -92,7 +93,7 @@ fn ownership_guards_writes_release_and_moves_but_lets_the_owner_write() {
     c.set_as_owner(owner, 0, Scalar::F32(5.0)).unwrap();
     assert_eq!(c.get(0).unwrap(), Scalar::F32(5.0));
     assert_eq!(c.version(), 1);
-    assert!(c.state().disown(owner));
+    assert!(c.state(HOOK).disown(owner));
     c.release().unwrap();
 }
 
@@ -107,7 +108,7 @@ fn move_validation_follows_the_table_order_and_changes_nothing() {
         let err = move_async(&t, dst).unwrap_err();
         assert!(expect(&err), "unexpected error {err:?}");
         assert_untouched(&src, 0, &[1.0, 2.0, 3.0]);
-        assert!(!dst.state().is_claimed());
+        assert!(!dst.state(HOOK).is_claimed());
         assert_eq!((dst.version(), dst.size()), (dv, dsize));
     };
     check(&src, &|e| matches!(e, ModelError::SameCarrier));
@@ -136,13 +137,13 @@ fn claim_rows_sit_in_the_table_order() {
     // lack of room (`Check::DestinationUnclaimed` precedes `SameDType` and `Room`).
     let t = Tensor::canonical(host(&[1.0, 2.0, 3.0]), &[3]).unwrap();
     let held: Arc<dyn Carrier> = HostCarrier::zeros(ElemKind::I32, 1).unwrap();
-    let claim = held.state().try_claim(&held, ClaimId::fresh(), Role::Destination).unwrap();
+    let claim = held.state(HOOK).try_claim(&held, ClaimId::fresh(), Role::Destination).unwrap();
     assert!(matches!(move_tensor(&t, &held), Err(ModelError::Claimed { action: "move into", .. })));
     drop(claim);
     assert!(matches!(move_tensor(&t, &held), Err(ModelError::DTypeMismatch { .. })));
     // A claimed source reports its claim before the same carrier in both roles.
     let src = t.single("move").unwrap().carrier().clone();
-    let claim = src.state().try_claim(&src, ClaimId::fresh(), Role::Source).unwrap();
+    let claim = src.state(HOOK).try_claim(&src, ClaimId::fresh(), Role::Source).unwrap();
     assert!(matches!(move_tensor(&t, &src), Err(ModelError::Claimed { action: "move", .. })));
     drop(claim);
     assert!(matches!(move_tensor(&t, &src), Err(ModelError::SameCarrier)));
@@ -236,7 +237,7 @@ fn a_failed_transfer_rolls_back_growth_and_claims_and_keeps_the_source() {
     let err = move_async(&t, &dst).unwrap().wait().unwrap_err();
     assert!(matches!(err, ModelError::Hook { .. }));
     assert_eq!(vc.values(), Vec::<f32>::new(), "the grown destination shrank back to empty");
-    assert!(!dst.state().is_claimed());
+    assert!(!dst.state(HOOK).is_claimed());
     assert_untouched(&src, 0, &[1.0, 2.0, 3.0]);
     // Both carriers are usable again: the same move into a good destination succeeds.
     let good = host(&[0.0; 3]);
@@ -250,8 +251,8 @@ fn a_panicking_transfer_becomes_the_outcome_and_rolls_back() {
     let dst = host(&[0.0]);
     for outcome in [move_async(&t, &dst).unwrap().wait(), move_tensor(&t, &dst)] {
         assert!(matches!(outcome, Err(ModelError::TransferPanicked { .. })));
-        assert!(!src.is_released() && !src.state().is_claimed());
-        assert!(!dst.state().is_claimed());
+        assert!(!src.is_released() && !src.state(HOOK).is_claimed());
+        assert!(!dst.state(HOOK).is_claimed());
     }
 }
 
@@ -284,7 +285,7 @@ fn dlpack_export_describes_leaf_modes_offset_and_mutability() {
 #[test]
 fn dlpack_export_refuses_other_storage_dtypes_and_released_carriers() {
     let file = FileCarrier::temp(ElemKind::F32).unwrap();
-    file.allocate(2).unwrap();
+    file.allocate(HOOK, 2).unwrap();
     let t = Tensor::canonical(file, &[2]).unwrap();
     assert!(matches!(t.to_dlpack(), Err(ModelError::NotExportable { .. })));
     let t = Tensor::canonical(HostCarrier::zeros(ElemKind::F64, 2).unwrap(), &[2]).unwrap();
@@ -376,7 +377,7 @@ fn host_and_block_carriers_move_in_bulk_and_release_frees_the_extent() {
 fn other_pairs_with_a_block_carrier_are_refused_before_any_effect() {
     let dev = test_device();
     let file = FileCarrier::temp(ElemKind::F32).unwrap();
-    file.allocate(2).unwrap();
+    file.allocate(HOOK, 2).unwrap();
     let file: Arc<dyn Carrier> = file;
     let t = Tensor::canonical(file.clone(), &[2]).unwrap();
     let block: Arc<dyn Carrier> = BlockCarrier::empty(&dev);
@@ -390,7 +391,7 @@ fn other_pairs_with_a_block_carrier_are_refused_before_any_effect() {
     assert!(matches!(move_tensor(&tb, &tiny), Err(ModelError::TooSmall { .. })));
     let (_, roomy) = vec_carrier(VecCarrier::new(&[0.0; 4]));
     assert!(matches!(move_tensor(&tb, &roomy), Err(ModelError::NoRoute { .. })));
-    assert!(!tb.carrier().is_released() && !tb.carrier().state().is_claimed());
+    assert!(!tb.carrier().is_released() && !tb.carrier().state(HOOK).is_claimed());
 }
 
 #[test]
@@ -403,11 +404,11 @@ fn a_device_failure_mid_move_rolls_back() {
     let err = move_async(&t, &block).unwrap().wait().unwrap_err();
     assert!(matches!(err, ModelError::Device { .. }), "{err:?}");
     assert_untouched(&src, 0, &[1.0, 2.0, 3.0]);
-    assert!(!block.is_released() && !block.state().is_claimed());
+    assert!(!block.is_released() && !block.state(HOOK).is_claimed());
     // Growth that fails (the device is closed) leaves the empty destination unclaimed.
     let empty: Arc<dyn Carrier> = BlockCarrier::empty(&dev);
     assert!(matches!(move_tensor(&t, &empty), Err(ModelError::Device { .. })));
-    assert!(!empty.state().is_claimed() && empty.size() == 0);
+    assert!(!empty.state(HOOK).is_claimed() && empty.size() == 0);
     assert_untouched(&src, 0, &[1.0, 2.0, 3.0]);
 }
 
@@ -460,7 +461,7 @@ proptest! {
                     released |= ok;
                 }
                 StateOp::Claim => {
-                    let got = c.state().try_claim(&c, ClaimId::fresh(), Role::Source);
+                    let got = c.state(HOOK).try_claim(&c, ClaimId::fresh(), Role::Source);
                     prop_assert_eq!(got.is_ok(), !released && !owned && claim.is_none());
                     if let Ok(g) = got { claim = Some(g); }
                 }
@@ -472,19 +473,19 @@ proptest! {
                     }
                 }
                 StateOp::Adopt => {
-                    let ok = c.state().adopt(owner).is_ok();
+                    let ok = c.state(HOOK).adopt(owner).is_ok();
                     prop_assert_eq!(ok, !released && !owned && claim.is_none());
                     owned |= ok;
                 }
                 StateOp::Disown => {
-                    prop_assert_eq!(c.state().disown(owner), owned);
+                    prop_assert_eq!(c.state(HOOK).disown(owner), owned);
                     owned = false;
                 }
             }
             prop_assert_eq!(c.version(), version);
             prop_assert_eq!(c.is_released(), released);
             prop_assert_eq!(c.is_owned(), owned);
-            prop_assert_eq!(c.state().is_claimed(), claim.is_some());
+            prop_assert_eq!(c.state(HOOK).is_claimed(), claim.is_some());
         }
     }
 }

@@ -1,6 +1,7 @@
 //! One move request: validation in the specification's order, claims, destination growth,
 //! the transfer, and one terminal commit or rollback.
 
+use crate::model::carrier::HOOK;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
@@ -24,7 +25,7 @@ pub(crate) struct Pending {
 }
 
 fn name(c: &dyn Carrier) -> String {
-    c.state().class_name().to_string()
+    c.state(HOOK).class_name().to_string()
 }
 
 /// Validates `tensor` → `destination` in the order of the specification's table
@@ -69,12 +70,12 @@ pub(crate) fn initiate(tensor: &Tensor, destination: &Arc<dyn Carrier>) -> Resul
     // The checks above are re-made atomically by the claims; they ran first only to report
     // in the specified order.
     let id = ClaimId::fresh();
-    let src_claim = source.state().try_claim(source, id, Role::Source)?;
-    let dst_claim = destination.state().try_claim(destination, id, Role::Destination)?;
+    let src_claim = source.state(HOOK).try_claim(source, id, Role::Source)?;
+    let dst_claim = destination.state(HOOK).try_claim(destination, id, Role::Destination)?;
     let grew = match check_room(&**destination, cosize)? {
         Room::Enough => false,
         Room::Grow => {
-            destination.allocate(cosize)?;
+            destination.allocate(HOOK, cosize)?;
             true
         }
     };
@@ -82,7 +83,7 @@ pub(crate) fn initiate(tensor: &Tensor, destination: &Arc<dyn Carrier>) -> Resul
         Ok(t) => t,
         Err(e) => {
             if grew {
-                let _ = destination.allocate(0);
+                let _ = destination.allocate(HOOK, 0);
             }
             return Err(e);
         }
@@ -99,7 +100,7 @@ fn live(carrier: &dyn Carrier) -> Result<()> {
 }
 
 fn unclaimed(carrier: &dyn Carrier, action: &'static str) -> Result<()> {
-    if carrier.state().is_claimed() {
+    if carrier.state(HOOK).is_claimed() {
         return Err(ModelError::Claimed { carrier: name(carrier), action });
     }
     Ok(())
@@ -180,7 +181,7 @@ impl CommitSteps for Claims {
 
     fn shrink_destination(&mut self) {
         if let Some(claim) = &self.destination {
-            let _ = claim.carrier().allocate(0);
+            let _ = claim.carrier().allocate(HOOK, 0);
         }
     }
 

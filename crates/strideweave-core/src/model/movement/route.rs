@@ -14,6 +14,7 @@
 //! A resolved route holds its storages by `Arc`, so the bytes stay valid for the transfer
 //! however the carriers' handles change meanwhile.
 
+use crate::model::carrier::HOOK;
 use std::sync::Arc;
 
 use super::super::block::BlockCarrier;
@@ -76,7 +77,7 @@ pub fn route_kind(source: ClassKey, destination: ClassKey) -> RouteKind {
 /// get the elementwise transfer, which is correct for any pair.
 pub(crate) fn resolve(src: &dyn Carrier, dst: &dyn Carrier) -> Route {
     let kind = route_kind(src.class_key(), dst.class_key());
-    match (kind, src.bulk_storage(), dst.bulk_storage()) {
+    match (kind, src.bulk_storage(HOOK), dst.bulk_storage(HOOK)) {
         (RouteKind::HostToFile, Some(BulkStorage::Host(s)), Some(BulkStorage::File(d))) => Route::HostToFile(s, d),
         (RouteKind::FileToHost, Some(BulkStorage::File(s)), Some(BulkStorage::Host(d))) => Route::FileToHost(s, d),
         (RouteKind::HostToHost, Some(BulkStorage::Host(s)), Some(BulkStorage::Host(d))) if !Arc::ptr_eq(&s, &d) => {
@@ -183,8 +184,8 @@ pub(crate) fn execute(route: &Route, job: &Job<'_>) -> Result<()> {
             byte_span(0, cosize, 1, dst_size)?;
             for k in 0..job.layout.size() {
                 let index = job.layout.index_of_int(k) as usize;
-                let v = job.src.read_slot(job.offset + index)?;
-                job.dst.write_slot(index, v)?;
+                let v = job.src.read_slot(HOOK, job.offset + index)?;
+                job.dst.write_slot(HOOK, index, v)?;
             }
             Ok(())
         }

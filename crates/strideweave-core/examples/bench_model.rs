@@ -69,7 +69,7 @@ fn main() {
     let t = Tensor::canonical(HostCarrier::from_f32(&values), &[1024]).unwrap();
     let plain = values.clone();
     let ours = time_per_call(rounds, 20_000, || {
-        black_box(t.get(black_box(517)).unwrap());
+        black_box(t.get::<f32>(black_box(517)).unwrap());
     });
     let theirs = time_per_call(rounds, 20_000, || {
         black_box(plain[black_box(517)]);
@@ -91,7 +91,7 @@ fn main() {
     let dir = std::env::temp_dir();
     let bulk_rounds = if quick { 3 } else { 7 };
     let ours = time_per_call(bulk_rounds, 1, || {
-        let t = Tensor::canonical(HostCarrier::zeros(ElemKind::F32, n).unwrap(), &[n as i64]).unwrap();
+        let t = Tensor::canonical(HostCarrier::zeros(ElemKind::F32, n).unwrap(), &[n]).unwrap();
         let file: Arc<dyn Carrier> = FileCarrier::temp(ElemKind::F32).unwrap();
         black_box(move_tensor(&t, &file).unwrap());
     });

@@ -49,6 +49,38 @@ pub struct HookToken {
 /// The token the framework passes to the hooks it calls.
 pub(crate) const HOOK: &HookToken = &HookToken { _sealed: () };
 
+/// What an argument that names a carrier accepts: `Arc<HostCarrier>` (or any concrete
+/// carrier), `Arc<dyn Carrier>`, or a reference to either (cloned). So
+/// `move_tensor(&t, &file)` works with `file: Arc<FileCarrier>` as with `Arc<dyn Carrier>`.
+pub trait IntoCarrier {
+    /// The shared carrier.
+    fn into_carrier(self) -> Arc<dyn Carrier>;
+}
+
+impl<C: Carrier> IntoCarrier for Arc<C> {
+    fn into_carrier(self) -> Arc<dyn Carrier> {
+        self
+    }
+}
+
+impl<C: Carrier> IntoCarrier for &Arc<C> {
+    fn into_carrier(self) -> Arc<dyn Carrier> {
+        self.clone()
+    }
+}
+
+impl IntoCarrier for Arc<dyn Carrier> {
+    fn into_carrier(self) -> Arc<dyn Carrier> {
+        self
+    }
+}
+
+impl IntoCarrier for &Arc<dyn Carrier> {
+    fn into_carrier(self) -> Arc<dyn Carrier> {
+        self.clone()
+    }
+}
+
 /// Storage a transfer may access in bulk instead of slot by slot. A running transfer holds
 /// these by `Arc`, so the bytes outlive a concurrent release of the carrier's handle.
 #[derive(Clone, Debug)]
@@ -103,7 +135,7 @@ pub enum BulkStorage {
 /// let t = Tensor::canonical(mine.clone(), &[2]).unwrap();
 /// let host: Arc<dyn Carrier> = HostCarrier::zeros(ElemKind::F64, 2).unwrap();
 /// let moved = move_tensor(&t, &host).unwrap();
-/// assert_eq!(moved.get(1).unwrap(), Scalar::F64(2.5));
+/// assert_eq!(moved.get::<f64>(1).unwrap(), 2.5);
 /// assert!(mine.is_released());
 /// ```
 ///

@@ -31,6 +31,7 @@
 
 pub mod block;
 pub mod carrier;
+pub mod element;
 pub mod error;
 pub mod export;
 pub mod file;
@@ -48,7 +49,8 @@ mod test_support;
 mod tests;
 
 pub use block::BlockCarrier;
-pub use carrier::{BulkStorage, Carrier, CarrierExt, ClassKey, HookToken};
+pub use carrier::{BulkStorage, Carrier, CarrierExt, ClassKey, HookToken, IntoCarrier};
+pub use element::{Element, SliceElement};
 pub use error::ModelError;
 pub use file::FileCarrier;
 pub use host::{HostCarrier, HostStore};

@@ -7,9 +7,10 @@
 use super::carrier::HOOK;
 use std::sync::Arc;
 
-use super::carrier::{Carrier, CarrierExt};
+use super::carrier::{Carrier, CarrierExt, IntoCarrier};
+use super::element::Element;
 use super::error::{ModelError, Result};
-use crate::layout::{Coord, Layout, Shape};
+use crate::layout::{Coord, Layout, LayoutError, Shape};
 use crate::storage::{ElemKind, Scalar};
 
 /// One carrier window of a tensor.
@@ -69,8 +70,9 @@ impl Subtensor {
 /// // A 2 x 3 column-major view: element (i, j) is slot i + 2 j.
 /// let layout = Layout::new(Shape::flat(&[2, 3]).unwrap(), Stride::flat(&[1, 2]).unwrap()).unwrap();
 /// let t = Tensor::new(c, 0, layout).unwrap();
-/// assert_eq!(t.get(3).unwrap(), Scalar::F32(3.0));
-/// t.set(5, Scalar::F32(-1.0)).unwrap();
+/// assert_eq!(t.get::<f32>(3).unwrap(), 3.0);
+/// assert_eq!(t.get::<Scalar>(3).unwrap(), Scalar::F32(3.0));
+/// t.set(5, -1.0f32).unwrap();
 /// assert_eq!(t.values_f32().unwrap(), vec![0.0, 1.0, 2.0, 3.0, 4.0, -1.0]);
 /// ```
 #[derive(Clone, Debug)]
@@ -88,9 +90,16 @@ impl Tensor {
 
     /// A tensor over `carrier` at offset 0 with the canonical (first-mode-fastest) layout
     /// of `extents`.
-    pub fn canonical(carrier: Arc<dyn Carrier>, extents: &[i64]) -> Result<Self> {
-        let layout = Layout::canonical(&Shape::flat(extents)?)?;
-        Self::new(carrier, 0, layout)
+    ///
+    /// `carrier` is anything that converts into a shared carrier (`Arc<HostCarrier>`,
+    /// `Arc<dyn Carrier>`, …).
+    pub fn canonical(carrier: impl IntoCarrier, extents: &[usize]) -> Result<Self> {
+        let extents: Vec<i64> = extents
+            .iter()
+            .map(|&e| i64::try_from(e).map_err(|_| ModelError::Layout(LayoutError::SizeOverflow)))
+            .collect::<Result<_>>()?;
+        let layout = Layout::canonical(&Shape::flat(&extents)?)?;
+        Self::new(carrier.into_carrier(), 0, layout)
     }
 
     /// A tensor of several subtensors (for instance the planes of a compound dtype). Every
@@ -143,8 +152,8 @@ impl Tensor {
     }
 
     /// Logical number of elements.
-    pub fn size(&self) -> i64 {
-        self.layout().size()
+    pub fn size(&self) -> usize {
+        self.layout().size() as usize
     }
 
     /// Whether a public write could succeed now (every subtensor's carrier is mutable).
@@ -164,28 +173,33 @@ impl Tensor {
         Ok((s, s.offset as i64 + index))
     }
 
-    /// Element at ordinal `k` (first mode fastest).
-    pub fn get(&self, k: i64) -> Result<Scalar> {
-        let (s, slot) = self.slot_of_int(k)?;
-        s.carrier.get(slot)
+    /// Element at ordinal `k` (first mode fastest), as `T`: `f32`, `f64`, `i32`, `bool`, or
+    /// [`Scalar`] for whatever the tensor holds. A `T` of another kind than the tensor's
+    /// dtype is `ValueKind`.
+    #[inline]
+    pub fn get<T: Element>(&self, k: usize) -> Result<T> {
+        let (s, slot) = self.slot_of_int(ordinal(k)?)?;
+        T::from_scalar(s.carrier.get(slot)?)
     }
 
-    /// Element at a hierarchical coordinate.
-    pub fn get_coord(&self, coord: &Coord) -> Result<Scalar> {
+    /// Element at a hierarchical coordinate, as `T` (see [`get`](Self::get)).
+    pub fn get_coord<T: Element>(&self, coord: &Coord) -> Result<T> {
         let (s, slot) = self.slot_of_coord(coord)?;
-        s.carrier.get(slot)
+        T::from_scalar(s.carrier.get(slot)?)
     }
 
     /// Write the element at ordinal `k` (a public write: checked, counted in the version).
-    pub fn set(&self, k: i64, v: Scalar) -> Result<()> {
-        let (s, slot) = self.slot_of_int(k)?;
-        s.carrier.set(slot, v)
+    /// `value` is an `f32`, `f64`, `i32`, `bool` or a [`Scalar`].
+    #[inline]
+    pub fn set<T: Element>(&self, k: usize, value: T) -> Result<()> {
+        let (s, slot) = self.slot_of_int(ordinal(k)?)?;
+        s.carrier.set(slot, value.to_scalar())
     }
 
     /// Write the element at a hierarchical coordinate.
-    pub fn set_coord(&self, coord: &Coord, v: Scalar) -> Result<()> {
+    pub fn set_coord<T: Element>(&self, coord: &Coord, value: T) -> Result<()> {
         let (s, slot) = self.slot_of_coord(coord)?;
-        s.carrier.set(slot, v)
+        s.carrier.set(slot, value.to_scalar())
     }
 
     /// Every element in ordinal order.
@@ -193,14 +207,19 @@ impl Tensor {
         (0..self.size()).map(|k| self.get(k)).collect()
     }
 
+    /// Every element in ordinal order, as `T` (see [`get`](Self::get)).
+    pub fn values_as<T: Element>(&self) -> Result<Vec<T>> {
+        (0..self.size()).map(|k| self.get(k)).collect()
+    }
+
     /// Every element of an `f32` tensor in ordinal order.
     pub fn values_f32(&self) -> Result<Vec<f32>> {
-        self.values()?
-            .into_iter()
-            .map(|v| match v {
-                Scalar::F32(x) => Ok(x),
-                other => Err(ModelError::ValueKind { value: other, kind: ElemKind::F32 }),
-            })
-            .collect()
+        self.values_as()
     }
+}
+
+/// An ordinal as the layout's signed index type.
+#[inline]
+fn ordinal(k: usize) -> Result<i64> {
+    i64::try_from(k).map_err(|_| ModelError::Layout(LayoutError::OrdinalOutOfRange(i64::MAX)))
 }

@@ -163,7 +163,7 @@ fn a_multi_subtensor_tensor_is_refused_first() {
     let ints: Arc<dyn Carrier> = HostCarrier::zeros(ElemKind::I32, 0).unwrap();
     assert!(matches!(move_tensor(&t, &ints), Err(ModelError::MultiSubtensor { count: 2, .. })));
     assert!(matches!(t.to_dlpack(), Err(ModelError::MultiSubtensor { .. })));
-    assert!(matches!(t.get(0), Err(ModelError::MultiSubtensor { .. })));
+    assert!(matches!(t.get::<Scalar>(0), Err(ModelError::MultiSubtensor { .. })));
     assert!(matches!(Tensor::from_subtensors(ElemKind::F32, vec![]), Err(ModelError::NoSubtensors)));
     let mixed = vec![
         Subtensor::new(host(&[1.0, 2.0]), 0, layout(&[2], &[1])).unwrap(),
@@ -301,11 +301,11 @@ fn tensors_check_their_window_and_keys() {
     let c = host(&[0.0; 4]);
     assert!(matches!(Tensor::new(c.clone(), 1, layout(&[4], &[1])), Err(ModelError::WindowOutOfRange { .. })));
     let t = Tensor::new(c.clone(), 0, layout(&[2, 2], &[1, 2])).unwrap();
-    assert!(matches!(t.get(4), Err(ModelError::Layout(_))));
+    assert!(matches!(t.get::<Scalar>(4), Err(ModelError::Layout(_))));
     let coord = crate::layout::Coord::Seq(vec![crate::layout::Coord::Int(1), crate::layout::Coord::Int(1)]);
     t.set_coord(&coord, Scalar::F32(7.0)).unwrap();
-    assert_eq!(t.get(3).unwrap(), Scalar::F32(7.0));
-    assert_eq!(t.get_coord(&coord).unwrap(), Scalar::F32(7.0));
+    assert_eq!(t.get::<Scalar>(3).unwrap(), Scalar::F32(7.0));
+    assert_eq!(t.get_coord::<Scalar>(&coord).unwrap(), Scalar::F32(7.0));
     assert_eq!(c.version(), 1);
 }
 

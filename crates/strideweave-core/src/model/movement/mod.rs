@@ -20,7 +20,7 @@ mod terminal;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::carrier::Carrier;
+use super::carrier::IntoCarrier;
 use super::error::{ModelError, Result};
 use super::tensor::Tensor;
 use crate::engine::{pool, Completion};
@@ -85,8 +85,8 @@ impl MoveHandle {
 /// assert!(src.is_released());
 /// assert_eq!(file.size(), 3); // grown to the layout's cosize
 /// ```
-pub fn move_tensor(tensor: &Tensor, destination: &Arc<dyn Carrier>) -> MoveOutcome {
-    request::initiate(tensor, destination)?.run()
+pub fn move_tensor(tensor: &Tensor, destination: impl IntoCarrier) -> MoveOutcome {
+    request::initiate(tensor, &destination.into_carrier())?.run()
 }
 
 /// Validate and start moving `tensor` into `destination`; the transfer and the terminal
@@ -103,8 +103,8 @@ pub fn move_tensor(tensor: &Tensor, destination: &Arc<dyn Carrier>) -> MoveOutco
 /// let handle = move_async(&t, &file).unwrap();
 /// assert_eq!(handle.wait().unwrap().values_f32().unwrap(), vec![4.0, 5.0]);
 /// ```
-pub fn move_async(tensor: &Tensor, destination: &Arc<dyn Carrier>) -> Result<MoveHandle> {
-    let pending = request::initiate(tensor, destination)?;
+pub fn move_async(tensor: &Tensor, destination: impl IntoCarrier) -> Result<MoveHandle> {
+    let pending = request::initiate(tensor, &destination.into_carrier())?;
     let route = pending.route_kind();
     let cell = Arc::new(Completion::new());
     let done = cell.clone();

@@ -129,6 +129,12 @@ pub enum ModelError {
         /// The carrier's class name.
         carrier: String,
     },
+    /// The tensor's elements cannot be lent as a slice.
+    #[error("no slice of this tensor: {reason}")]
+    NoSlice {
+        /// Why, in words.
+        reason: &'static str,
+    },
     /// The tensor cannot be exported through DLPack.
     #[error("DLPack export refused: {reason}")]
     NotExportable {

@@ -50,6 +50,24 @@ impl HostStore {
         self.buf.read()
     }
 
+    /// Give back a read lock whose guard was forgotten.
+    ///
+    /// # Safety
+    /// The caller took a read lock with [`read`](Self::read) and forgot its guard.
+    pub(crate) unsafe fn force_unlock_read(&self) {
+        // SAFETY: the caller's contract.
+        unsafe { self.buf.force_unlock_read() }
+    }
+
+    /// Give back the write lock whose guard was forgotten.
+    ///
+    /// # Safety
+    /// The caller took the write lock with [`write`](Self::write) and forgot its guard.
+    pub(crate) unsafe fn force_unlock_write(&self) {
+        // SAFETY: the caller's contract.
+        unsafe { self.buf.force_unlock_write() }
+    }
+
     /// Exclusive access for writing.
     pub(crate) fn write(&self) -> RwLockWriteGuard<'_, HostBuffer> {
         self.buf.write()

@@ -37,6 +37,7 @@ pub mod export;
 pub mod file;
 pub mod host;
 pub mod movement;
+pub mod slices;
 pub mod state;
 pub mod state_cell;
 pub mod tensor;
@@ -47,6 +48,8 @@ mod race_tests;
 mod test_support;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod typed_tests;
 
 pub use block::BlockCarrier;
 pub use carrier::{BulkStorage, Carrier, CarrierExt, ClassKey, HookToken, IntoCarrier};
@@ -55,6 +58,7 @@ pub use error::ModelError;
 pub use file::FileCarrier;
 pub use host::{HostCarrier, HostStore};
 pub use movement::{move_async, move_tensor, route_kind, MoveHandle, MoveOutcome, RouteKind};
+pub use slices::{HostSlice, HostSliceMut};
 pub use state::{CarrierState, ClaimGuard, ClaimId, OwnerToken, Role};
 pub use state_cell::{ClaimJudge, ClaimRule, Refusal, ReleaseStart, StateCell, Strict, Verdict};
 pub use tensor::{Subtensor, Tensor};

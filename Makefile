@@ -56,6 +56,7 @@ cargo-test:
 rust-checks: $(VENV)/.venv-stamp
 	cargo fmt --all --check
 	PYO3_PYTHON=$(abspath $(VPY)) cargo clippy --workspace --all-targets --quiet -- -D warnings
+	cargo clippy -p strideweave-core --no-default-features --all-targets --quiet -- -D warnings
 	RUSTDOCFLAGS="-D missing_docs -D warnings" cargo doc -p strideweave-core --no-deps --quiet
 
 pytest: build

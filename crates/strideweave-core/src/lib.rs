@@ -6,6 +6,7 @@
 #![warn(missing_docs)]
 
 pub mod copy;
+#[cfg(feature = "dlpack")]
 pub mod dlpack;
 pub mod engine;
 pub mod kernels;

@@ -14,12 +14,14 @@ use std::sync::Arc;
 use super::error::{ModelError, Result};
 use super::host::HostStore;
 use super::state::{CarrierState, OwnerToken};
+#[cfg(feature = "block-devices")]
 use crate::storage::block::{BlockDevice, Extent};
 use crate::storage::{ElemKind, FileStore, Scalar};
 
 /// Exact-class identity of a carrier, for route lookup. Routes match classes by identity:
 /// nothing is inherited.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ClassKey {
     /// A Rust type.
     Rust(TypeId),
@@ -84,12 +86,14 @@ impl IntoCarrier for &Arc<dyn Carrier> {
 /// Storage a transfer may access in bulk instead of slot by slot. A running transfer holds
 /// these by `Arc`, so the bytes outlive a concurrent release of the carrier's handle.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub enum BulkStorage {
     /// Host memory behind a lock (see [`HostStore`]).
     Host(Arc<HostStore>),
     /// A file of native-endian slots.
     File(Arc<FileStore>),
     /// One extent of a block device.
+    #[cfg(feature = "block-devices")]
     Block(Arc<BlockDevice>, Extent),
 }
 

@@ -29,10 +29,12 @@
 //! assert_eq!(t2.values_f32().unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
 //! ```
 
+#[cfg(feature = "block-devices")]
 pub mod block;
 pub mod carrier;
 pub mod element;
 pub mod error;
+#[cfg(feature = "dlpack")]
 pub mod export;
 pub mod file;
 pub mod host;
@@ -46,11 +48,12 @@ pub mod tensor;
 mod race_tests;
 #[cfg(test)]
 mod test_support;
-#[cfg(test)]
+#[cfg(all(test, feature = "dlpack", feature = "block-devices"))]
 mod tests;
 #[cfg(test)]
 mod typed_tests;
 
+#[cfg(feature = "block-devices")]
 pub use block::BlockCarrier;
 pub use carrier::{BulkStorage, Carrier, CarrierExt, ClassKey, HookToken, IntoCarrier};
 pub use element::{Element, SliceElement};

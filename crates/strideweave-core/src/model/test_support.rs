@@ -59,6 +59,7 @@ impl VecCarrier {
         VecCarrier { slots: Mutex::new(values.to_vec()), ..Default::default() }
     }
 
+    #[cfg_attr(not(all(feature = "dlpack", feature = "block-devices")), allow(dead_code))]
     pub fn values(&self) -> Vec<f32> {
         self.slots.lock().clone()
     }

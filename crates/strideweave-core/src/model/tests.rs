@@ -341,6 +341,7 @@ proptest! {
     }
 }
 
+#[cfg(feature = "block-devices")]
 /// A regular file posing as a 64 KiB block device with 512-byte blocks (buffered I/O).
 fn test_device() -> Arc<crate::storage::block::BlockDevice> {
     use crate::storage::block::{BlockDevice, Geometry};
@@ -352,6 +353,7 @@ fn test_device() -> Arc<crate::storage::block::BlockDevice> {
 }
 
 #[test]
+#[cfg(feature = "block-devices")]
 fn host_and_block_carriers_move_in_bulk_and_release_frees_the_extent() {
     let dev = test_device();
     let values: Vec<f32> = (0..10).map(|v| v as f32).collect();

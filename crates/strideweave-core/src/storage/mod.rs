@@ -14,4 +14,5 @@ pub use elem::{ElemKind, Scalar};
 pub use file::FileStore;
 pub use host::HostBuffer;
 pub use slab::FileSlab;
+#[cfg(feature = "block-devices")]
 pub mod block;

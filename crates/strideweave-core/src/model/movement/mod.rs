@@ -29,15 +29,81 @@ pub use route::{route_kind, RouteKind};
 pub use table::{validate, validate_rows, validate_settled, Check, VALIDATION_ORDER};
 pub use terminal::{CommitSteps, Terminal};
 
+/// Host-to-host moves of at most this many bytes run on the initiating thread: waking a
+/// worker (tens of microseconds) would cost more than the copy.
+pub const INLINE_BYTES: usize = 64 << 10;
+
 /// The outcome a move records once.
 pub type MoveOutcome = Result<Tensor, ModelError>;
 
 /// A pending or finished move. Clones observe the same single outcome; dropping every
 /// handle neither cancels nor blocks the move.
-#[derive(Clone, Debug)]
+///
+/// With the `async` feature (on by default) a handle is also a [`Future`](std::future::Future)
+/// of the outcome, for any executor: no runtime is needed, the finishing thread wakes the
+/// task that polled last.
+#[derive(Debug)]
 pub struct MoveHandle {
     cell: Arc<Completion<MoveOutcome>>,
     route: RouteKind,
+    #[cfg(feature = "async")]
+    waker: Arc<WakerSlot>,
+}
+
+/// The waker of the task awaiting a handle, and whether the completion callback that wakes
+/// it is registered.
+#[cfg(feature = "async")]
+#[derive(Debug, Default)]
+struct WakerSlot {
+    waker: parking_lot::Mutex<Option<std::task::Waker>>,
+    registered: std::sync::atomic::AtomicBool,
+}
+
+impl Clone for MoveHandle {
+    /// Another handle on the same outcome. A clone has its own waker slot, so clones awaited
+    /// by different tasks each wake their own.
+    fn clone(&self) -> Self {
+        MoveHandle {
+            cell: self.cell.clone(),
+            route: self.route,
+            #[cfg(feature = "async")]
+            waker: Arc::default(),
+        }
+    }
+}
+
+#[cfg(feature = "async")]
+impl std::future::Future for MoveHandle {
+    type Output = MoveOutcome;
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<MoveOutcome> {
+        use std::sync::atomic::Ordering;
+        use std::task::Poll;
+        if let Some(outcome) = self.cell.get() {
+            return Poll::Ready(outcome.clone());
+        }
+        {
+            let mut slot = self.waker.waker.lock();
+            match &*slot {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                _ => *slot = Some(cx.waker().clone()),
+            }
+        }
+        if !self.waker.registered.swap(true, Ordering::AcqRel) {
+            let slot = self.waker.clone();
+            // Runs once, on the finishing thread (or here, if the move finished meanwhile).
+            self.cell.on_done(move |_| {
+                if let Some(w) = slot.waker.lock().take() {
+                    w.wake();
+                }
+            });
+        }
+        // The move may have finished between the first look and storing the waker.
+        match self.cell.get() {
+            Some(outcome) => Poll::Ready(outcome.clone()),
+            None => Poll::Pending,
+        }
+    }
 }
 
 impl MoveHandle {
@@ -107,14 +173,29 @@ pub fn move_async(tensor: &Tensor, destination: impl IntoCarrier) -> Result<Move
     let pending = request::initiate(tensor, &destination.into_carrier())?;
     let route = pending.route_kind();
     let cell = Arc::new(Completion::new());
-    let done = cell.clone();
+    let handle = MoveHandle {
+        cell: cell.clone(),
+        route,
+        #[cfg(feature = "async")]
+        waker: Arc::default(),
+    };
+    if route == RouteKind::HostToHost && pending.bytes() <= INLINE_BYTES {
+        // A small host copy costs less than waking a worker: it runs here, and the handle
+        // is done when returned (a transfer's panic is contained by `run` as on a worker).
+        cell.commit(run_contained(pending));
+        return Ok(handle);
+    }
+    let done = cell;
     pool::submit(move || {
-        // `run` contains the transfer's panics; this catches one from a carrier's release or
-        // allocate hook, so the handle still reaches an outcome (the claims' guards have
-        // rolled back during the unwind).
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pending.run()))
-            .unwrap_or_else(|_| Err(ModelError::TransferPanicked { message: "a carrier hook panicked".into() }));
-        done.commit(outcome);
+        done.commit(run_contained(pending));
     });
-    Ok(MoveHandle { cell, route })
+    Ok(handle)
+}
+
+/// Run a pending move to its outcome. `run` contains the transfer's panics; this catches one
+/// from a carrier's release or allocate hook, so the handle still reaches an outcome (the
+/// claims' guards have rolled back during the unwind).
+fn run_contained(pending: request::Pending) -> MoveOutcome {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pending.run()))
+        .unwrap_or_else(|_| Err(ModelError::TransferPanicked { message: "a carrier hook panicked".into() }))
 }

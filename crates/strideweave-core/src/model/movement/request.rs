@@ -123,6 +123,11 @@ fn check_room(destination: &dyn Carrier, cosize: usize) -> Result<Room> {
 }
 
 impl Pending {
+    /// The bytes the transfer spans (the layout's cosize in slots of the dtype).
+    pub(crate) fn bytes(&self) -> usize {
+        (self.output.layout().cosize() as usize).saturating_mul(self.output.dtype().size())
+    }
+
     /// The route this move runs.
     pub(crate) fn route_kind(&self) -> RouteKind {
         self.route.kind()

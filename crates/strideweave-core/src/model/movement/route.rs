@@ -17,6 +17,7 @@
 use crate::model::carrier::HOOK;
 use std::sync::Arc;
 
+#[cfg(feature = "block-devices")]
 use super::super::block::BlockCarrier;
 use super::super::carrier::{BulkStorage, Carrier, ClassKey};
 use super::super::error::{ModelError, Result};
@@ -24,11 +25,13 @@ use super::super::file::FileCarrier;
 use super::super::host::{HostCarrier, HostStore};
 use crate::copy;
 use crate::layout::Layout;
+#[cfg(feature = "block-devices")]
 use crate::storage::block::{BlockDevice, Extent};
 use crate::storage::FileStore;
 
 /// Which built-in transfer a move runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RouteKind {
     /// Host memory to a file: one span of the layout's cosize.
     HostToFile,
@@ -51,7 +54,9 @@ pub(crate) enum Route {
     HostToFile(Arc<HostStore>, Arc<FileStore>),
     FileToHost(Arc<FileStore>, Arc<HostStore>),
     HostToHost(Arc<HostStore>, Arc<HostStore>),
+    #[cfg(feature = "block-devices")]
     HostToBlock(Arc<HostStore>, Arc<BlockDevice>, Extent),
+    #[cfg(feature = "block-devices")]
     BlockToHost(Arc<BlockDevice>, Extent, Arc<HostStore>),
     Elementwise,
 }
@@ -60,14 +65,20 @@ pub(crate) enum Route {
 pub fn route_kind(source: ClassKey, destination: ClassKey) -> RouteKind {
     let host = ClassKey::of::<HostCarrier>();
     let file = ClassKey::of::<FileCarrier>();
-    let block = ClassKey::of::<BlockCarrier>();
+    #[cfg(feature = "block-devices")]
+    {
+        let block = ClassKey::of::<BlockCarrier>();
+        match (source, destination) {
+            (s, d) if s == host && d == block => return RouteKind::HostToBlock,
+            (s, d) if s == block && d == host => return RouteKind::BlockToHost,
+            (s, d) if s == block || d == block => return RouteKind::Unsupported,
+            _ => {}
+        }
+    }
     match (source, destination) {
         (s, d) if s == host && d == file => RouteKind::HostToFile,
         (s, d) if s == file && d == host => RouteKind::FileToHost,
         (s, d) if s == host && d == host => RouteKind::HostToHost,
-        (s, d) if s == host && d == block => RouteKind::HostToBlock,
-        (s, d) if s == block && d == host => RouteKind::BlockToHost,
-        (s, d) if s == block || d == block => RouteKind::Unsupported,
         _ => RouteKind::Elementwise,
     }
 }
@@ -83,9 +94,11 @@ pub(crate) fn resolve(src: &dyn Carrier, dst: &dyn Carrier) -> Route {
         (RouteKind::HostToHost, Some(BulkStorage::Host(s)), Some(BulkStorage::Host(d))) if !Arc::ptr_eq(&s, &d) => {
             Route::HostToHost(s, d)
         }
+        #[cfg(feature = "block-devices")]
         (RouteKind::HostToBlock, Some(BulkStorage::Host(s)), Some(BulkStorage::Block(dev, e))) => {
             Route::HostToBlock(s, dev, e)
         }
+        #[cfg(feature = "block-devices")]
         (RouteKind::BlockToHost, Some(BulkStorage::Block(dev, e)), Some(BulkStorage::Host(d))) => {
             Route::BlockToHost(dev, e, d)
         }
@@ -99,7 +112,9 @@ impl Route {
             Route::HostToFile(..) => RouteKind::HostToFile,
             Route::FileToHost(..) => RouteKind::FileToHost,
             Route::HostToHost(..) => RouteKind::HostToHost,
+            #[cfg(feature = "block-devices")]
             Route::HostToBlock(..) => RouteKind::HostToBlock,
+            #[cfg(feature = "block-devices")]
             Route::BlockToHost(..) => RouteKind::BlockToHost,
             Route::Elementwise => RouteKind::Elementwise,
         }
@@ -143,12 +158,14 @@ pub(crate) fn execute(route: &Route, job: &Job<'_>) -> Result<()> {
             copy::file_read_into_host(src.file(), (job.offset * es) as u64, &mut buf.as_mut_slice()[..end])
                 .map_err(|e| ModelError::io("reading the span from the source file", e))
         }
+        #[cfg(feature = "block-devices")]
         Route::HostToBlock(src, dev, extent) => {
             let (start, end) = byte_span(job.offset, cosize, es, src.len_bytes())?;
             let buf = src.read();
             dev.write(extent.offset, &buf.as_slice()[start..end])
                 .map_err(|e| ModelError::Device { context: "writing the span to the device", message: e.to_string() })
         }
+        #[cfg(feature = "block-devices")]
         Route::BlockToHost(dev, extent, dst) => {
             let (_, end) = byte_span(0, cosize, es, dst.len_bytes())?;
             let mut buf = dst.write();

@@ -8,6 +8,7 @@
 //! control; the consumer's accesses are its own responsibility, as with any raw pointer.)
 
 use super::carrier::HookToken;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -93,6 +94,8 @@ pub struct HostCarrier {
     state: CarrierState,
     kind: ElemKind,
     mutable: bool,
+    /// The slot count, readable without a lock on the element path; 0 once released.
+    slots: AtomicUsize,
     store: RwLock<Option<Arc<HostStore>>>,
 }
 
@@ -111,6 +114,7 @@ impl HostCarrier {
             state: CarrierState::new("HostCarrier"),
             kind,
             mutable,
+            slots: AtomicUsize::new(slots),
             store: RwLock::new(Some(Arc::new(HostStore::new(buf)))),
         }))
     }
@@ -155,10 +159,6 @@ impl HostCarrier {
     pub fn elem_kind_name(&self) -> &'static str {
         self.kind.name()
     }
-
-    fn live(&self) -> Result<Arc<HostStore>> {
-        self.store().ok_or_else(|| ModelError::Released { carrier: "HostCarrier".into() })
-    }
 }
 
 impl Carrier for HostCarrier {
@@ -170,12 +170,17 @@ impl Carrier for HostCarrier {
         self.kind
     }
 
+    #[inline]
     fn size(&self) -> usize {
-        self.store.read().as_ref().map_or(0, |s| s.len_bytes() / self.kind.size())
+        self.slots.load(Ordering::Acquire)
     }
 
+    // The slot hooks borrow the store under the carrier's read lock instead of cloning its
+    // `Arc`: two atomic operations fewer on the element path.
+    #[inline]
     fn read_slot(&self, _: &HookToken, i: usize) -> Result<Scalar> {
-        let store = self.live()?;
+        let guard = self.store.read();
+        let store = guard.as_ref().ok_or_else(|| ModelError::Released { carrier: "HostCarrier".into() })?;
         let size = self.kind.size();
         let mut bytes = [0u8; 8];
         store
@@ -185,8 +190,10 @@ impl Carrier for HostCarrier {
         Ok(self.kind.decode(&bytes[..size]))
     }
 
+    #[inline]
     fn write_slot(&self, _: &HookToken, i: usize, v: Scalar) -> Result<()> {
-        let store = self.live()?;
+        let guard = self.store.read();
+        let store = guard.as_ref().ok_or_else(|| ModelError::Released { carrier: "HostCarrier".into() })?;
         let size = self.kind.size();
         let mut bytes = [0u8; 8];
         self.kind.encode(v, &mut bytes);
@@ -205,6 +212,7 @@ impl Carrier for HostCarrier {
     /// Drops the carrier's handle; the memory is freed when the last transfer or DLPack
     /// export holding the store lets go.
     fn release_storage(&self, _: &HookToken) {
+        self.slots.store(0, Ordering::Release);
         drop(self.store.write().take());
     }
 }

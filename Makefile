@@ -52,12 +52,13 @@ cargo-test:
 # The Rust crates' hygiene, enforced (issue 25): formatting, clippy on every target of the
 # workspace (the binding builds against the venv's Python), the core's rustdoc with every
 # public item documented, and a crate outside the workspace that builds against the core by
-# path with no warning (tests/standalone_crate.rs builds it; run by cargo-test too).
+# path with no warning (crates/strideweave-core/standalone_check.sh).
 rust-checks: $(VENV)/.venv-stamp
 	cargo fmt --all --check
 	PYO3_PYTHON=$(abspath $(VPY)) cargo clippy --workspace --all-targets --quiet -- -D warnings
 	cargo clippy -p strideweave-core --no-default-features --all-targets --quiet -- -D warnings
 	RUSTDOCFLAGS="-D missing_docs -D warnings" cargo doc -p strideweave-core --no-deps --quiet
+	crates/strideweave-core/standalone_check.sh
 
 pytest: build
 	$(VPY) -m pytest -q

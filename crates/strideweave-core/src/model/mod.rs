@@ -34,6 +34,7 @@ pub mod block;
 pub mod carrier;
 pub mod element;
 pub mod error;
+pub mod evictable;
 #[cfg(feature = "dlpack")]
 pub mod export;
 pub mod file;
@@ -44,6 +45,8 @@ pub mod state;
 pub mod state_cell;
 pub mod tensor;
 
+#[cfg(test)]
+mod evictable_tests;
 #[cfg(test)]
 mod race_tests;
 #[cfg(test)]
@@ -58,6 +61,7 @@ pub use block::BlockCarrier;
 pub use carrier::{BulkStorage, Carrier, CarrierExt, ClassKey, HookToken, IntoCarrier};
 pub use element::{Element, SliceElement};
 pub use error::ModelError;
+pub use evictable::{Evictable, Tier};
 pub use file::FileCarrier;
 pub use host::{HostCarrier, HostStore};
 pub use movement::{move_async, move_tensor, route_kind, MoveHandle, MoveOutcome, RouteKind};

@@ -5,6 +5,9 @@
 
 #![warn(missing_docs)]
 
+#[macro_use]
+mod macros;
+
 pub mod copy;
 #[cfg(feature = "dlpack")]
 pub mod dlpack;

@@ -283,6 +283,12 @@ pub struct Exported<M: ManagedAbi> {
     _marker: PhantomData<M>,
 }
 
+impl<M: ManagedAbi> std::fmt::Debug for Exported<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Exported").field("ptr", &self.ptr).finish()
+    }
+}
+
 // SAFETY: the managed tensor is a heap block with no thread affinity: its shape/strides are
 // plain boxed slices and its owner is `Send` (enforced by the constructors), and DLPack
 // allows the deleter to run on any thread.

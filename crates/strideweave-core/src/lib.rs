@@ -3,7 +3,7 @@
 //! The Python bindings (`strideweave-py`) are a thin layer over these modules; keeping
 //! them free of PyO3 lets `cargo test` exercise the algebra and the I/O paths directly.
 
-#![warn(missing_docs)]
+#![warn(missing_docs, missing_debug_implementations)]
 
 #[macro_use]
 mod macros;

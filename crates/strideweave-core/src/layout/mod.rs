@@ -297,6 +297,7 @@ pub enum Coord {
 }
 
 /// What one node of a key is: an integer, or a sequence of child keys.
+#[derive(Debug)]
 pub enum KeyView<S> {
     /// An integer component.
     Int(i64),

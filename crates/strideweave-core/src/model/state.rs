@@ -190,6 +190,7 @@ impl CarrierState {
 }
 
 /// An open public write: the carrier's state stays locked while it lives.
+#[derive(Debug)]
 pub struct WriteGate<'a> {
     state: &'a CarrierState,
     gate: CellWriteGate<'a, OwnerToken, ClaimId>,

@@ -473,6 +473,12 @@ pub struct CellWriteGate<'a, O, C> {
     state: Locked<'a, O, C>,
 }
 
+impl<O, C> std::fmt::Debug for CellWriteGate<'_, O, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CellWriteGate").finish_non_exhaustive()
+    }
+}
+
 impl<O, C> CellWriteGate<'_, O, C> {
     /// The owner, if any, as the write sees it.
     pub fn owner(&self) -> Option<&O> {

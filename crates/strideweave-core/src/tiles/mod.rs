@@ -32,7 +32,7 @@ mod test_support;
 pub use blocks::{check_blocks, run_blocks, Block, BlockGeometry};
 
 /// One end of a span: a host buffer or a file, borrowed for the request.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 pub enum Store<'a> {
     /// A host buffer.
     Host(&'a HostBuffer),

@@ -200,19 +200,29 @@ pub(crate) fn complement_cute(a: &Cute, cotarget: i64) -> Result<Cute, LayoutErr
     ds.sort_unstable();
     let mut pieces = Vec::with_capacity(ds.len() + 1);
     let mut current = 1i64;
+    // A stride that is not a multiple of what the smaller modes reach leaves a hole at the
+    // first multiple of `current` past the gap piece: no complement covers it, so the result
+    // is right only when the cotarget stops short of that hole (pycute returns it then).
+    let mut hole = i64::MAX;
     for (d, s) in ds {
         if d == 0 || s == 1 {
             continue;
         }
-        if d < current || d % current != 0 {
+        if d < current {
             // Overlapping modes are a non-injective layout; interleaved ones (`[2,2]:[2,3]`)
-            // are injective but leave gaps no single mode of a complement can fill.
+            // are injective but leave gaps no mode of a complement can fill.
             let injective = a.to_layout().is_ok_and(|l| l.is_injective());
             return Err(if injective {
                 LayoutError::ComplementStrideNotDivisible { stride: d, reached: current }
             } else {
                 LayoutError::ComplementNotInjective { stride: d, reached: current }
             });
+        }
+        if d % current != 0 && hole == i64::MAX {
+            hole = d / current * current;
+            if cotarget > hole {
+                return Err(LayoutError::ComplementStrideNotDivisible { stride: d, reached: current });
+            }
         }
         pieces.push((d / current, current));
         current = mul(s, d)?;
@@ -356,7 +366,9 @@ impl Layout {
 
     /// The layout that, concatenated to `self`, fills `[0, cotarget)`: sorted by stride,
     /// the gaps between `self`'s modes, then what reaches `cotarget` (rounded up), coalesced.
-    /// Errors: `ComplementNotInjective` (two modes overlap), `ComplementStrideNotDivisible`.
+    /// Errors: `ComplementNotInjective` (two modes overlap), `ComplementStrideNotDivisible`
+    /// (a stride is not a multiple of what the smaller modes reach, and the hole this leaves
+    /// lies below `cotarget`; below it the result is still a complement).
     pub fn complement(&self, cotarget: i64) -> Result<Layout, LayoutError> {
         complement_cute(&Cute::from_layout(self), cotarget)?.to_layout()
     }
@@ -500,6 +512,8 @@ mod tests {
     fn preconditions_are_errors() {
         assert!(matches!(lay("[2,2]:[1,1]").complement(8), Err(LayoutError::ComplementNotInjective { .. })));
         assert!(matches!(lay("[2,2]:[2,3]").complement(8), Err(LayoutError::ComplementStrideNotDivisible { .. })));
+        assert_eq!(lay("[2,2]:[1,3]").complement(1).unwrap(), lay("1:0"));
+        assert!(matches!(lay("[2,2]:[1,3]").complement(3), Err(LayoutError::ComplementStrideNotDivisible { .. })));
         assert!(matches!(
             lay("[4,3]:[1,10]").compose(&lay("6:1")),
             Err(LayoutError::CompositionShapeNotDivisible { .. })

@@ -390,7 +390,7 @@ class Tensor(_native._TensorBase):
             if mode.size != extents[d] or len(mode.coalesce()) != 1:
                 raise ValueError(f"broadcast_in_dim mode {i} (size {mode.size}) cannot become output mode {d} "
                                  f"of extent {extents[d]}")
-            strides[d] = mode.coalesce().stride.top_level[0]
+            strides[d] = mode.coalesce().leaf_stride[0]
         return self._view("broadcast_in_dim", Layout(Shape(extents), Stride(strides)))
 
     def as_strided(self, shape: Any, stride: Any, offset: int | None = None) -> "Tensor":

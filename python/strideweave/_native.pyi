@@ -209,7 +209,8 @@ class Layout:
         """R with ``self(R(i)) == i`` for every i in ``range(R.size)``."""
     def left_inverse(self) -> "Layout":
         """L with ``L(self(i)) == i`` for every i in ``range(self.size)``; ValueError unless
-        injective."""
+        injective, or where no layout built from the complement to the cosize covers the
+        whole image (stride divisibility)."""
 
 @disjoint_base
 class AwaitResult(Generic[_T]):

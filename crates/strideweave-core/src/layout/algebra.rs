@@ -163,14 +163,19 @@ fn coalesce_by(c: &Cute, profile: &[Mode]) -> Result<Cute, LayoutError> {
 
 /// `A ∘ B` for a B that is a layout (not a tiler).
 pub(crate) fn compose_cute(a: &Cute, b: &Cute) -> Result<Cute, LayoutError> {
+    // A is coalesced once for every mode of B.
+    compose_flat(&coalesce_cute(a).flat(), b)
+}
+
+/// `A ∘ B` with A given as its coalesced leaves.
+fn compose_flat(flat_a: &[(i64, i64)], b: &Cute) -> Result<Cute, LayoutError> {
     let (rest_shape, rest_stride) = match b {
-        Cute::Tup(v) => return Ok(Cute::Tup(v.iter().map(|bi| compose_cute(a, bi)).collect::<Result<_, _>>()?)),
+        Cute::Tup(v) => return Ok(Cute::Tup(v.iter().map(|bi| compose_flat(flat_a, bi)).collect::<Result<_, _>>()?)),
         Cute::Int(s, d) => (*s, *d),
     };
     if rest_stride == 0 {
         return Ok(Cute::Int(rest_shape, 0));
     }
-    let flat_a = coalesce_cute(a).flat();
     let (mut rest_shape, mut rest_stride) = (rest_shape, rest_stride);
     let mut out: Vec<(i64, i64)> = Vec::new();
     for &(cs, cd) in &flat_a[..flat_a.len() - 1] {
@@ -433,13 +438,17 @@ impl Layout {
     }
 
     /// The left inverse `l` of an injective layout: `l(self(i)) = i` for `i` in
-    /// `[0, size)`. `NotInjective` otherwise.
+    /// `[0, size)`, `right_inverse((self, complement(self, cosize)))`. `NotInjective`
+    /// otherwise, and the complement's `ComplementStrideNotDivisible` where that inverse
+    /// cannot cover the whole image (`[2,2]:[3,1]`).
     pub fn left_inverse(&self) -> Result<Layout, LayoutError> {
         if !self.is_injective() {
             return Err(LayoutError::NotInjective);
         }
         let c = Cute::from_layout(self);
-        let comp = complement_cute(&c, 1)?;
+        // The complement to the cosize (CuTe C++'s default; pycute's 1 can leave part of the
+        // image outside the inverse's domain): it raises where no such layout exists.
+        let comp = complement_cute(&c, self.cosize())?;
         right_inverse_cute(&Cute::Tup(vec![c, comp])).to_layout()
     }
 }
@@ -523,6 +532,7 @@ mod tests {
             Err(LayoutError::CompositionStrideNotDivisible { .. })
         ));
         assert!(matches!(lay("[2,2]:[0,1]").left_inverse(), Err(LayoutError::NotInjective)));
+        assert!(matches!(lay("[2,2]:[3,1]").left_inverse(), Err(LayoutError::ComplementStrideNotDivisible { .. })));
         assert!(matches!(
             lay("4:1").divide(&Tiler::Modes(vec![Some(lay("2:1")), Some(lay("2:1"))])),
             Err(LayoutError::TilerRankExceedsLayout { tiler: 2, rank: 1 })

@@ -26,9 +26,11 @@ $(VENV)/.demo-stamp: requirements-demo.txt $(VENV)/.venv-stamp
 	$(VPY) -m pip install --quiet -r requirements-demo.txt
 	touch $@
 
-$(VENV)/.deps-stamp: requirements-test.txt requirements-demo.txt requirements-ray.txt $(VENV)/.venv-stamp
+$(VENV)/.deps-stamp: requirements-test.txt requirements-demo.txt requirements-ray.txt requirements-pycute.txt $(VENV)/.venv-stamp
 	@echo "==> installing the test tools (requirements-test.txt)"
 	$(VPY) -m pip install --quiet -r requirements-test.txt
+	@echo "==> installing pycute, the CuTe reference (requirements-pycute.txt, without CUTLASS's emitter dependencies)"
+	$(VPY) -m pip install --quiet --no-deps -r requirements-pycute.txt
 	@echo "==> installing the optional ray extra (requirements-ray.txt), so the Ray carrier's tests run"
 	$(VPY) -m pip install --quiet -r requirements-ray.txt
 	touch $@

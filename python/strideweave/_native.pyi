@@ -31,6 +31,8 @@ _NestedInts = tuple[Union[int, "_NestedInts"], ...]
 # An index key: an int ordinal, or a list/tuple congruent with the shape where an int may
 # replace any subtree. Bools are rejected (TypeError).
 _Key = Union[int, Sequence["_Key"]]
+_Profile = Union[int, Sequence["_Profile"]]
+_Tiler = Union["Layout", "Shape", int, Sequence[Union["Layout", "Shape", int, None]]]
 # A kernel's input operand: (storage, element offset, leaf strides).
 _Operand = tuple["HostStorage", int, Sequence[int]]
 
@@ -174,6 +176,41 @@ class Layout:
     def permute(self, order: Sequence[int], /) -> "Layout": ...
     def __hash__(self) -> int: ...
     def __eq__(self, other: object, /) -> bool: ...
+    # The CuTe algebra (layout-and-dtype.md §9). Each is an instance method, so
+    # ``Layout.compose(a, b)`` and ``a.compose(b)`` are the same call. An unmet CuTe
+    # precondition raises ValueError naming it (divisibility, injectivity, a tiler or profile
+    # longer than the layout); a bad argument type raises TypeError naming the argument.
+    def coalesce(self, profile: "Shape | _Profile | None" = None) -> "Layout":
+        """Same function, fewest modes; with ``profile``, coalesce within each of its modes
+        (an int there: that whole mode), keeping the modes past it."""
+    def filter(self) -> "Layout":
+        """Drop stride-0 and extent-1 modes, then coalesce."""
+    def compose(self, other: "_Tiler") -> "Layout":
+        """``self ∘ other`` (``(self∘other)(i) == self(other(i))``), shaped like ``other``: a
+        Layout, a Shape (its compact layout), an int n (``n:1``), or a tuple of those (None
+        keeps a mode) applied mode by mode."""
+    def complement(self, cotarget: int | None = None) -> "Layout":
+        """The layout that fills ``[0, cotarget)`` (default: the cosize) with what this
+        layout's image leaves out."""
+    def divide(self, tiler: "_Tiler") -> "Layout":
+        """Logical divide ``self ∘ (tiler, complement(tiler, self.size))``; a tuple divides
+        mode by mode."""
+    def zipped_divide(self, tiler: "_Tiler") -> "Layout":
+        """The divide as ``((tile modes…), (rest modes…))``."""
+    def tiled_divide(self, tiler: "_Tiler") -> "Layout":
+        """The divide as ``((tile modes…), rest mode, rest mode, …)``."""
+    def product(self, tiler: "_Tiler") -> "Layout":
+        """Logical product ``(self, complement(self, self.size * tiler.cosize) ∘ tiler)``."""
+    def blocked_product(self, other: "Layout | Shape | int") -> "Layout":
+        """The product with mode i ``(self[i], repeat[i])``, coalesced."""
+    def raked_product(self, other: "Layout | Shape | int") -> "Layout":
+        """The product with mode i ``(repeat[i], self[i])``, coalesced."""
+    def right_inverse(self) -> "Layout":
+        """R with ``self(R(i)) == i`` for every i in ``range(R.size)``."""
+    def left_inverse(self) -> "Layout":
+        """L with ``L(self(i)) == i`` for every i in ``range(self.size)``; ValueError unless
+        injective, or where no layout built from the complement to the cosize covers the
+        whole image (stride divisibility)."""
 
 @disjoint_base
 class AwaitResult(Generic[_T]):

@@ -302,6 +302,104 @@ class Tensor(_native._TensorBase):
         layout = self._layout.broadcast_to(shape)
         return Tensor(self._carrier, self._offset, layout)
 
+    # ----- layout views (tensor-and-carriers.md §1.2): same carrier, no copy ---------------
+    def _view(self, operation: str, layout: Layout, offset: int | None = None) -> "Tensor":
+        self._check_live()
+        if self._is_multi():
+            raise _multi_subtensor(operation)
+        return Tensor(self._carrier, self._offset if offset is None else offset, layout)
+
+    def compose(self, layout: Any) -> "Tensor":
+        """The view through ``self.layout ∘ layout`` (``Layout.compose``'s arguments)."""
+        return self._view("compose", self._layout.compose(layout))
+
+    def tile(self, tiler: Any) -> "Tensor":
+        """The tiled view: ``zipped_divide`` of the layout, mode 0 within a tile and mode 1
+        across tiles, so ``t.tile((2, 3))[:, k]`` is tile k."""
+        return self._view("tile", self._layout.zipped_divide(tiler))
+
+    def permute(self, *order: Any) -> "Tensor":
+        """The view with the top-level modes reordered (``Layout.permute``'s arguments)."""
+        return self._view("permute", self._layout.permute(*order))
+
+    def reshape(self, shape: Any) -> "Tensor":
+        """The view with ``shape`` in which ordinal k (first mode fastest) is still element
+        k: ``layout ∘ Layout.canonical(shape)``. ValueError naming the reason where the sizes
+        differ or the strides cannot express it without a copy."""
+        if not isinstance(shape, Shape):
+            if isinstance(shape, bool) or not isinstance(shape, (int, tuple, list)):
+                raise TypeError(f"reshape shape must be a Shape, int, tuple or list, not {type(shape).__name__}")
+            shape = Shape(shape)
+        if shape.size != self._layout.size:
+            raise ValueError(f"reshape shape {shape} has size {shape.size}, the tensor {self._layout.size}")
+        try:
+            layout = self._layout.compose(Layout.canonical(shape))
+        except ValueError as e:
+            raise ValueError(f"reshape to {shape} needs a copy: {e}") from None
+        return self._view("reshape", layout)
+
+    def squeeze(self, mode: int | None = None) -> "Tensor":
+        """The view without the top-level modes of size 1 (all, or only ``mode``, which must
+        have size 1)."""
+        layout = self._layout
+        rank = len(layout)
+        if mode is None:
+            keep = [i for i in range(rank) if layout[i].size != 1]
+        else:
+            if isinstance(mode, bool) or not isinstance(mode, int):
+                raise TypeError(f"squeeze mode must be an int, not {type(mode).__name__}")
+            if not -rank <= mode < rank:
+                raise IndexError(f"squeeze mode {mode} out of range for rank {rank}")
+            mode %= rank
+            if layout[mode].size != 1:
+                raise ValueError(f"squeeze mode {mode} has size {layout[mode].size}, not 1")
+            keep = [i for i in range(rank) if i != mode]
+        return self._view("squeeze", _select(layout, keep))
+
+    def unsqueeze(self, position: int) -> "Tensor":
+        """The view with a new extent-1 mode (stride 0) at top-level ``position``."""
+        rank = len(self._layout)
+        if isinstance(position, bool) or not isinstance(position, int):
+            raise TypeError(f"unsqueeze position must be an int, not {type(position).__name__}")
+        if not -rank - 1 <= position <= rank:
+            raise IndexError(f"unsqueeze position {position} out of range for rank {rank}")
+        position %= rank + 1
+        lay = self._layout
+        layout = lay[:position] + Layout(Shape(1), Stride(0)) + lay[position:]
+        return self._view("unsqueeze", layout)
+
+    def broadcast_in_dim(self, shape: Any, dims: Any) -> "Tensor":
+        """JAX's ``broadcast_in_dim``: the view of flat ``shape`` where this tensor's mode i
+        becomes output mode ``dims[i]`` (its extent equal to that of the output mode, or 1)
+        and every other output mode has stride 0. ``dims`` must be strictly increasing."""
+        extents = list(shape.top_level) if isinstance(shape, Shape) else list(shape) if isinstance(shape, (tuple, list)) else None
+        if extents is None or any(isinstance(e, bool) or not isinstance(e, int) for e in extents):
+            raise TypeError("broadcast_in_dim shape must be a flat Shape, tuple or list of ints")
+        if not isinstance(dims, (tuple, list)) or any(isinstance(d, bool) or not isinstance(d, int) for d in dims):
+            raise TypeError("broadcast_in_dim dims must be a tuple or list of ints")
+        layout = self._layout
+        if len(dims) != len(layout):
+            raise ValueError(f"broadcast_in_dim dims has {len(dims)} entries, the tensor {len(layout)} modes")
+        if any(not 0 <= d < len(extents) for d in dims) or list(dims) != sorted(set(dims)):
+            raise ValueError(f"broadcast_in_dim dims {tuple(dims)} must be increasing indices into the shape")
+        strides = [0] * len(extents)
+        for i, d in enumerate(dims):
+            mode = layout[i]
+            if mode.size == 1:
+                continue
+            if mode.size != extents[d] or len(mode.coalesce()) != 1:
+                raise ValueError(f"broadcast_in_dim mode {i} (size {mode.size}) cannot become output mode {d} "
+                                 f"of extent {extents[d]}")
+            strides[d] = mode.coalesce().leaf_stride[0]
+        return self._view("broadcast_in_dim", Layout(Shape(extents), Stride(strides)))
+
+    def as_strided(self, shape: Any, stride: Any, offset: int | None = None) -> "Tensor":
+        """The view ``Layout(Shape(shape), Stride(stride))`` of the same carrier from ``offset``
+        (default: this view's); ValueError where it reaches past the carrier."""
+        layout = Layout(shape if isinstance(shape, Shape) else Shape(shape),
+                        stride if isinstance(stride, Stride) else Stride(stride))
+        return self._view("as_strided", layout, offset)
+
     # ----- DLPack: __dlpack__ and __dlpack_device__ are native methods of _TensorBase -----
 
     # ----- autograd surface (rules in strideweave._autograd) ------------------------------
@@ -362,3 +460,11 @@ def _has_slice(key: Any) -> bool:
 def _coordinate(key: Any) -> Any:
     """A lone int is a logical index; a tuple or list is a hierarchical coordinate."""
     return list(key) if isinstance(key, tuple) else key
+
+
+def _select(layout: Layout, keep: list[int]) -> Layout:
+    """The top-level modes ``keep`` of ``layout``, in order (rank 0 when none)."""
+    out = Layout(Shape(), Stride())
+    for i in keep:
+        out = out + layout[i:i + 1]
+    return out

@@ -32,6 +32,14 @@ def layouts() -> sw.Layout:
     flat = sw.Layout.canonical(sw.Shape(4))
     both = (flat + flat).concat(flat).append(flat).permute(1, 0, 2, 3)
     assert both[0].shape == sw.Shape(4) and shape.decode(1) == (1, (0, 0)) and shape.encode(1) == 1
+    # The CuTe algebra (layout-and-dtype §9): static and instance forms, every tiler kind.
+    a = sw.Layout(sw.Shape(4, 2, 3), sw.Stride(2, 1, 8))
+    tile = sw.Layout(sw.Shape(4), sw.Stride(2))
+    parts = [sw.Layout.compose(a, tile), a.compose(sw.Shape(2)), a.compose((2, None, tile)), a.complement(),
+             a.complement(96), a.divide(tile), a.zipped_divide((2, 2)), a.tiled_divide([tile]), a.product(tile),
+             a.blocked_product(tile), a.raked_product(2), a.right_inverse(), a.left_inverse(), a.filter(),
+             a.coalesce(), a.coalesce((1, 1)), a.coalesce(sw.Shape(1))]
+    assert all(isinstance(p, sw.Layout) for p in parts)
     return flat.broadcast_to(sw.Shape(4))
 
 
@@ -150,6 +158,10 @@ def arrays_and_handles() -> None:
     ndim: int = t.ndim
     array = np.asarray(t)
     assert shape == (2, 3) and ndim == 2 and array.shape == shape
+    views: list[sw.Tensor] = [t.tile((2, 1)), t.compose(sw.Shape(2)), t.permute(1, 0), t.reshape((3, 2)),
+                              t.squeeze(), t.unsqueeze(0), t.broadcast_in_dim((4, 2, 3), (1, 2)),
+                              t.as_strided((2,), (1,), offset=0)]
+    assert all(v.carrier is t.carrier for v in views)
     with sw.CPU(4) as carrier:
         source = sw.Tensor(carrier, 0, sw.Layout(sw.Shape(4), sw.Stride(1)))
         with sw.profile() as prof:

@@ -49,7 +49,14 @@ pub fn layout(e: LayoutError) -> PyErr {
         | LayoutError::PermutationLength { .. }
         | LayoutError::NotAPermutation { .. }
         | LayoutError::CoordinateBeyond64Bits { .. }
-        | LayoutError::KeyComponentUnreadable(_) => PyValueError::new_err(msg),
+        | LayoutError::KeyComponentUnreadable(_)
+        | LayoutError::CompositionStrideNotDivisible { .. }
+        | LayoutError::CompositionShapeNotDivisible { .. }
+        | LayoutError::ComplementNotInjective { .. }
+        | LayoutError::ComplementStrideNotDivisible { .. }
+        | LayoutError::NotInjective
+        | LayoutError::TilerRankExceedsLayout { .. }
+        | LayoutError::ProfileRankExceedsLayout { .. } => PyValueError::new_err(msg),
     }
 }
 

@@ -8,6 +8,7 @@
 //! * Keys: [`Coord`] for Rust callers, and the [`KeyNode`] / [`KeySeq`] traits so that the
 //!   Python binding can walk a Python key in place without first converting it.
 
+pub mod algebra;
 pub mod injective;
 #[allow(clippy::module_inception)]
 pub mod layout;
@@ -22,6 +23,7 @@ use std::ops::Deref;
 
 use thiserror::Error;
 
+pub use algebra::Tiler;
 pub use layout::{Layout, ProfileNode};
 pub use tree::{IntTree, Mode, Nested};
 
@@ -156,6 +158,29 @@ pub enum LayoutError {
     /// A key sequence whose component could not be read (the reader's own message).
     #[error("{0}")]
     KeyComponentUnreadable(String),
+    /// Composition: a stride of B and an extent of A, neither dividing the other.
+    #[error("composition needs stride divisibility: stride {stride} and extent {extent} do not divide one another")]
+    CompositionStrideNotDivisible { stride: i64, extent: i64 },
+    /// Composition: B's remaining extent not divisible by the part one of A's modes takes.
+    #[error("composition needs shape divisibility: extent {shape} is not divisible by {extent}")]
+    CompositionShapeNotDivisible { shape: i64, extent: i64 },
+    /// Complement of a layout two of whose modes overlap.
+    #[error(
+        "complement needs an injective layout: stride {stride} falls inside the {reached} indices already reached"
+    )]
+    ComplementNotInjective { stride: i64, reached: i64 },
+    /// Complement: a stride that is not a multiple of what the smaller modes reach.
+    #[error("complement needs stride divisibility: stride {stride} is not a multiple of {reached}, what the smaller modes reach")]
+    ComplementStrideNotDivisible { stride: i64, reached: i64 },
+    /// A left inverse of a layout that maps two coordinates to one index.
+    #[error("left_inverse needs an injective layout")]
+    NotInjective,
+    /// A tuple tiler with more modes than the layout.
+    #[error("tiler has {tiler} modes but the layout has rank {rank}")]
+    TilerRankExceedsLayout { tiler: usize, rank: usize },
+    /// A coalesce profile with more modes than the layout level.
+    #[error("profile has {profile} modes but the layout has rank {rank}")]
+    ProfileRankExceedsLayout { profile: usize, rank: usize },
 }
 
 /// Checked product of `values`; `None` when it leaves signed 64 bits.

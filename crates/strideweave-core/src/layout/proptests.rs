@@ -180,3 +180,128 @@ fn flatten(items: &[Coord], out: &mut Vec<i64>) {
         }
     }
 }
+
+/// An injective layout whose strides, taken in increasing order, are each a multiple of what
+/// the smaller modes reach (so CuTe's complement preconditions hold): random tree, extents
+/// 1..=4, a random stride order and a gap factor 1..=3 per leaf.
+fn tractable_layout() -> impl Strategy<Value = Layout> {
+    tree_structure()
+        .prop_filter("at most 6 leaves", |t| t.leaves().len() <= 6)
+        .prop_flat_map(|t| {
+            let n = t.leaves().len();
+            (
+                Just(t),
+                prop::collection::vec(1i64..=4, n),
+                prop::collection::vec(1i64..=3, n),
+                Just((0..n).collect::<Vec<usize>>()).prop_shuffle(),
+            )
+        })
+        .prop_map(|(t, ext, gap, order)| {
+            let mut strides = vec![0i64; ext.len()];
+            let mut running = 1i64;
+            for &i in &order {
+                strides[i] = running * gap[i];
+                running = strides[i] * ext[i];
+            }
+            Layout::new(Shape::new(t.with_leaves(&ext)).unwrap(), Stride::new(t.with_leaves(&strides)).unwrap())
+                .unwrap()
+        })
+}
+
+fn image(l: &Layout) -> Vec<i64> {
+    (0..l.size()).map(|k| l.index_of_int(k)).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(3000))]
+
+    #[test]
+    fn coalesce_and_filter_preserve_the_function(layout in layout_strategy()) {
+        let c = layout.coalesce().unwrap();
+        prop_assert_eq!(image(&c), image(&layout), "{} -> {}", layout, c);
+        prop_assert!(c.leaf_extents().len() <= layout.leaf_extents().len().max(1));
+        // By the layout's own profile: same function, same top-level rank.
+        let by = layout.coalesce_by(layout.shape().tree()).unwrap();
+        prop_assert_eq!(image(&by), image(&layout));
+        prop_assert_eq!(by.rank(), layout.rank());
+        // filter: the same set of indices (stride-0 modes add nothing), no stride-0 leaf left.
+        let f = layout.filter().unwrap();
+        let want: HashSet<i64> = image(&layout).into_iter().collect();
+        let got: HashSet<i64> = image(&f).into_iter().collect();
+        prop_assert_eq!(got, want);
+        prop_assert!(f.size() == 1 || f.leaf_strides().iter().all(|&d| d > 0), "{} -> {}", layout, f);
+    }
+
+    #[test]
+    fn right_inverse_is_an_inverse_on_its_domain(layout in layout_strategy()) {
+        let r = layout.right_inverse().unwrap();
+        prop_assert!(r.size() <= layout.size().max(1));
+        for i in 0..r.size() {
+            prop_assert_eq!(layout.index_of_int(r.index_of_int(i)), i, "{} r={}", layout, r);
+        }
+    }
+
+    #[test]
+    fn left_inverse_undoes_an_injective_layout(layout in tractable_layout()) {
+        let l = layout.left_inverse().unwrap();
+        for i in 0..layout.size() {
+            prop_assert_eq!(l.index_of_int(layout.index_of_int(i)), i, "{} l={}", layout, l);
+        }
+    }
+
+    #[test]
+    fn complement_is_disjoint_and_covers(layout in tractable_layout(), extra in 1i64..=3) {
+        let cotarget = layout.cosize() * extra;
+        let c = layout.complement(cotarget).unwrap();
+        let a_img: HashSet<i64> = image(&layout).into_iter().collect();
+        let c_img = image(&c);
+        // Disjoint except index 0, which both reach at coordinate 0.
+        prop_assert!(c_img.iter().all(|i| *i == 0 || !a_img.contains(i)), "{} c={}", layout, c);
+        let both = Layout::concat(&layout, &c).unwrap();
+        prop_assert!(both.is_injective(), "{} c={}", layout, c);
+        let all: HashSet<i64> = image(&both).into_iter().collect();
+        prop_assert!((0..cotarget).all(|i| all.contains(&i)), "{} c={} does not cover {}", layout, c, cotarget);
+    }
+
+    #[test]
+    fn complement_refuses_only_what_it_cannot_do(layout in layout_strategy()) {
+        if let Err(e) = layout.complement(layout.cosize()) {
+            let expected = matches!(
+                e,
+                super::LayoutError::ComplementNotInjective { .. } | super::LayoutError::ComplementStrideNotDivisible { .. }
+            );
+            prop_assert!(expected, "{} {}", layout, e);
+            // Overlap is reported only for a layout that is really not injective.
+            if matches!(e, super::LayoutError::ComplementNotInjective { .. }) {
+                prop_assert!(!layout.is_injective(), "{} {}", layout, e);
+            }
+        }
+    }
+
+    #[test]
+    fn composition_is_function_composition(a in layout_strategy(), b in tractable_layout()) {
+        if b.cosize() <= a.size() {
+            if let Ok(c) = a.compose(&b) {
+                prop_assert_eq!(c.size(), b.size());
+                for i in 0..b.size() {
+                    prop_assert_eq!(c.index_of_int(i), a.index_of_int(b.index_of_int(i)), "{} o {} = {}", a, b, c);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn divide_keeps_the_size_and_tiles_by_b(a in tractable_layout(), b in tractable_layout()) {
+        if let Ok(d) = a.divide(&super::Tiler::Layout(b.clone())) {
+            if b.cosize() <= a.size() {
+                prop_assert_eq!(d.rank(), 2);
+                prop_assert_eq!(d.mode(0).size(), b.size());
+                // The first tile is A through B.
+                let tile = d.mode(0);
+                for i in 0..b.size() {
+                    prop_assert_eq!(tile.index_of_int(i), a.index_of_int(b.index_of_int(i)));
+                }
+            }
+        }
+    }
+}

@@ -8,10 +8,12 @@
 //!
 //! - this file: `Layout` and the module's registration;
 //! - `trees.rs`: `Shape` and `Stride`, built from Python items;
+//! - `algebra.rs`: the CuTe algebra methods (§9): compose, complement, divides, products, inverses;
 //! - `keys.rs`: Python keys walked in place, coordinates back to tuples;
 //! - `protocol.rs`: what the three classes share (mode selection, iteration, equality, hash,
 //!   argument classes).
 
+mod algebra;
 mod keys;
 mod protocol;
 mod trees;
@@ -217,6 +219,57 @@ impl PyLayout {
             }
         }
         self.inner.permute(&idx).map(PyLayout::from_core).map_err(error::layout)
+    }
+
+    // The CuTe algebra (§9); bodies in algebra.rs.
+    #[pyo3(signature = (profile=None))]
+    fn coalesce(&self, py: Python<'_>, profile: Option<&Bound<'_, PyAny>>) -> PyResult<PyLayout> {
+        self.alg_coalesce(py, profile)
+    }
+
+    fn filter(&self) -> PyResult<PyLayout> {
+        self.alg_filter()
+    }
+
+    fn compose(&self, other: &Bound<'_, PyAny>) -> PyResult<PyLayout> {
+        self.alg_compose(other)
+    }
+
+    #[pyo3(signature = (cotarget=None))]
+    fn complement(&self, cotarget: Option<&Bound<'_, PyAny>>) -> PyResult<PyLayout> {
+        self.alg_complement(cotarget)
+    }
+
+    fn divide(&self, tiler: &Bound<'_, PyAny>) -> PyResult<PyLayout> {
+        self.alg_divide(tiler)
+    }
+
+    fn zipped_divide(&self, tiler: &Bound<'_, PyAny>) -> PyResult<PyLayout> {
+        self.alg_zipped_divide(tiler)
+    }
+
+    fn tiled_divide(&self, tiler: &Bound<'_, PyAny>) -> PyResult<PyLayout> {
+        self.alg_tiled_divide(tiler)
+    }
+
+    fn product(&self, tiler: &Bound<'_, PyAny>) -> PyResult<PyLayout> {
+        self.alg_product(tiler)
+    }
+
+    fn blocked_product(&self, other: &Bound<'_, PyAny>) -> PyResult<PyLayout> {
+        self.alg_blocked_product(other)
+    }
+
+    fn raked_product(&self, other: &Bound<'_, PyAny>) -> PyResult<PyLayout> {
+        self.alg_raked_product(other)
+    }
+
+    fn right_inverse(&self) -> PyResult<PyLayout> {
+        self.alg_right_inverse()
+    }
+
+    fn left_inverse(&self) -> PyResult<PyLayout> {
+        self.alg_left_inverse()
     }
 
     fn __add__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {

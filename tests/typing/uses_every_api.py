@@ -4,6 +4,7 @@ their part is type-checked only). When a public name is added, use it here: the 
 cover its annotations as a user would meet them."""
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import os
 import tempfile
@@ -162,6 +163,14 @@ def arrays_and_handles() -> None:
         done: int = handle.bytes_done
         total: int = handle.bytes_total
         assert error is None and future.result() is moved and done == total and seen == [handle]
+        result: sw.Tensor = handle.result(timeout=60.0)
+        cancelled: bool = handle.cancel() or handle.cancelled()
+        assert result is moved and not cancelled
+
+        async def awaited() -> sw.Tensor:
+            return await handle
+
+        assert asyncio.run(awaited()) is moved
     with tempfile.TemporaryDirectory() as directory:
         prof.export_chrome_trace(os.path.join(directory, "trace.json"))
 

@@ -16,7 +16,7 @@ equal only to the same class with the same tree.
 import concurrent.futures
 import threading
 from types import GenericAlias
-from typing import Any, Callable, Generator, Generic, Iterable, Iterator, Sequence, SupportsIndex, TypeVar, Union, final, overload
+from typing import Any, Callable, Generic, Iterable, Iterator, Sequence, SupportsIndex, TypeVar, Union, final, overload
 
 from typing_extensions import Self, disjoint_base
 
@@ -182,9 +182,10 @@ class AwaitResult(Generic[_T]):
     (GIL released) and returns the same object, or raises the same exception, every time.
     `wait(timeout)`/`exception(timeout)` raise TimeoutError after `timeout` seconds and leave
     the handle usable; `add_done_callback(fn)` runs `fn(handle)` exactly once; `future()` is
-    a `concurrent.futures.Future` of the outcome (for `asyncio.wrap_future`). The handle itself
-    works with `concurrent.futures.wait`/`as_completed` and `await handle`; `result(timeout)`
-    is `wait(timeout)`; `cancel()` returns False (the work started with the handle)."""
+    a `concurrent.futures.Future` of the outcome (for `asyncio.wrap_future`; the spec forbids
+    `__await__`). The handle itself works with `concurrent.futures.wait`/`as_completed`;
+    `result(timeout)` is `wait(timeout)`; `cancel()` returns False (the work started with the
+    handle)."""
     @property
     def done(self) -> bool: ...
     def wait(self, timeout: float | None = None) -> _T: ...
@@ -193,7 +194,6 @@ class AwaitResult(Generic[_T]):
     def cancel(self) -> bool: ...
     def cancelled(self) -> bool: ...
     def running(self) -> bool: ...
-    def __await__(self) -> Generator[Any, None, _T]: ...
     def add_done_callback(self, fn: Callable[["AwaitResult[_T]"], object]) -> None: ...
     def future(self) -> concurrent.futures.Future[_T]: ...
     @property

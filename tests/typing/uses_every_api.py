@@ -4,7 +4,6 @@ their part is type-checked only). When a public name is added, use it here: the 
 cover its annotations as a user would meet them."""
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import os
 import tempfile
@@ -166,11 +165,6 @@ def arrays_and_handles() -> None:
         result: sw.Tensor = handle.result(timeout=60.0)
         cancelled: bool = handle.cancel() or handle.cancelled()
         assert result is moved and not cancelled
-
-        async def awaited() -> sw.Tensor:
-            return await handle
-
-        assert asyncio.run(awaited()) is moved
     with tempfile.TemporaryDirectory() as directory:
         prof.export_chrome_trace(os.path.join(directory, "trace.json"))
 

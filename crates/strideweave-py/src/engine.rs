@@ -59,7 +59,8 @@ enum Outcome {
 /// until then and returns the completed value (the same object every time) or raises the
 /// recorded exception (the same exception object every time). It works where a
 /// `concurrent.futures.Future` does: `result(timeout)`, `cancel()` (False: the work started
-/// with the handle), `concurrent.futures.wait`/`as_completed`, and `await handle`.
+/// with the handle), `concurrent.futures.wait`/`as_completed`. There is no coroutine protocol
+/// (interop-movement.md: no `__await__`); `asyncio.wrap_future(handle.future())` bridges.
 /// Handles are created by the framework (`move_async`, tiled projection and residency), never
 /// by calling the class.
 #[pyclass(subclass, frozen, weakref, module = "strideweave", name = "AwaitResult")]
@@ -394,14 +395,6 @@ impl AwaitResult {
     /// Whether the operation is still running (as `Future.running`): `not done`.
     fn running(&self) -> bool {
         !self.cell.is_done()
-    }
-
-    /// `await handle` in a coroutine: the same outcome as `wait()`, without blocking the
-    /// event loop (through `asyncio.wrap_future(handle.future())`).
-    fn __await__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        let py = slf.py();
-        let fut = Self::future(slf)?;
-        py.import("asyncio")?.getattr("wrap_future")?.call1((fut,))?.call_method0("__await__")
     }
 
     /// The `threading.Condition` of the `concurrent.futures` waiter protocol (for

@@ -1,7 +1,9 @@
 """Handles work where a `concurrent.futures.Future` does (issue 22 item 7, issue 26 handles):
 `concurrent.futures.wait` and `as_completed` accept them, `result(timeout=)`, `cancel()`
-(False: a handle's work started when it was made), `cancelled()`, `running()`, and
-`await handle` in asyncio. `wait`, `exception`, `add_done_callback` and `future()` stay.
+(False: a handle's work started when it was made), `cancelled()`, `running()`. `wait`,
+`exception`, `add_done_callback` and `future()` stay; there is no `await handle`, since
+interop-movement.md forbids `__await__` on the completion interface (asyncio goes through
+`future()`).
 
 Pending handles come from the public API: a definition-backed `Gated` carrier
 (tests/gated_moves.py) completes its move only when the test opens the gate. Bounds are
@@ -115,32 +117,25 @@ def test_cancel_is_false_and_changes_nothing():
     assert h.cancel() is False and h.cancelled() is False and h.running() is False
 
 
-def test_await_handle_in_asyncio():
+def test_asyncio_bridges_through_future_since_the_spec_forbids_await():
+    """interop-movement.md: the completion interface exposes no `__await__`; `future()` is the
+    asyncio bridge, and it carries the same outcome objects."""
     h, gate = start((5.0, 6.0))
     bad, gate_bad = start(failure=OSError(5, "gate failed"))
+    assert not hasattr(h, "__await__")
 
     async def main():
         loop = asyncio.get_running_loop()
         loop.call_later(0.01, gate.set)
         loop.call_later(0.01, gate_bad.set)
-        value = await h
-        with pytest.raises(OSError):
-            await bad
+        value = await asyncio.wrap_future(h.future())
+        with pytest.raises(OSError) as caught:
+            await asyncio.wrap_future(bad.future())
+        assert caught.value is bad.exception()
         return value
 
     value = asyncio.run(main())
-    assert value is h.wait()
-    assert value.tolist() == [5.0, 6.0]
-
-
-def test_await_a_finished_handle():
-    h = bulk_move()
-    h.wait()
-
-    async def main():
-        return await h
-
-    assert asyncio.run(main()) is h.wait()
+    assert value is h.wait() and value.tolist() == [5.0, 6.0]
 
 
 def test_cf_wait_racing_completion_never_hangs_or_miscounts():

@@ -7,8 +7,8 @@ Excluded, with reasons:
 - `HostStorage.wrap(kind, pointer, count)`: the one entry that takes an address by design: it
   backs `CPU(size, pointer=...)`, whose contract (tensor-and-carriers.md) makes the caller
   vouch for the memory. It cannot check what it is given.
-- `AwaitResult.wait`, `exception` and `_join`: blocking on a pending handle is their job (a
-  hostile timeout such as 2**62 seconds is a valid, practically endless wait).
+- `AwaitResult.wait`, `result`, `exception` and `_join`: blocking on a pending handle is their
+  job (a hostile timeout such as 2**62 seconds is a valid, practically endless wait).
 - `Layout`/`Shape`/`Stride` methods: safe Rust with no `unsafe`; their constructors are fuzzed.
 """
 from __future__ import annotations
@@ -66,7 +66,7 @@ def targets() -> list:
         return _native.new_completion(_native.AwaitResult)
 
     for cls_name, factory, skip in (("HostStorage", host, {"wrap"}), ("FileStorage", file, set()),
-                                    ("AwaitResult", completion, {"wait", "exception", "_join"})):
+                                    ("AwaitResult", completion, {"wait", "result", "exception", "_join"})):
         cls = getattr(_native, cls_name)
         for meth in sorted(m for m in dir(cls) if not m.startswith("__") and m not in skip):
             if callable(getattr(cls, meth)):

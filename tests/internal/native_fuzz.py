@@ -7,8 +7,8 @@ Excluded, with reasons:
 - `HostStorage.wrap(kind, pointer, count)`: the one entry that takes an address by design: it
   backs `CPU(size, pointer=...)`, whose contract (tensor-and-carriers.md) makes the caller
   vouch for the memory. It cannot check what it is given.
-- `AwaitResult.wait`, `exception` and `_join`: blocking on a pending handle is their job (a
-  hostile timeout such as 2**62 seconds is a valid, practically endless wait).
+- `AwaitResult.wait`, `result`, `exception` and `_join`: blocking on a pending handle is their
+  job (a hostile timeout such as 2**62 seconds is a valid, practically endless wait).
 - `Layout`/`Shape`/`Stride` methods: safe Rust with no `unsafe`; their constructors are fuzzed.
 """
 from __future__ import annotations
@@ -66,7 +66,7 @@ def targets() -> list:
         return _native.new_completion(_native.AwaitResult)
 
     for cls_name, factory, skip in (("HostStorage", host, {"wrap"}), ("FileStorage", file, set()),
-                                    ("AwaitResult", completion, {"wait", "exception", "_join"})):
+                                    ("AwaitResult", completion, {"wait", "result", "exception", "_join"})):
         cls = getattr(_native, cls_name)
         for meth in sorted(m for m in dir(cls) if not m.startswith("__") and m not in skip):
             if callable(getattr(cls, meth)):
@@ -90,11 +90,78 @@ def targets() -> list:
     return found
 
 
+LENGTH_INTS = [0, 1, 2, 3, 7, 2**31 - 1, 2**32, 2**62, 2**63 - 1, -1, -2**63]
+
+
+def hostile_list(rng: random.Random, rank: int) -> list:
+    """A list of `rank` items, or one of another length: the mismatch family (issue 22.5)."""
+    length = rank if rng.random() < 0.4 else rng.choice([0, 1, 2, 3, 5, rank + 1, max(rank - 1, 0)])
+    return [rng.choice(LENGTH_INTS) if rng.random() < 0.3 else rng.randrange(0, 4) for _ in range(length)]
+
+
+def mismatch_call(rng: random.Random, tmp: str, serial: int):
+    """(name, callable, args) whose list arguments disagree in length, or whose sizes are
+    negative or beyond memory: every entry point taking several lists or a count."""
+    rank = rng.randrange(0, 4)
+    ext = hostile_list(rng, rank)
+    f32 = _native.HostStorage("f32", 64)
+    out = _native.HostStorage("f32", 64)
+    operand = (f32, rng.choice([0, 0, 1, 63, 64, 2**63 - 1]), hostile_list(rng, rank))
+    other = (_native.HostStorage("f32", 64), 0, hostile_list(rng, rank))
+    file_storage = _native.FileStorage(os.path.join(tmp, f"m{serial}.bin"), "f32")
+    file_storage.resize(16)
+    size = rng.choice(LENGTH_INTS)
+    choices = [
+        ("sum_f32", _native.sum_f32, (ext, operand)),
+        ("binary_f32", _native.binary_f32, (rng.choice(["add", "mul"]), ext, operand, other, out,
+                                            hostile_list(rng, rank))),
+        ("unary_f32", _native.unary_f32, (rng.choice(["copy", "scatter_add"]), ext, operand, out,
+                                          hostile_list(rng, rank))),
+        ("copy_layout", _native.copy_layout, (f32, 0, out, 0, ext, hostile_list(rng, rank))),
+        ("copy_blocks", _native.copy_blocks, ([(f32, 0, out, 0)], hostile_list(rng, rank),
+                                              hostile_list(rng, rank), hostile_list(rng, rank))),
+        ("submit_place_blocks", _native.submit_place_blocks,
+         ([f32, f32], out, hostile_list(rng, 2), hostile_list(rng, rank), hostile_list(rng, rank), lambda e: None)),
+        ("copy_storages", _native.copy_storages, ([f32, f32], [out], size)),
+        ("HostStorage.many", _native.HostStorage.many, ("f32", rng.choice([0, 1, size]), size)),
+        ("HostStorage", _native.HostStorage, ("f32", size)),
+        ("FileStorage.resize", file_storage.resize, (size,)),
+        ("FileSlab.allocate", _native.FileSlab(os.path.join(tmp, f"s{serial}.slab"), "f32", 4).allocate, (size,)),
+    ]
+    return rng.choice(choices)
+
+
+def run_mismatch_family(rng: random.Random, tmp: str, rounds: int) -> int:
+    """The structured family: hostile values in the right places, so the checks past the
+    argument conversion are reached. Exceptions are expected; a panic (PanicException is a
+    BaseException) or an abort fails the run."""
+    calls = 0
+    for serial in range(rounds):
+        name, fn, args = mismatch_call(rng, tmp, serial)
+        try:
+            fn(*args)
+        except Exception:  # noqa: BLE001 - refusing hostile input is the expected outcome
+            pass
+        except BaseException as e:
+            raise SystemExit(f"{name}{args!r} raised {type(e).__name__}: {e}") from e
+        calls += 1
+    return calls
+
+
+def limit_address_space() -> None:
+    """Caps this process at 8 GiB of address space, so an allocation sized by an argument
+    that is not fallible aborts the run instead of passing on a machine with swap."""
+    import resource
+    limit = 8 << 30
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
 def main(seed: int, rounds: int) -> int:
     rng = random.Random(seed)
     calls = 0
     with tempfile.TemporaryDirectory() as tmp:
         os.chdir(tmp)  # a constructor given a hostile path creates files only in here
+        calls += run_mismatch_family(rng, tmp, rounds // 2)
         for serial in range(rounds):
             name, factory = rng.choice(TARGETS)
             try:
@@ -117,4 +184,6 @@ def main(seed: int, rounds: int) -> int:
 TARGETS = targets()
 
 if __name__ == "__main__":
+    if "--rlimit-as" in sys.argv:
+        limit_address_space()
     sys.exit(main(int(sys.argv[1]), int(sys.argv[2])))

@@ -11,9 +11,12 @@ import pytest
 SCRIPT = pathlib.Path(__file__).with_name("native_fuzz.py")
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_hostile_arguments_never_crash_native_code(seed):
-    result = subprocess.run([sys.executable, str(SCRIPT), str(seed), "4000"],
+@pytest.mark.parametrize("seed, limit", [(1, []), (2, []), (3, ["--rlimit-as"]), (4, ["--rlimit-as"])])
+def test_hostile_arguments_never_crash_native_code(seed, limit):
+    """Half the calls are the mismatch family (list arguments of different lengths, sizes
+    negative or beyond memory); seeds 3 and 4 run under an 8 GiB RLIMIT_AS, where an
+    allocation sized by an argument must raise MemoryError instead of aborting."""
+    result = subprocess.run([sys.executable, str(SCRIPT), str(seed), "4000", *limit],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, (result.returncode, result.stdout[-2000:], result.stderr[-4000:])
     assert "fuzzed" in result.stdout

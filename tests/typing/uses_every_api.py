@@ -174,6 +174,9 @@ def arrays_and_handles() -> None:
         done: int = handle.bytes_done
         total: int = handle.bytes_total
         assert error is None and future.result() is moved and done == total and seen == [handle]
+        result: sw.Tensor = handle.result(timeout=60.0)
+        cancelled: bool = handle.cancel() or handle.cancelled()
+        assert result is moved and not cancelled
     with tempfile.TemporaryDirectory() as directory:
         prof.export_chrome_trace(os.path.join(directory, "trace.json"))
 

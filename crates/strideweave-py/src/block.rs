@@ -153,14 +153,16 @@ impl BlockDeviceHandle {
     fn read_values(&self, py: Python<'_>, byte_off: u64, count: usize) -> PyResult<Vec<f64>> {
         let nbytes =
             count.checked_mul(4).ok_or_else(|| PyValueError::new_err(format!("count {count} is too large")))?;
-        let mut buf = vec![0u8; nbytes];
+        let mut values = crate::error::reserve::<f64>(count, "values")?;
+        let mut buf = crate::error::zeroed_bytes(nbytes, "bytes read")?;
         py.detach(|| self.dev.read(byte_off, &mut buf)).map_err(|e| self.err(e))?;
-        Ok(buf.chunks_exact(4).map(|c| f64::from(f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))).collect())
+        values.extend(buf.chunks_exact(4).map(|c| f64::from(f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))));
+        Ok(values)
     }
 
     /// Reads `nbytes` at `byte_off` into a new `bytes`.
     fn read_bytes<'py>(&self, py: Python<'py>, byte_off: u64, nbytes: usize) -> PyResult<Bound<'py, PyBytes>> {
-        let mut buf = vec![0u8; nbytes];
+        let mut buf = crate::error::zeroed_bytes(nbytes, "bytes read")?;
         py.detach(|| self.dev.read(byte_off, &mut buf)).map_err(|e| self.err(e))?;
         Ok(PyBytes::new(py, &buf))
     }

@@ -8,6 +8,7 @@
 //! `submit_python` runs framework commit work on an engine worker with the GIL. The copies
 //! themselves live in `transfer.rs`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,7 +17,7 @@ use pyo3::exceptions::{PyBaseException, PyRuntimeError, PyTimeoutError, PyTypeEr
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyTuple, PyType};
+use pyo3::types::{PyList, PyTuple, PyType};
 use pyo3::PyTraverseError;
 use strideweave_core::engine::{self, Completion};
 
@@ -56,7 +57,10 @@ enum Outcome {
 ///
 /// `done` is true exactly once a terminal success or failure is recorded. `wait()` blocks
 /// until then and returns the completed value (the same object every time) or raises the
-/// recorded exception (the same exception object every time). There is no coroutine protocol.
+/// recorded exception (the same exception object every time). It works where a
+/// `concurrent.futures.Future` does: `result(timeout)`, `cancel()` (False: the work started
+/// with the handle), `concurrent.futures.wait`/`as_completed`. There is no coroutine protocol
+/// (interop-movement.md: no `__await__`); `asyncio.wrap_future(handle.future())` bridges.
 /// Handles are created by the framework (`move_async`, tiled projection and residency), never
 /// by calling the class.
 #[pyclass(subclass, frozen, weakref, module = "strideweave", name = "AwaitResult")]
@@ -69,6 +73,21 @@ pub struct AwaitResult {
     /// `fork()`ed child does not have: a child waiting on a pending inherited handle would
     /// wait forever, so it gets a RuntimeError instead.
     pid: u32,
+    /// What `concurrent.futures.wait`/`as_completed` read and lock (`_condition`, `_waiters`,
+    /// `_state`), made the first time one of them asks (issue 22.7): a move creates a handle
+    /// on its hot path, and most handles never meet those functions.
+    futures: PyOnceLock<FutureProtocol>,
+}
+
+/// A handle's side of the `concurrent.futures` waiter protocol, as `Future` keeps it: a
+/// `threading.Condition`, the waiters the standard functions install under it, and whether
+/// the waiters have been told of the outcome. `_state` reads FINISHED only from that telling
+/// on (under the condition), so a function that sees RUNNING has installed its waiter before
+/// the telling can run, and one that sees FINISHED is never told twice.
+struct FutureProtocol {
+    condition: Py<PyAny>,
+    waiters: Py<PyList>,
+    notified: AtomicBool,
 }
 
 impl AwaitResult {
@@ -144,7 +163,12 @@ impl AwaitResult {
     ///
     /// The pending callback holds the handle strongly until the commit, so a registered
     /// handle stays alive until it completes even if every caller reference is dropped.
-    fn register_callback(slf: &Bound<'_, Self>, r#fn: &Bound<'_, PyAny>) -> PyResult<()> {
+    ///
+    /// With `off_copy_lane` (the public `add_done_callback`), a commit made on a copy-lane
+    /// worker runs the callback on the wait lane instead (issue 22.3): user code may block
+    /// there, for instance on a blocking move whose copy would otherwise queue behind the
+    /// callback itself and never run with `STRIDEWEAVE_WORKERS=1`.
+    fn register_callback(slf: &Bound<'_, Self>, r#fn: &Bound<'_, PyAny>, off_copy_lane: bool) -> PyResult<()> {
         if !r#fn.is_callable() {
             return Err(PyTypeError::new_err(format!("fn must be callable, not {}", r#fn.get_type().name()?)));
         }
@@ -154,13 +178,71 @@ impl AwaitResult {
             // try_attach: a commit racing interpreter shutdown simply drops the callback.
             // `move`: the references are released while attached, not parked in PyO3's
             // deferred pool (which would keep the handle alive until some later attach).
-            Python::try_attach(move |py| {
-                if let Err(e) = callback.call1(py, (handle,)) {
-                    e.write_unraisable(py, Some(callback.bind(py)));
-                }
-            });
+            let run = move || {
+                Python::try_attach(move |py| {
+                    if let Err(e) = callback.call1(py, (handle,)) {
+                        e.write_unraisable(py, Some(callback.bind(py)));
+                    }
+                });
+            };
+            if off_copy_lane && engine::pool::on_copy_lane() {
+                engine::submit_blocking(run);
+            } else {
+                run();
+            }
         });
         Ok(())
+    }
+
+    /// The `concurrent.futures` protocol state, made on first use: its condition, its waiter
+    /// list, and a done-callback that tells the installed waiters of the outcome under the
+    /// condition (see [`FutureProtocol`]).
+    fn futures<'a>(slf: &'a Bound<'_, Self>) -> PyResult<&'a FutureProtocol> {
+        let py = slf.py();
+        let this = slf.get();
+        if let Some(p) = this.futures.get(py) {
+            return Ok(p);
+        }
+        let made = FutureProtocol {
+            condition: py.import("threading")?.getattr("Condition")?.call0()?.unbind(),
+            waiters: PyList::empty(py).unbind(),
+            notified: AtomicBool::new(false),
+        };
+        let mut fresh = false;
+        let protocol = this.futures.get_or_init(py, || {
+            fresh = true;
+            made
+        });
+        if fresh {
+            let handle: Py<AwaitResult> = slf.clone().unbind();
+            this.cell.on_done(move |outcome| {
+                let failed = matches!(outcome, Outcome::Error { .. });
+                Python::try_attach(move |py| {
+                    if let Err(e) = Self::notify_waiters(py, &handle, failed) {
+                        e.write_unraisable(py, Some(handle.bind(py).as_any()));
+                    }
+                });
+            });
+        }
+        Ok(protocol)
+    }
+
+    /// Tells every installed `concurrent.futures` waiter that `handle` finished, under its
+    /// condition, as `Future.set_result`/`set_exception` do.
+    fn notify_waiters(py: Python<'_>, handle: &Py<AwaitResult>, failed: bool) -> PyResult<()> {
+        let protocol = handle.get().futures.get(py).expect("set before this callback was registered");
+        let condition = protocol.condition.bind(py);
+        condition.call_method0("acquire")?;
+        let told = (|| -> PyResult<()> {
+            protocol.notified.store(true, Ordering::Release);
+            let method = if failed { "add_exception" } else { "add_result" };
+            for waiter in protocol.waiters.bind(py).iter() {
+                waiter.call_method1(method, (handle.bind(py),))?;
+            }
+            condition.call_method0("notify_all").map(drop)
+        })();
+        condition.call_method0("release")?;
+        told
     }
 
     /// Records `outcome` if the handle is pending; runs the done-callbacks on this thread.
@@ -200,7 +282,12 @@ impl AwaitResult {
                 cls.name()?
             )));
         }
-        Ok(AwaitResult { cell: Arc::new(Completion::new()), queued: Mutex::new(None), pid: std::process::id() })
+        Ok(AwaitResult {
+            cell: Arc::new(Completion::new()),
+            queued: Mutex::new(None),
+            pid: std::process::id(),
+            futures: PyOnceLock::new(),
+        })
     }
 
     /// Lets the cycle collector see the recorded outcome: a failure's traceback frames often
@@ -251,10 +338,12 @@ impl AwaitResult {
     }
 
     /// Runs `fn(handle)` exactly once when the operation is terminal: on the thread that
-    /// completes it, or immediately on this thread if it is already terminal. An exception
+    /// completes it (an engine wait-lane thread when a copy thread completes it, so that `fn`
+    /// may block, even on another move), or immediately on this thread if it is already
+    /// terminal. An exception
     /// raised by `fn` goes to `sys.unraisablehook` and does not change the handle.
     fn add_done_callback(slf: &Bound<'_, Self>, r#fn: &Bound<'_, PyAny>) -> PyResult<()> {
-        Self::register_callback(slf, r#fn)
+        Self::register_callback(slf, r#fn, true)
     }
 
     /// A `concurrent.futures.Future` that completes with this handle's outcome (the same
@@ -284,6 +373,49 @@ impl AwaitResult {
             });
         });
         Ok(fut)
+    }
+
+    /// As `concurrent.futures.Future.result`: `wait(timeout)` under the standard name.
+    #[pyo3(signature = (timeout=None))]
+    fn result(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
+        self.wait(py, timeout)
+    }
+
+    /// Always False, changing nothing: the operation started when the handle was made (its
+    /// claims are taken and its work submitted by then), and started work is not cancelled.
+    fn cancel(&self) -> bool {
+        false
+    }
+
+    /// Always False: a handle is never cancelled (see `cancel`).
+    fn cancelled(&self) -> bool {
+        false
+    }
+
+    /// Whether the operation is still running (as `Future.running`): `not done`.
+    fn running(&self) -> bool {
+        !self.cell.is_done()
+    }
+
+    /// The `threading.Condition` of the `concurrent.futures` waiter protocol (for
+    /// `concurrent.futures.wait` and `as_completed`; not for direct use).
+    #[getter]
+    fn _condition(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
+        Ok(Self::futures(slf)?.condition.clone_ref(slf.py()))
+    }
+
+    /// The waiters `concurrent.futures.wait` and `as_completed` install (not for direct use).
+    #[getter]
+    fn _waiters(slf: &Bound<'_, Self>) -> PyResult<Py<PyList>> {
+        Ok(Self::futures(slf)?.waiters.clone_ref(slf.py()))
+    }
+
+    /// `"FINISHED"` once the waiters were told of the outcome, else `"RUNNING"` (the
+    /// `concurrent.futures` state names; read under `_condition`).
+    #[getter]
+    fn _state(slf: &Bound<'_, Self>) -> PyResult<&'static str> {
+        let told = Self::futures(slf)?.notified.load(Ordering::Acquire);
+        Ok(if told { "FINISHED" } else { "RUNNING" })
     }
 
     /// `AwaitResult[T]` names the handle type completing with `T` (typing only).
@@ -331,7 +463,7 @@ impl AwaitResult {
     /// The pending callback holds the handle strongly until the commit, so a registered
     /// handle stays alive until it completes even if every caller reference is dropped.
     fn _add_done_callback(slf: &Bound<'_, Self>, r#fn: &Bound<'_, PyAny>) -> PyResult<()> {
-        Self::register_callback(slf, r#fn)
+        Self::register_callback(slf, r#fn, false)
     }
 
     /// Blocks (GIL released) until terminal or until `timeout` seconds pass; returns `done`.

@@ -131,6 +131,9 @@ pub fn block(e: BlockError, path: &str) -> PyErr {
 /// callers can test `e.errno` (ENOSPC stays errno 28); a plain OSError(message) for the rest
 /// (a short file, …).
 pub fn os(err: io::Error) -> PyErr {
+    if err.kind() == io::ErrorKind::OutOfMemory && err.raw_os_error().is_none() {
+        return PyMemoryError::new_err(err.to_string());
+    }
     match err.raw_os_error() {
         Some(code) => {
             let text = io::Error::from_raw_os_error(code).to_string();
@@ -139,6 +142,23 @@ pub fn os(err: io::Error) -> PyErr {
         }
         None => PyOSError::new_err(err.to_string()),
     }
+}
+
+/// A vector of `count` items reserved up front (issue 22.4): an allocation sized by an
+/// argument or a file's size must fail with MemoryError, never abort the process. `what`
+/// names what the memory is for.
+pub fn reserve<T>(count: usize, what: &str) -> PyResult<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(count)
+        .map_err(|_| PyMemoryError::new_err(format!("cannot allocate memory for {count} {what}")))?;
+    Ok(v)
+}
+
+/// `len` zero bytes, or MemoryError when they cannot be had (see [`reserve`]).
+pub fn zeroed_bytes(len: usize, what: &str) -> PyResult<Vec<u8>> {
+    let mut v = reserve::<u8>(len, what)?;
+    v.resize(len, 0);
+    Ok(v)
 }
 
 /// Why a copy job failed, carried from the worker (no GIL) to the GIL-holding side.

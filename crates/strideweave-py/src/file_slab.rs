@@ -78,18 +78,19 @@ impl FileSlab {
     /// growing the file once, with the GIL released. Their bytes are unspecified. On error
     /// (ENOSPC, EFBIG, ...) no region is taken.
     fn allocate(&self, py: Python<'_>, count: usize) -> PyResult<Vec<FileRegion>> {
+        // The regions' memory is had before any region is taken (issue 22.4: MemoryError,
+        // not an abort, and nothing allocated in the file).
+        let mut regions = error::reserve::<FileRegion>(count, "file regions")?;
         let core = Arc::clone(&self.core);
         let (store, cells) = py.detach(|| core.allocate(count)).map_err(error::os)?;
-        Ok(cells
-            .into_iter()
-            .map(|cell| FileRegion {
-                slab: Arc::clone(&self.core),
-                kind: self.kind,
-                cell,
-                slots: self.region_slots,
-                store: RwLock::new(Some(Arc::clone(&store))),
-            })
-            .collect())
+        regions.extend(cells.into_iter().map(|cell| FileRegion {
+            slab: Arc::clone(&self.core),
+            kind: self.kind,
+            cell,
+            slots: self.region_slots,
+            store: RwLock::new(Some(Arc::clone(&store))),
+        }));
+        Ok(regions)
     }
 
     fn __repr__(&self) -> String {
@@ -214,7 +215,7 @@ impl FileRegion {
     }
 
     fn to_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let mut bytes = vec![0u8; self.slots as usize * self.kind.size()];
+        let mut bytes = error::zeroed_bytes(self.slots as usize * self.kind.size(), "bytes of a region's copy")?;
         let at = self.cell * self.slots * self.kind.size() as u64;
         // The lock is taken and dropped with the GIL released (a release waits for it while
         // holding the GIL), and held across the read, as in `get`.

@@ -20,6 +20,7 @@ use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyType};
 use strideweave_core::engine;
 use strideweave_core::storage::{ElemKind, FileStore, HostBuffer, Scalar};
 
+use crate::error;
 use crate::jobs::os_error;
 
 /// Released host buffers, and the unlinked files of released storages, of at least this size
@@ -128,8 +129,10 @@ fn decode_slot(py: Python<'_>, kind: ElemKind, bytes: &[u8; 8]) -> PyResult<Py<P
 }
 
 pub(crate) fn decode_all<'py>(py: Python<'py>, kind: ElemKind, bytes: &[u8]) -> PyResult<Bound<'py, PyList>> {
-    let items =
-        bytes.chunks_exact(kind.size()).map(|c| scalar_to_py(py, kind.decode(c))).collect::<PyResult<Vec<_>>>()?;
+    let mut items = error::reserve(bytes.len() / kind.size(), "list items")?;
+    for c in bytes.chunks_exact(kind.size()) {
+        items.push(scalar_to_py(py, kind.decode(c))?);
+    }
     PyList::new(py, items)
 }
 
@@ -341,7 +344,11 @@ impl HostStorage {
     #[staticmethod]
     #[pyo3(signature = (kind, count, number, zeroed = true))]
     fn many(kind: &str, count: usize, number: usize, zeroed: bool) -> PyResult<Vec<Self>> {
-        (0..number).map(|_| Self::new(kind, count, zeroed)).collect()
+        let mut made = error::reserve::<Self>(number, "host storages")?;
+        for _ in 0..number {
+            made.push(Self::new(kind, count, zeroed)?);
+        }
+        Ok(made)
     }
 
     /// Wrap `count` slots at `pointer` without taking ownership.
@@ -417,7 +424,7 @@ impl HostStorage {
 
     fn to_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let buf = self.live()?;
-        let mut bytes = vec![0u8; buf.len()];
+        let mut bytes = error::zeroed_bytes(buf.len(), "bytes of a storage's copy")?;
         buf.read(0, &mut bytes).expect("whole buffer");
         decode_all(py, self.kind, &bytes)
     }
@@ -552,7 +559,10 @@ impl FileStorage {
 
     fn to_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let store = self.live()?;
-        let mut bytes = vec![0u8; store.len_bytes().map_err(os_error)? as usize];
+        let len = store.len_bytes().map_err(os_error)?;
+        let len = usize::try_from(len)
+            .map_err(|_| PyOverflowError::new_err(format!("a file of {len} bytes does not fit in memory")))?;
+        let mut bytes = error::zeroed_bytes(len, "bytes of a file's copy")?;
         py.detach(|| store.read_at(0, &mut bytes)).map_err(os_error)?;
         decode_all(py, self.kind, &bytes)
     }

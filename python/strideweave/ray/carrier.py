@@ -36,6 +36,7 @@ import ray
 from strideweave import _native
 from strideweave.carriers.base import Carrier, check_factory_dtype, check_index, check_size_argument
 from strideweave.carriers.dtype import STORAGE_KIND, DType, storage_zero
+from strideweave.ray.errors import RayObjectLostError, describe, fetch_timeout, ray_call, require_ray
 
 __all__ = ["RayObjectCarrier", "RayObjectLostError"]
 
@@ -44,20 +45,6 @@ RAY_DTYPES = (DType.Float32, DType.Int32)
 NUMPY_DTYPE: dict[DType, np.dtype[Any]] = {DType.Float32: np.dtype(np.float32), DType.Int32: np.dtype(np.int32)}
 
 
-class RayObjectLostError(RuntimeError):
-    """A Ray object could not be fetched: its node or owner died, or it was freed. The
-    message names the object (its hex id)."""
-
-
-def require_ray(action: str) -> None:
-    """RuntimeError unless this process is connected to Ray (checked before any effect)."""
-    if not ray.is_initialized():
-        raise RuntimeError(f"cannot {action}: no Ray is running in this process "
-                           "(call ray.init() first, or run inside a Ray task or actor)")
-
-
-def describe(ref: Any) -> str:
-    return f"Ray object {ref.hex()}"
 
 
 class RayObjectCarrier(Carrier):
@@ -310,18 +297,16 @@ def _checked_array(values: list, dtype: DType) -> np.ndarray:
 
 def put_payload(array: np.ndarray, dtype: DType) -> Any:
     """One `ray.put` of the slots plus their dtype metadata (the bytes are copied once)."""
-    return ray.put((PAYLOAD_TAG, dtype.name, array))
+    return ray_call("store a RayObjectCarrier's slots", None, lambda: ray.put((PAYLOAD_TAG, dtype.name, array)))
 
 
 def fetch_payload(ref: Any, dtype: DType, slots: int) -> np.ndarray:
     """`ray.get` the object on this node and check it is a carrier payload of `slots` slots of
-    `dtype`. Ray's failures (node or owner died, object lost or freed) become
-    RayObjectLostError naming the object."""
-    try:
-        payload = ray.get(ref)
-    except ray.exceptions.RayError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise RayObjectLostError(f"{describe(ref)} could not be fetched ({type(exc).__name__}): {first}") from exc
+    `dtype`. Ray's failures (node or owner died, object lost or freed, no arrival within
+    `STRIDEWEAVE_RAY_FETCH_TIMEOUT`) become RayObjectLostError naming the object; no Ray in
+    this process (after `ray.shutdown()`) a RuntimeError saying so (`errors.ray_call`)."""
+    timeout = fetch_timeout()
+    payload = ray_call("read a RayObjectCarrier", ref, lambda: ray.get(ref, timeout=timeout), timeout=timeout)
     if not (isinstance(payload, tuple) and len(payload) == 3 and payload[0] == PAYLOAD_TAG):
         raise RuntimeError(f"{describe(ref)} is not a RayObjectCarrier payload")
     _, name, array = payload

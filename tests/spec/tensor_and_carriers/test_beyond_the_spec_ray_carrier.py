@@ -653,3 +653,79 @@ def test_racing_release_and_pickle(cluster):
         expected[8] = 7.0
         for result in outcome.values():  # a whole snapshot, or the release came first
             assert result == expected.tolist() or "released" in str(result), result
+
+
+def test_a_fetch_held_up_past_the_setting_fails_naming_the_object_and_changes_nothing(cluster, peer,
+                                                                                      monkeypatch):
+    """issue 22.8: the fetch of an object whose node stopped serving waits at most
+    STRIDEWEAVE_RAY_FETCH_TIMEOUT seconds, then the move fails with RayObjectLostError naming
+    the object and the setting (no assertion on how long it took)."""
+    c, node_b = cluster
+    n = 1 << 10
+    made = ray.get(peer.make_range.remote(n))  # stored on node B only
+    object_id = made.carrier.object_ref.hex()
+    destination = CPU(n)
+    monkeypatch.setenv("STRIDEWEAVE_RAY_FETCH_TIMEOUT", "1")
+    resume = stop_raylet(node_b)
+    try:
+        with pytest.raises(RayObjectLostError, match=f"{object_id}.*STRIDEWEAVE_RAY_FETCH_TIMEOUT"):
+            sw.move(made, destination)
+    finally:
+        resume()
+    assert not made.carrier.is_released() and destination.version == 0 and made.autograd_ctx is None
+    monkeypatch.delenv("STRIDEWEAVE_RAY_FETCH_TIMEOUT")
+    assert sw.move(made, CPU(n)).tolist()[:3] == [0.0, 1.0, 2.0]
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "soon"])
+def test_a_bad_fetch_timeout_setting_is_refused_naming_it(cluster, monkeypatch, value):
+    made = sw.move(cpu_tensor([1.0, 2.0]), RayObjectCarrier())
+    # A second carrier over the same object, not fetched yet: the move asks Ray.
+    fresh = RayObjectCarrier._sw_from_ref(made.carrier.object_ref, D.Float32, 2)
+    destination = CPU(2)
+    monkeypatch.setenv("STRIDEWEAVE_RAY_FETCH_TIMEOUT", value)
+    with pytest.raises(ValueError, match="STRIDEWEAVE_RAY_FETCH_TIMEOUT"):
+        sw.move(Tensor(fresh, 0, L(2, 1)), destination)
+    assert destination.version == 0 and not fresh.is_released()
+
+
+def test_after_ray_shutdown_a_move_says_no_ray_is_running():
+    """issue 22.8: a Ray tensor moved after `ray.shutdown()` raises the package's RuntimeError
+    (not Ray's ValueError "owner is unknown", not RayObjectLostError), before any effect, in
+    both directions."""
+    script = textwrap.dedent("""
+        import ray
+        import strideweave as sw
+        from strideweave.ray import RayObjectCarrier, RayObjectLostError
+        ray.init(address="local", num_cpus=1, object_store_memory=80 << 20, include_dashboard=False, log_to_driver=False,
+                 logging_level="ERROR")
+        L = sw.Layout(sw.Shape(3), sw.Stride(1))
+        c = sw.CPU(3)
+        c[1] = 2.0
+        on_ray = sw.move(sw.Tensor(c, 0, L), RayObjectCarrier())
+        fresh = RayObjectCarrier._sw_from_ref(on_ray.carrier.object_ref, sw.DType.Float32, 3)
+        ray.shutdown()
+        destination = sw.CPU(3)
+        try:
+            sw.move(sw.Tensor(fresh, 0, L), destination)  # unfetched: the move asks Ray
+        except RayObjectLostError as exc:
+            raise AssertionError(f"RayObjectLostError: {exc}")
+        except RuntimeError as exc:
+            assert "no Ray is running" in str(exc), exc
+        else:
+            raise AssertionError("no RuntimeError")
+        assert destination.version == 0 and not fresh.is_released()
+        c2 = sw.CPU(3)
+        try:
+            sw.move(sw.Tensor(c2, 0, L), RayObjectCarrier())
+        except RuntimeError as exc:
+            assert "no Ray is running" in str(exc), exc
+        else:
+            raise AssertionError("no RuntimeError")
+        assert not ray.is_initialized()
+        print("ok")
+    """)
+    env = dict(os.environ)
+    env.pop("RAY_ADDRESS", None)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=180)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]

@@ -159,9 +159,23 @@ fn run_as_batch() {
     }
 }
 
+thread_local! {
+    /// Whether this thread is a copy-lane worker (see [`on_copy_lane`]).
+    static COPY_LANE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the calling thread is one of the copy lane's workers. Code that may run user code
+/// which blocks (a handle's done-callback) checks it and hands that code to the wait lane
+/// instead: a copy thread that blocks until a copy queued behind it is done never wakes when
+/// the lane has one thread (`STRIDEWEAVE_WORKERS=1`), and slows every copy otherwise.
+pub fn on_copy_lane() -> bool {
+    COPY_LANE.with(|c| c.get())
+}
+
 fn worker_loop(lane: &'static Lane, core: bool) {
     if lane.batch {
         run_as_batch();
+        COPY_LANE.with(|c| c.set(true));
     }
     loop {
         lane.counts.lock().idle += 1;

@@ -128,6 +128,11 @@ fn check(
     strides: &[usize],
     len: usize,
 ) -> Result<(), KernelError> {
+    // The rank is checked first: an empty operation with strides of another rank is still a
+    // malformed call, and every later walk zips extents with strides.
+    if strides.len() != extents.len() {
+        return Err(KernelError::RankMismatch { operand, expected: extents.len(), got: strides.len() });
+    }
     if element_count(extents).ok_or(KernelError::SpanOverflow { operand })? == 0 {
         return Ok(());
     }

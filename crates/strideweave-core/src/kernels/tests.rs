@@ -116,6 +116,21 @@ fn out_of_bounds_operands_are_refused_before_writing() {
 }
 
 #[test]
+fn an_empty_operation_still_checks_each_rank() {
+    // issue 22.5: an extent 0 used to skip the rank check, and the walk then indexed past
+    // the shorter stride list.
+    let a = [1.0f32; 4];
+    let err = sum_f32(&[2, 0], Operand::new(&a, 0, &[1])).unwrap_err();
+    assert_eq!(err, KernelError::RankMismatch { operand: "a", expected: 2, got: 1 });
+    let err = sum_f32(&[0], Operand::new(&a, usize::MAX, &[])).unwrap_err();
+    assert!(matches!(err, KernelError::RankMismatch { operand: "a", .. }));
+    let mut out = vec![0.0; 4];
+    let err = copy_f32(&[0], Operand::new(&a, 0, &[1]), &mut out, &[1, 1]).unwrap_err();
+    assert!(matches!(err, KernelError::RankMismatch { operand: "out", .. }));
+    assert_eq!(sum_f32(&[3, 0], Operand::new(&a, 0, &[1, 1])).unwrap(), 0.0);
+}
+
+#[test]
 fn merging_keeps_non_mergeable_leaves_apart() {
     // [2,2]:[2,1] (transposed) plus compact: leaves must not merge.
     let a = [1.0f32, 2.0, 3.0, 4.0];

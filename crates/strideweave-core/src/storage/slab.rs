@@ -89,6 +89,15 @@ impl FileSlab {
             Some(store) => Arc::clone(store),
             None => Arc::new(FileStore::create_new(&self.path)?),
         };
+        // Every cell's number is reserved before the file grows, so a count beyond memory is
+        // an OutOfMemory error with nothing taken, never an abort (issue 22.4).
+        let mut cells: Vec<u64> = Vec::new();
+        if cells.try_reserve_exact(n).is_err() {
+            if created {
+                let _ = store.unlink();
+            }
+            return Err(io::Error::new(io::ErrorKind::OutOfMemory, format!("cannot allocate memory for {n} regions")));
+        }
         let reused: Vec<u64> = state.free.iter().take(n).copied().collect();
         let extra = (n - reused.len()) as u64;
         let top = state
@@ -112,7 +121,7 @@ impl FileSlab {
         for cell in &reused {
             state.free.remove(cell);
         }
-        let mut cells = reused;
+        cells.extend_from_slice(&reused);
         cells.extend(state.top..top);
         state.top = top;
         state.live += n as u64;

@@ -29,8 +29,8 @@ F32 = sw.DType.Float32
 def weights_of(ev: sw.Evictable, size: int) -> npt.NDArray[np.float32]:
     """A read-only NumPy view of a promoted layer's weights (DLPack, no copy)."""
     flat = sw.Tensor(ev.primary, 0, sw.Layout.canonical(sw.Shape(size * size)))
-    view: npt.NDArray[np.float32] = np.from_dlpack(flat).reshape(size, size)
-    return view
+    view: npt.NDArray[np.float32] = np.asarray(np.from_dlpack(flat), dtype=np.float32)  # no copy
+    return view.reshape(size, size)
 
 
 def make_layers(layers: int, size: int, seed: int = 0) -> list[sw.Evictable]:
@@ -62,7 +62,7 @@ def forward(stack: list[sw.Evictable], x: npt.NDArray[np.float32], size: int) ->
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description="Stream layer weights from files through NumPy matmuls.")
     parser.add_argument("--layers", type=int, default=16)
     parser.add_argument("--size", type=int, default=512)
     parser.add_argument("--passes", type=int, default=3)

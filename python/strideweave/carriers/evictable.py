@@ -18,7 +18,16 @@ releasing, whatever tiers the token lists when the Evictable is collected unrele
 Failure atomicity. A transition either commits completely (tiers swapped, residency flipped,
 old source released by the move, a replaced destination released) or changes nothing: the
 move itself leaves its source live on failure, and a destination this call allocated is
-disowned and released again before the exception propagates.
+disowned and released again before the exception propagates. A replaced tier is released as
+its owner before it is disowned, never disowned while live: a user holding it (`ev.secondary`)
+could otherwise release it in between and make the committed transition raise (issue 22).
+
+Clean tiers and asynchronous residency (§3.2.1–§3.2.2, issue 24). With `retain_clean=True` a
+promotion copies (the secondary stays live as a clean copy) and the eviction of a primary
+unchanged since then only releases it. Each transition is a `_Step` run under the Evictable's
+claim: `evict()`/`promote()` run its transfer on the calling thread, `evict_async()` /
+`promote_async()` start it and commit from the transfer handle's completion, then complete
+an `AwaitResidency` (the move handles' protocol).
 """
 from __future__ import annotations
 
@@ -86,6 +95,12 @@ class Evictable(TwoTiered, Carrier):
     While promoted, `ev[i]` reads the primary and `ev[i] = v` writes it (raising the
     Evictable's version by 1); while evicted both raise RuntimeError "evicted". `evict()`
     and `promote()` never change the version, and fail atomically.
+
+    `retain_clean=True` (a bool, TypeError otherwise): `promote()` copies and keeps the
+    secondary live as a clean copy; `evict()` of a primary neither written nor moved into
+    since then releases it without writing (`is_clean()`). `promote_async()` /
+    `evict_async()` return an `AwaitResidency`; until it completes the Evictable refuses
+    reads, writes, moves and release as for a pending move.
     """
 
     def __init__(self, primary: Carrier, secondary: Carrier, *, retain_clean: bool = False) -> None:

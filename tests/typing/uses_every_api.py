@@ -99,6 +99,11 @@ def moves() -> None:
     tiers.evict()
     tiers.promote()
     assert not tiers.is_evicted() and back.carrier.size() == 4
+    clean = sw.Evictable(sw.CPU(4), sw.CPU(4), retain_clean=True)
+    evicting: sw.AwaitResidency = clean.evict_async()
+    evicting.wait(timeout=10.0)
+    clean.promote_async().wait()
+    assert clean.retain_clean and clean.is_clean()
 
 
 class Slab(sw.Carrier):

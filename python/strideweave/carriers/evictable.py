@@ -18,18 +18,31 @@ releasing, whatever tiers the token lists when the Evictable is collected unrele
 Failure atomicity. A transition either commits completely (tiers swapped, residency flipped,
 old source released by the move, a replaced destination released) or changes nothing: the
 move itself leaves its source live on failure, and a destination this call allocated is
-disowned and released again before the exception propagates.
+disowned and released again before the exception propagates. A replaced tier is released as
+its owner before it is disowned, never disowned while live: a user holding it (`ev.secondary`)
+could otherwise release it in between and make the committed transition raise (issue 22).
+
+Clean tiers and asynchronous residency (§3.2.1–§3.2.2, issue 24). With `retain_clean=True` a
+promotion copies (the secondary stays live as a clean copy) and the eviction of a primary
+unchanged since then only releases it. Each transition is a `_Step` run under the Evictable's
+claim: `evict()`/`promote()` run its transfer on the calling thread, `evict_async()` /
+`promote_async()` start it and commit from the transfer handle's completion, then complete
+an `AwaitResidency` (the move handles' protocol).
 """
 from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Iterable
+from typing import Any, Iterable, cast
 
-from strideweave.carriers.base import STATE_LOCK, Carrier, check_index, drop_claims, not_a_carrier, take_claim
+from strideweave import _native
+from strideweave.carriers.base import (STATE_LOCK, Carrier, check_bool_argument, check_index, drop_claims,
+                                       not_a_carrier, take_claim)
 from strideweave.carriers.ownership import Ownership, TwoTiered, check_tier_pair
 from strideweave.carriers.block_device import BlockDeviceCarrier
 from strideweave.carriers.dtype import DType
+from strideweave.carriers.move_handle import AwaitResult
+from strideweave.carriers.tiled_types import AwaitResidency
 
 __all__ = ["Evictable"]
 
@@ -82,9 +95,15 @@ class Evictable(TwoTiered, Carrier):
     While promoted, `ev[i]` reads the primary and `ev[i] = v` writes it (raising the
     Evictable's version by 1); while evicted both raise RuntimeError "evicted". `evict()`
     and `promote()` never change the version, and fail atomically.
+
+    `retain_clean=True` (a bool, TypeError otherwise): `promote()` copies and keeps the
+    secondary live as a clean copy; `evict()` of a primary neither written nor moved into
+    since then releases it without writing (`is_clean()`). `promote_async()` /
+    `evict_async()` return an `AwaitResidency`; until it completes the Evictable refuses
+    reads, writes, moves and release as for a pending move.
     """
 
-    def __init__(self, primary: Carrier, secondary: Carrier) -> None:
+    def __init__(self, primary: Carrier, secondary: Carrier, *, retain_clean: bool = False) -> None:
         for name, tier in (("primary", primary), ("secondary", secondary)):
             if not isinstance(tier, Carrier):
                 raise not_a_carrier(f"Evictable {name} tier", tier)
@@ -105,6 +124,7 @@ class Evictable(TwoTiered, Carrier):
         _resolve(type(primary), type(secondary))
         _resolve(type(secondary), type(primary))
         mutable = primary.is_mutable()
+        retain_clean = check_bool_argument(retain_clean, "retain_clean")
 
         super().__init__()
         self._size = size
@@ -114,6 +134,13 @@ class Evictable(TwoTiered, Carrier):
         self._secondary = secondary
         self._evicted = False
         self._lock = threading.Lock()
+        self._retain_clean = retain_clean
+        # The secondary is a clean copy of the primary while `_clean` holds and the version is
+        # still the one of the promote that made it (`is_clean`).
+        self._clean = False
+        self._clean_version = 0
+        # The handle of an asynchronous transition still running (a later transition waits).
+        self._pending: AwaitResidency | None = None
         # Each tier is adopted in one step of its state: one a racing move or release took
         # since the checks above fails them now, with their message.
         self._sw_own_tiers(_Ownership(), lambda: _check_tiers_free(primary, secondary))
@@ -152,20 +179,24 @@ class Evictable(TwoTiered, Carrier):
 
     def get_value(self, i: Any) -> Any:
         index = check_index(self, i)
+        self._check_not_in_transition("read")
         self._check_promoted()
         return self._primary[index]
 
     def set_value(self, i: Any, v: Any) -> None:
         with STATE_LOCK:  # one state transition, as Carrier._sw_write_slot (promotion checked between)
             index = check_index(self, i)
+            self._check_not_in_transition("write to")
             self._check_promoted()
             self._sw_check_writable()
             self._primary._sw_write_as_owner(self._ownership, index, v)
+            self._clean = False
             self._sw_count_write()
 
     def _sw_fill(self, i: int, v: Any) -> None:
         # A move into this Evictable: the primary's storage write, no version change.
         self._check_promoted()
+        self._clean = False  # the secondary no longer holds these values
         self._primary._sw_fill(i, v)
 
     __getitem__ = get_value
@@ -173,72 +204,131 @@ class Evictable(TwoTiered, Carrier):
 
     # ----- residency --------------------------------------------------------------------------
     def evict(self) -> None:
-        """Move the values into the secondary tier (no-op when already evicted)."""
-        self._transition(evict=True)
+        """Move the values into the secondary tier (no-op when already evicted). With
+        `retain_clean` and a clean secondary (see `is_clean`), release the primary without
+        writing anything."""
+        self._transition(evict=True, wait=True)
 
     def promote(self) -> None:
-        """Move the values back into the primary tier (no-op when promoted)."""
-        self._transition(evict=False)
+        """Move the values back into the primary tier (no-op when promoted). With
+        `retain_clean`, copy them instead, keeping the secondary as a clean copy."""
+        self._transition(evict=False, wait=True)
 
-    def _transition(self, *, evict: bool) -> None:
+    def evict_async(self) -> AwaitResidency:
+        """Start `evict()`; the handle's `wait()` returns None or raises the transition's
+        failure (which, as for `evict()`, changed nothing). Until it completes, reads, writes,
+        moves and release of this Evictable raise RuntimeError (a pending move), and a further
+        transition first waits for it. Refusals (released, owned, claimed) raise here."""
+        return self._transition(evict=True, wait=False)
+
+    def promote_async(self) -> AwaitResidency:
+        """Start `promote()` (see `evict_async`): prefetch the values while the caller works
+        on something else; `wait()` before reading them."""
+        return self._transition(evict=False, wait=False)
+
+    @property
+    def retain_clean(self) -> bool:
+        """Whether `promote()` keeps the secondary as a clean copy (a constructor argument)."""
+        return self._retain_clean
+
+    def is_clean(self) -> bool:
+        """True when the secondary tier holds the current values: evicted, or promoted with
+        `retain_clean` and neither written nor moved into since that promote (an `evict()`
+        then writes nothing)."""
+        if self._sw_released:
+            return False
+        return self._evicted or (self._clean and self._sw_version == self._clean_version)
+
+    def _check_not_in_transition(self, action: str) -> None:
+        # A pending transition holds the Evictable's claim; reads are refused like writes, as
+        # for a carrier a pending move holds (the values are between tiers).
+        if isinstance(self._sw_claim, _TransitionClaim):
+            raise RuntimeError(f"cannot {action} {type(self).__name__} carrier: it participates in a pending move")
+
+    def _transition(self, *, evict: bool, wait: bool) -> AwaitResidency:
         action = "evict" if evict else "promote"
-        # One transition at a time (a second evict waits, then finds nothing to do). The
-        # Evictable's claim is checked and taken in one step of its state (released, owned,
-        # claimed, each refused with its message), so of a transition and a racing move,
-        # release or write of the Evictable exactly one goes ahead; it is given back only
-        # once the tiers and the residency are final.
+        handle = _native.new_completion(AwaitResidency)
+        # One transition at a time: a second one waits for the first (also for one started
+        # asynchronously), then finds its work done or does it. The Evictable's claim is
+        # checked and taken in one step of its state (released, owned, claimed, each refused
+        # with its message), so of a transition and a racing move, release or write of the
+        # Evictable exactly one goes ahead; it is given back only once the tiers and the
+        # residency are final.
         with self._lock:
+            pending = self._pending
+            if pending is not None:
+                pending._join()
             claim = _TransitionClaim()
             take_claim(self, claim, action)
+            step = None
             try:
-                if self._evicted != evict:
-                    self._move_tiers(evict)
-            finally:
-                # Given back under the state lock, as it was taken: a write checks the
-                # residency and then the claim under that lock, so it must not see the
-                # residency from before the transition and the claim from after it (a write
-                # into the tier this transition has just released).
-                with STATE_LOCK:
-                    drop_claims(claim, (self,))
-        return None
+                step = self._plan(evict)
+                transfer = None
+                if step is not None:
+                    if wait:
+                        step.run()
+                    else:
+                        transfer = step.start()
+            except BaseException:
+                if step is not None:
+                    step.abandon()
+                self._give_back(claim)
+                raise
+            if transfer is None:
+                if step is not None:
+                    step.commit()
+                self._give_back(claim)
+                handle._succeed(None)
+                return handle
+            self._pending = handle
+        started = cast(_Step, step)  # a transfer was started, so there is a step
 
-    def _move_tiers(self, evict: bool) -> None:
-        """The transition proper, run while the Evictable's claim is held."""
-        from strideweave.carriers.move import _move_between_tiers
+        def finish(done: Any) -> None:
+            # On the thread that completed the transfer: commit or abandon, then the claim.
+            failure = done.exception()
+            try:
+                if failure is None:
+                    started.commit()
+                else:
+                    started.abandon()
+            except BaseException as exc:  # noqa: BLE001 - becomes the handle's failure
+                failure = failure or exc
+            self._give_back(claim)
+            if failure is None:
+                handle._succeed(None)
+            else:
+                handle._fail(failure)
+        transfer._add_done_callback(finish)
+        return handle
+
+    def _give_back(self, claim: "_TransitionClaim") -> None:
+        # Given back under the state lock, as it was taken: a write checks the residency and
+        # then the claim under that lock, so it must not see the residency from before the
+        # transition and the claim from after it (a write into the tier just released).
+        with STATE_LOCK:
+            drop_claims(claim, (self,))
+
+    def _plan(self, evict: bool) -> "_Step | None":
+        """The step that takes the values to the other tier, or None when they are there."""
+        if self._evicted == evict:
+            return None
+        if evict and self.is_clean():
+            return _DropCleanPrimary(self)
         source = self._primary if evict else self._secondary
         target = self._secondary if evict else self._primary
-        size = self._size
-        fresh: Carrier | None = None
-        if target.is_released() or target.size() < size:
-            # Allocation failure leaves everything as it was: nothing is owned yet. The
-            # contract's call exactly (zeroed): large host buffers are kernel-zeroed
-            # mappings, so the zeroing costs no pass over memory.
-            fresh = target.allocate_like(size, mutable=True)
-            self._ownership.take(fresh)
-            destination = fresh
-        else:
-            destination = target
-        try:
-            _move_between_tiers(_flat_tensor(source, size), destination)
-        except BaseException:
-            if fresh is not None:
-                self._ownership.drop(fresh)
-                with contextlib.suppress(Exception):
-                    fresh.release()
-            # The failed move restored its own claims; the source is live and still ours.
-            raise
-        # Committed: the move released the source for us, its owner, so it stays ours: listed
-        # as our (released) tier, the pair keeps reporting as owned until we are released.
-        if fresh is not None:
-            self._ownership.drop(target)
-            if not target.is_released():
-                target.release()
-            if evict:
-                self._secondary = fresh
-            else:
-                self._primary = fresh
-        self._evicted = evict
+        copy = not evict and self._retain_clean
+        return (_CopyStep if copy else _MoveStep)(self, source, target, evict)
 
+    # ----- commit helpers used by the steps ------------------------------------------------------
+    def _release_tier(self, tier: Carrier, *, keep: bool) -> None:
+        """Release an owned tier as its owner: never unowned while live, so a user holding it
+        (`ev.secondary`) cannot release it in between (issue 22 item 1); `keep` leaves it
+        listed as ours (the source a move released), else it is disowned afterwards. After a
+        committed transition, a failing release hook cannot undo it: it is not raised."""
+        with contextlib.suppress(Exception):
+            tier._sw_release_for(self._ownership)
+        if not keep:
+            self._ownership.drop(tier)
     # ----- release and factories ---------------------------------------------------------------
     def _release(self) -> None:
         # The base class has already refused an owned or claimed Evictable.
@@ -281,3 +371,132 @@ class Evictable(TwoTiered, Carrier):
             state = f"size={self._size} {'evicted' if self._evicted else 'promoted'}"
         return (f"<{type(self).__name__} {state} dtype={self._dtype.name} version={self._sw_version} "
                 f"primary={_describe(self._primary)} secondary={_describe(self._secondary)}>")
+
+
+class _Step:
+    """One residency transition's work between taking the Evictable's claim and giving it
+    back: `start()` begins the transfer (None: nothing to transfer) and returns its handle;
+    then exactly one of `commit()` (the transfer succeeded) or `abandon()` (it failed, or
+    was never started: nothing of the Evictable changes)."""
+
+    def __init__(self, ev: Evictable, source: Carrier, target: Carrier, evict: bool) -> None:
+        self.ev = ev
+        self.source = source
+        self.target = target
+        self.evict = evict
+        self.fresh: Carrier | None = None
+        self.destination = target
+
+    def allocate(self) -> None:
+        """The destination: the target tier if live and large enough, else a fresh owned one.
+        An allocation failure leaves everything as it was: nothing is owned yet. The
+        contract's call exactly (zeroed): large host buffers are kernel-zeroed mappings."""
+        target, size = self.target, self.ev._size
+        if target.is_released() or target.size() < size:
+            fresh = target.allocate_like(size, mutable=True)
+            self.ev._ownership.take(fresh)
+            self.fresh = self.destination = fresh
+
+    def start(self) -> Any:
+        raise NotImplementedError
+
+    def run(self) -> None:
+        """The transfer on this thread, for a synchronous transition (a move handle's own
+        wait runs a queued move itself)."""
+        transfer = self.start()
+        if transfer is not None:
+            transfer.wait()
+
+    def abandon(self) -> None:
+        if self.fresh is not None:
+            self.ev._release_tier(self.fresh, keep=False)
+            self.fresh = None
+
+    def commit(self) -> None:
+        ev, fresh, target = self.ev, self.fresh, self.target
+        if fresh is not None:
+            if self.evict:
+                ev._secondary = fresh
+            else:
+                ev._primary = fresh
+        ev._evicted = self.evict
+        ev._clean = False
+        if fresh is not None:
+            ev._release_tier(target, keep=False)
+
+
+class _MoveStep(_Step):
+    """The specified transition: one move between tiers, which releases its source for us,
+    its owner (so the source stays ours: listed as our released tier, the pair keeps
+    reporting as owned until the Evictable is released)."""
+
+    def start(self) -> Any:
+        from strideweave.carriers.move import _start_move_between_tiers
+        self.allocate()
+        return _start_move_between_tiers(_flat_tensor(self.source, self.ev._size), self.destination)
+
+
+class _CopyStep(_Step):
+    """`retain_clean` promotion: copy the secondary into the primary, leaving the secondary
+    live as the clean copy. Both tiers are the Evictable's and its claim is held, so nobody
+    else writes, releases or moves them meanwhile: the copy needs no move request. Built-in
+    storages copy in Rust on the engine (one positioned read for FileBacked → CPU); others
+    slot by slot on an engine thread."""
+
+    def run(self) -> None:
+        self.allocate()
+        source, destination, size = self.source, self.destination, self.ev._size
+        src, dst = source._sw_storage(), destination._sw_storage()
+        if src is not None and dst is not None:
+            _native.copy_span(src, 0, dst, 0, size)
+        else:
+            for i in range(size):
+                destination._sw_fill(i, source[i])
+
+    def start(self) -> Any:
+        self.allocate()
+        source, destination, size = self.source, self.destination, self.ev._size
+        done = _native.new_completion(AwaitResult)
+        src, dst = source._sw_storage(), destination._sw_storage()
+        if src is not None and dst is not None:
+            def then(exc: BaseException | None) -> None:
+                if exc is None:
+                    done._succeed(None)
+                else:
+                    done._fail(exc)
+            _native.submit_span(src, 0, dst, 0, size, then)
+        else:
+            def job() -> None:
+                try:
+                    for i in range(size):
+                        destination._sw_fill(i, source[i])
+                except BaseException as exc:  # noqa: BLE001 - the copy's terminal failure
+                    done._fail(exc)
+                    return
+                done._succeed(None)
+            _native.submit_python(done, job)
+        return done
+
+    def commit(self) -> None:
+        super().commit()
+        ev = self.ev
+        ev._clean = True
+        ev._clean_version = ev._sw_version
+
+
+class _DropCleanPrimary(_Step):
+    """`retain_clean` eviction of an unchanged primary: the secondary already holds the
+    values, so the primary is released (as a move would: it stays listed as ours) and
+    nothing is written."""
+
+    def __init__(self, ev: Evictable) -> None:
+        super().__init__(ev, ev._primary, ev._secondary, True)
+
+    def start(self) -> None:
+        return None
+
+    def commit(self) -> None:
+        ev = self.ev
+        ev._evicted = True
+        ev._clean = False
+        ev._release_tier(self.source, keep=True)

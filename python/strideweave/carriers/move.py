@@ -612,3 +612,8 @@ def _move_between_tiers(tensor: Tensor, destination: Carrier) -> Tensor:
     same route and transfer, no autograd node, no profiling, ownership handled by the owner."""
     return _initiate(tensor, destination, between_tiers=True).handle.wait()
 
+
+def _start_move_between_tiers(tensor: Tensor, destination: Carrier) -> AwaitMove:
+    """`_move_between_tiers` without the wait: the request's handle, for a composite's
+    asynchronous residency transition (Evictable.promote_async/evict_async)."""
+    return _initiate(tensor, destination, between_tiers=True).handle

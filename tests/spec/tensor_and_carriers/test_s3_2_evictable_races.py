@@ -185,3 +185,51 @@ def test_racing_transitions_of_one_evictable_leave_it_unclaimed(evicted):
         tier = ev.secondary if ev.is_evicted() else ev.primary
         assert [tier[i] for i in range(N)] == VALUES and ev.version == 0
         assert accepts_release(ev)
+
+
+def _still_usable(ev):
+    """The Evictable works on: both transitions and reads succeed, the values are exact."""
+    ev.promote()
+    assert [ev[i] for i in range(N)] == VALUES and ev.version == 0
+    ev.evict()
+    ev.promote()
+    assert [ev[i] for i in range(N)] == VALUES
+
+
+@pytest.mark.parametrize("evicted", [False, True])
+def test_a_release_of_a_tier_object_racing_a_transition_never_bricks_the_evictable(evicted):
+    """Issue 22 item 1: any user can hold the tier objects (`ev.primary`, `ev.secondary`) and
+    release them while a transition runs. The tiers are the Evictable's: such a release is
+    refused (owned) or finds the tier already released, and the transition completes whole
+    (tiers, residency, values), never raising after its move committed."""
+    for _ in range(ROUNDS):
+        ev = evictable(evicted)
+        tiers = [ev.primary, ev.secondary]
+        transition = ev.promote if evicted else ev.evict
+        finished = []
+        refusals = []
+
+        def attack(tier):
+            # Again and again until the transition has returned: the window is its commit.
+            def go():
+                while not finished:
+                    try:
+                        tier.release()
+                    except RuntimeError as exc:
+                        refusals.append(str(exc))
+            return go
+
+        def run_transition():
+            try:
+                transition()
+            finally:
+                finished.append(True)
+        outcomes = run_together([run_transition] + [attack(tiers[k % 2]) for k in range(THREADS - 1)])
+        assert not raised(outcomes), raised(outcomes)
+        assert all("owned by Evictable" in m or "released" in m for m in refusals), set(refusals)
+        assert ev.is_evicted() != evicted and not ev.is_released()
+        live = ev.secondary if ev.is_evicted() else ev.primary
+        assert live.is_owned() and not live.is_released()
+        assert [live[i] for i in range(N)] == VALUES and ev.version == 0
+        _still_usable(ev)
+        assert accepts_release(ev)

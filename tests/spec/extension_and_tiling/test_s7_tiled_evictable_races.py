@@ -148,3 +148,54 @@ def test_projection_into_a_callers_destination_racing_its_move_and_release():
         for m in movers:
             assert accepts_release(m)
         live_and_exact(te)
+
+
+# ----- issue 22 item 2 ---------------------------------------------------------------------------
+
+def test_projection_racing_promote_and_evict_reads_the_values():
+    """A projection started while a residency request moves its tiles reads them in place
+    ("old tiles stay readable until commit"): the commit does not release a tile a
+    projection still reads, so no projection fails (it once raised OSError "file ends before
+    byte N" while a promote released the file tile under it)."""
+    selection = TileSelection([[3, 1, 0]])
+    projected = VALUES[3 * TILE:4 * TILE] + VALUES[TILE:2 * TILE] + VALUES[:TILE]
+    for _ in range(ROUNDS):
+        te = tiled("builtin")
+        te.evict(EVERY)
+        whole = flat(te)
+
+        def project():
+            return te.project(whole, selection).wait().tolist()
+        with sw.no_grad():
+            outcomes = run_together([(lambda: te.promote(EVERY)), (lambda: te.evict(EVERY))]
+                                    + [project] * (THREADS - 2), grad=False)
+        requests, projections = outcomes[:2], outcomes[2:]
+        assert not raised(projections), raised(projections)
+        assert all(result == projected for result in ok(projections))
+        assert messages(requests) <= residency_losses("evict") | residency_losses("promote")
+        live_and_exact(te)
+
+
+@pytest.mark.parametrize("tiers", TIERS)
+def test_writes_racing_move_and_release_raise_released(tiers):
+    """A write racing the TiledEvictable's move or release either lands before it, or raises
+    RuntimeError saying the carrier is released or taken by the move (it once raised
+    IndexError "outside [0, 0)" while the release ran)."""
+    write_losses = {"TiledEvictable carrier is released",
+                    "cannot write to TiledEvictable carrier: it participates in a pending move",
+                    "cannot write to TiledEvictable carrier: it is being released"}
+    for _ in range(TIERS[tiers][2]):
+        te = tiled(tiers)
+        dest = sw.CPU(N)
+        t = flat(te)
+
+        def write(k):
+            for i in range(k, N, THREADS):
+                te[i] = float(i)
+        with sw.no_grad():
+            outcomes = run_together([(lambda: sw.move(t, dest)), te.release]
+                                    + [(lambda k=k: write(k)) for k in range(THREADS - 2)], grad=False)
+        writes = outcomes[2:]
+        assert messages(writes) <= write_losses, sorted(messages(writes))
+        assert te.is_released()
+        assert accepts_release(dest)

@@ -416,8 +416,8 @@ def _provider_write(c: TiledEvictable, i: int, v: Any) -> None:
         tiled_tiles.write_slot(_tiles_of_live(c)[tile], c._ownership, k, v)
         # The tile is dirty now: its retained secondary copy no longer matches it.
         copy = c._clean_copies.pop(tile, None)
-        if copy is not None:
-            tiled_tiles.release_tiles([copy], c._ownership)
+    if copy is not None:
+        tiled_tiles.release_tiles([copy], c._ownership)
     return None
 
 

@@ -69,6 +69,9 @@ def _commit(c: Any, moving: list[int], staged: list[Tile], target: str,
     tiles, where, ownership = c._tiles, c._where, c._ownership
     keep = target == PRIMARY and c._retain_clean
     fresh_tiles = iter(staged)
+    # Adopting and releasing carrier tiles take the global carrier state lock, which a public
+    # write holds while it waits for `c._state_lock`: both happen outside `c._state_lock`.
+    tiled_tiles.adopt_all(staged, ownership)
     with c._state_lock:
         replaced = []
         for i in moving:
@@ -83,8 +86,7 @@ def _commit(c: Any, moving: list[int], staged: list[Tile], target: str,
             else:
                 tiles[i] = next(fresh_tiles)
             where[i] = target
-        tiled_tiles.adopt_all(staged, ownership)
-        tiled_tiles.release_tiles(replaced, ownership)
+    tiled_tiles.release_tiles(replaced, ownership)
 
 
 def _finish(c: Any, indices: Iterable[int], handle: Any, error: BaseException | None,
@@ -149,7 +151,7 @@ def residency(c: Any, tiles: Any, target: str) -> AwaitResidency:
                 _stage_moves(c, copying, prototype, source_tier, staged, copies)
             _commit(c, moving, staged, target, reused)
         except BaseException as exc:  # noqa: BLE001 - the request's terminal failure
-            tiled_tiles.release_tiles(staged)
+            tiled_tiles.release_tiles(staged, c._ownership)
             for copy in copies:
                 _release_quietly(copy)
             _finish(c, requested, handle, exc)

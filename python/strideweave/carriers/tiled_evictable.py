@@ -26,7 +26,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence, cast, final
 
 from strideweave.carriers import tiled_bulk, tiled_residency, tiled_tiles
-from strideweave.carriers.base import Carrier, check_size_argument, not_a_carrier
+from strideweave.carriers.base import Carrier, check_bool_argument, check_size_argument, not_a_carrier
 from strideweave.carriers.cpu import CPU
 from strideweave.carriers.dtype import DType
 from strideweave.carriers.evictable import Evictable
@@ -79,7 +79,8 @@ class TiledEvictable(TwoTiered, Carrier):
         raise TypeError("TiledEvictable is final and cannot be subclassed")
 
     def __init__(self, primary: Carrier, secondary: Carrier, grid_shape: Iterable[int],
-                 tile_shape: Iterable[int]) -> None:
+                 tile_shape: Iterable[int], *, retain_clean: bool = False) -> None:
+        retain_clean = check_bool_argument(retain_clean, "retain_clean")
         for name, tier in (("primary", primary), ("secondary", secondary)):
             if not isinstance(tier, Carrier) or isinstance(tier, (TiledEvictable, Evictable)):
                 raise not_a_carrier(f"TiledEvictable {name} tier", tier,
@@ -133,6 +134,15 @@ class TiledEvictable(TwoTiered, Carrier):
         self._tiles: list[tiled_tiles.Tile] | None = None
         self._where: list[str] = []
         self._pins: list[int] = []
+        # Projections reading each tile in place; a residency commit that replaces a tile
+        # still read keeps the old tile in `_retired` until the last such reader finishes.
+        self._readers: list[int] = []
+        self._retired: dict[int, list[tiled_tiles.Tile]] = {}
+        # retain_clean: a promote keeps each tile's secondary copy here, by tile index, while
+        # the tile stays clean (unwritten since the promote); an evict of a clean tile makes
+        # that copy current again instead of writing a new one. A write drops the copy.
+        self._retain_clean = retain_clean
+        self._clean_copies: dict[int, tiled_tiles.Tile] = {}
         self._pending = 0
         self._state_lock = threading.RLock()
         self._ownership = _Ownership()
@@ -228,12 +238,20 @@ class TiledEvictable(TwoTiered, Carrier):
         return True
 
     # ----- state ---------------------------------------------------------------------------
+    @property
+    def retain_clean(self) -> bool:
+        """Whether a promote keeps each tile's secondary copy while the tile stays clean."""
+        return self._retain_clean
+
     def tile_state(self, coordinate: Sequence[int]) -> TileState:
-        """Where the tile at `coordinate` lives now."""
+        """Where the tile at `coordinate` lives now, whether it is pinned, and whether it is
+        clean (on primary with its unchanged secondary copy retained)."""
         self._check_live("query tile state of")
         coord = _consume_ints(coordinate, "coordinate")
         index = self._coordinate_index(coord)
-        return TileState(coord, self._where[index], self._pins[index] > 0)
+        with self._state_lock:
+            return TileState(coord, self._where[index], self._pins[index] > 0,
+                             index in self._clean_copies)
 
     def _tile_set(self, location: str) -> TileSet:
         if self._sw_released:
@@ -255,6 +273,11 @@ class TiledEvictable(TwoTiered, Carrier):
         # released flag is set: checked under that lock, this sees a release in progress.
         if self._sw_released or self._tiles is None:
             raise RuntimeError(f"cannot {action} a released TiledEvictable")
+
+    def _sw_storage_gone(self) -> bool:
+        # A release (of the user, or of a move's commit) drops the tiles before the released
+        # flag is set: a slot access racing it is refused as released, not as out of range.
+        return self._tiles is None
 
     def dlpack_info(self) -> dict[str, Any]:
         raise BufferError("DLPack is not supported for TiledEvictable carrier: its tiles live in "
@@ -349,6 +372,7 @@ def _provider_allocate(c: TiledEvictable, slots: int) -> None:
     c._tiles = tiles
     c._where = [location] * len(tiles)
     c._pins = [0] * len(tiles)
+    c._readers = [0] * len(tiles)
 
 
 def _provider_release(c: TiledEvictable) -> None:
@@ -361,9 +385,18 @@ def _provider_release(c: TiledEvictable) -> None:
         tiles = cast("list[tiled_tiles.Tile]", c._tiles)
         ownership.disown_all()
         c._tiles = None
-        tiled_tiles.release_all(tiles)
+        copies, c._clean_copies = list(c._clean_copies.values()), {}
+        tiled_tiles.release_all(tiles + copies)
         c._primary.release()
         c._secondary.release()
+
+
+def _tiles_of_live(c: TiledEvictable) -> "list[tiled_tiles.Tile]":
+    """The tiles, under `c._state_lock`; RuntimeError once a release has dropped them."""
+    tiles = c._tiles
+    if tiles is None:
+        raise RuntimeError("TiledEvictable carrier is released")
+    return tiles
 
 
 def _provider_read(c: TiledEvictable, i: int) -> Any:
@@ -371,7 +404,7 @@ def _provider_read(c: TiledEvictable, i: int) -> Any:
     # Under the lock a commit swaps tiles with: a reader never holds a tile that the commit
     # has just released.
     with c._state_lock:
-        return tiled_tiles.read_slot(cast("list[tiled_tiles.Tile]", c._tiles)[tile], k)
+        return tiled_tiles.read_slot(_tiles_of_live(c)[tile], k)
 
 
 def _provider_write(c: TiledEvictable, i: int, v: Any) -> None:
@@ -380,7 +413,11 @@ def _provider_write(c: TiledEvictable, i: int, v: Any) -> None:
         if c._pins[tile]:
             raise RuntimeError(f"cannot write to tile {c._coordinate_of(tile)} of a TiledEvictable: "
                                "it is pinned by a pending residency request or projection")
-        tiled_tiles.write_slot(cast("list[tiled_tiles.Tile]", c._tiles)[tile], c._ownership, k, v)
+        tiled_tiles.write_slot(_tiles_of_live(c)[tile], c._ownership, k, v)
+        # The tile is dirty now: its retained secondary copy no longer matches it.
+        copy = c._clean_copies.pop(tile, None)
+    if copy is not None:
+        tiled_tiles.release_tiles([copy], c._ownership)
     return None
 
 

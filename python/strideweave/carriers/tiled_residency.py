@@ -33,25 +33,67 @@ from strideweave.layout import Layout, Shape
 __all__: list[str] = []
 
 
-def _pin(c: Any, indices: Iterable[int]) -> None:
-    """Pin `indices` for one request; the caller holds `c._state_lock`."""
+def _pin(c: Any, indices: Iterable[int], reading: bool = False) -> None:
+    """Pin `indices` for one request; the caller holds `c._state_lock`. A projection pins
+    `reading`: it reads the tiles in place, so a residency request already pending on them
+    must not release them under it (see `_commit`)."""
     for i in indices:
         c._pins[i] += 1
+        if reading:
+            c._readers[i] += 1
     c._pending += 1
 
 
-def _unpin(c: Any, indices: Iterable[int]) -> None:
+def _unpin(c: Any, indices: Iterable[int], reading: bool = False) -> None:
+    retired: list[Tile] = []
     with c._state_lock:
         for i in indices:
             c._pins[i] -= 1
+            if reading:
+                c._readers[i] -= 1
+                if not c._readers[i] and i in c._retired:
+                    retired.extend(c._retired.pop(i))
         c._pending -= 1
+    # Tiles a commit replaced while this projection read them: nobody reads them now.
+    tiled_tiles.release_tiles(retired, c._ownership)
+
+
+def _commit(c: Any, moving: list[int], staged: list[Tile], target: str,
+            reused: dict[int, Tile]) -> None:
+    """A residency request's commit: every swap at once, under the lock writers and readers
+    of state take. `moving` minus `reused` take the `staged` tiles in order; an evicted clean
+    tile takes its retained copy from `reused`. A replaced tile is released, unless a
+    projection still reads it in place (it started while this request was pending): that one
+    is retired until the last reader unpins; or, promoted with retain_clean, it is kept as
+    the tile's clean copy."""
+    tiles, where, ownership = c._tiles, c._where, c._ownership
+    keep = target == PRIMARY and c._retain_clean
+    fresh_tiles = iter(staged)
+    # Adopting and releasing carrier tiles take the global carrier state lock, which a public
+    # write holds while it waits for `c._state_lock`: both happen outside `c._state_lock`.
+    tiled_tiles.adopt_all(staged, ownership)
+    with c._state_lock:
+        replaced = []
+        for i in moving:
+            if keep:
+                c._clean_copies[i] = tiles[i]
+            elif c._readers[i]:
+                c._retired.setdefault(i, []).append(tiles[i])
+            else:
+                replaced.append(tiles[i])
+            if i in reused:  # the clean copy is the current tile again
+                tiles[i] = c._clean_copies.pop(i)
+            else:
+                tiles[i] = next(fresh_tiles)
+            where[i] = target
+    tiled_tiles.release_tiles(replaced, ownership)
 
 
 def _finish(c: Any, indices: Iterable[int], handle: Any, error: BaseException | None,
-            result: Any = None) -> None:
+            result: Any = None, reading: bool = False) -> None:
     """A request's terminal step: unpin its tiles, then complete its handle with `result` or
     `error`, in that order, so a waiter the handle wakes finds the tiles free."""
-    _unpin(c, indices)
+    _unpin(c, indices, reading)
     if error is None:
         handle._succeed(result)
     else:
@@ -90,6 +132,11 @@ def residency(c: Any, tiles: Any, target: str) -> AwaitResidency:
             handle._succeed(None)
             return handle
         _pin(c, requested)
+        # Evicting clean tiles: their retained copies become current, nothing is copied. The
+        # pins keep every write (which would drop a copy) out until the commit.
+        reused = ({i: c._clean_copies[i] for i in moving if i in c._clean_copies}
+                  if target != PRIMARY else {})
+    copying = [i for i in moving if i not in reused]
     prototype = c._primary if target == PRIMARY else c._secondary
     source_tier = c._secondary if target == PRIMARY else c._primary
     native = (tiled_bulk.native_pair(type(source_tier), type(prototype))
@@ -100,19 +147,11 @@ def residency(c: Any, tiles: Any, target: str) -> AwaitResidency:
         staged: list[Tile] = []
         copies: list[Carrier] = []
         try:
-            if not (native and _stage_native(c, moving, c._makers[target], staged)):
-                _stage_moves(c, moving, prototype, source_tier, staged, copies)
-            # Commit: every swap at once, under the lock writers and readers of state take.
-            tiles, where, ownership = c._tiles, c._where, c._ownership
-            with c._state_lock:
-                replaced = [tiles[i] for i in moving]
-                for i, fresh in zip(moving, staged):
-                    tiles[i] = fresh
-                    where[i] = target
-                tiled_tiles.adopt_all(staged, ownership)
-                tiled_tiles.release_tiles(replaced, ownership)
+            if copying and not (native and _stage_native(c, copying, c._makers[target], staged)):
+                _stage_moves(c, copying, prototype, source_tier, staged, copies)
+            _commit(c, moving, staged, target, reused)
         except BaseException as exc:  # noqa: BLE001 - the request's terminal failure
-            tiled_tiles.release_tiles(staged)
+            tiled_tiles.release_tiles(staged, c._ownership)
             for copy in copies:
                 _release_quietly(copy)
             _finish(c, requested, handle, exc)
@@ -243,7 +282,7 @@ def project(c: Any, tensor: Any, selection: Any, destination: Carrier | None) ->
     selected = [c._coordinate_index(coord) for coord in selection.coordinates]
     with c._state_lock:
         c._check_live("project")
-        _pin(c, selected)
+        _pin(c, selected, reading=True)
     owned_destination = destination is None
     claim = _ProjectionClaim()
     claimed: Carrier | None = None
@@ -267,7 +306,7 @@ def project(c: Any, tensor: Any, selection: Any, destination: Carrier | None) ->
             drop_claims(claim, (claimed,))
         if owned_destination and destination is not None:
             _release_quietly(destination)
-        _unpin(c, selected)
+        _unpin(c, selected, reading=True)
         raise
     layout = Layout.canonical(Shape(list(compact)))
 
@@ -286,7 +325,7 @@ def project(c: Any, tensor: Any, selection: Any, destination: Carrier | None) ->
             elif grow and isinstance(destination, Allocatable):
                 with contextlib.suppress(Exception):
                     destination._allocate(0)
-        _finish(c, selected, handle, error, result)
+        _finish(c, selected, handle, error, result, reading=True)
 
     def place_or_gather() -> None:
         """On an engine thread: the selected tiles placed in Rust when every end has a Rust
@@ -315,7 +354,7 @@ def project(c: Any, tensor: Any, selection: Any, destination: Carrier | None) ->
         drop_claims(claim, (destination,))
         if owned_destination:
             _release_quietly(destination)
-        _unpin(c, selected)
+        _unpin(c, selected, reading=True)
         raise
     return handle
 

@@ -183,19 +183,24 @@ class TileState(FrozenValue):
     """Where one tile lives (`location` is "primary" or "secondary") and whether a pending
     request pins it."""
 
-    __slots__ = ("coordinate", "location", "pinned")
+    __slots__ = ("coordinate", "location", "pinned", "clean")
     coordinate: tuple[int, ...]
     location: str
     pinned: bool
+    # On primary with its unchanged secondary copy retained (TiledEvictable(retain_clean=True)).
+    clean: bool
 
-    def __init__(self, coordinate: tuple[int, ...], location: str, pinned: bool) -> None:
+    def __init__(self, coordinate: tuple[int, ...], location: str, pinned: bool,
+                 clean: bool = False) -> None:
         object.__setattr__(self, "coordinate", coordinate)
         object.__setattr__(self, "location", location)
         object.__setattr__(self, "pinned", pinned)
+        object.__setattr__(self, "clean", clean)
 
     def __repr__(self) -> str:
         pinned = ", pinned" if self.pinned else ""
-        return f"TileState({self.coordinate}, {self.location!r}{pinned})"
+        clean = ", clean" if self.clean else ""
+        return f"TileState({self.coordinate}, {self.location!r}{pinned}{clean})"
 
 
 # ===== ownership ================================================================================

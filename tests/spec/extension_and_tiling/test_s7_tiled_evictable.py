@@ -567,3 +567,85 @@ def test_user_construction_of_handles_is_refused():
         assert issubclass(cls, AwaitResult) and not issubclass(cls, sw.Tensor)
         with pytest.raises(TypeError):
             cls()
+
+
+# ----- dirty tiles (retain_clean) ----------------------------------------------------------------
+
+EVERY_2X2 = [(0, 0), (1, 0), (0, 1), (1, 1)]
+
+
+def retaining_tiled(retain_clean=True):
+    return TiledEvictable(cpu([float(i) for i in range(16)], cls=GCPU), GFile(dtype=F32), (2, 2), (2, 2),
+                          retain_clean=retain_clean)
+
+
+def test_retain_clean_evicts_a_tile_unchanged_since_its_promote_without_copying(gated):
+    GatedMove.gate.set()
+    te = retaining_tiled()
+    assert te.retain_clean
+    every = TileSet(EVERY_2X2)
+    te.evict(every)
+    assert not any(te.tile_state(c).clean for c in EVERY_2X2)  # on secondary: nothing retained
+    GatedMove.seen.clear()
+    te.promote(every)
+    assert len(GatedMove.seen) == 4  # promote copies, keeping each secondary tile
+    assert all(te.tile_state(c).clean for c in EVERY_2X2)
+    te[0] = 100.0  # tile (0, 0) is dirty now
+    assert not te.tile_state((0, 0)).clean and te.tile_state((1, 0)).clean
+    GatedMove.seen.clear()
+    GFile.created.clear()
+    te.evict(every)
+    assert len(GatedMove.seen) == 1  # only the dirty tile is written
+    assert te.secondary_tiles == every and not any(te.tile_state(c).clean for c in EVERY_2X2)
+    assert values(te) == [100.0] + [float(i) for i in range(1, 16)] and te.version == 1
+
+
+def test_retain_clean_copies_are_released_with_the_carrier_and_by_a_write(gated):
+    GatedMove.gate.set()
+    te = retaining_tiled()
+    every = TileSet(EVERY_2X2)
+    te.evict(every)
+    secondary_tiles = [f for f in GFile.created if f is not te.secondary and not f.is_released()]
+    assert len(secondary_tiles) == 4
+    te.promote(every)
+    assert all(not f.is_released() for f in secondary_tiles)  # retained as clean copies
+    te[0] = 1.5
+    assert sum(f.is_released() for f in secondary_tiles) == 1  # the dirty tile's copy went
+    te.release()
+    assert all(f.is_released() for f in secondary_tiles)
+
+
+def test_a_failed_evict_keeps_clean_copies_and_changes_nothing(gated):
+    GatedMove.gate.set()
+    te = retaining_tiled()
+    every = TileSet(EVERY_2X2)
+    te.evict(every)
+    te.promote(every)
+    te[0] = 100.0
+    before = snapshot(te)
+    GatedMove.error = Injected("injected")
+    with pytest.raises(Injected):
+        te.evict(every)
+    assert snapshot(te) == before
+    assert [te.tile_state(c).clean for c in EVERY_2X2] == [False, True, True, True]
+    GatedMove.error = None
+    te.evict(every)
+    assert values(te)[0] == 100.0 and te.primary_tiles == TileSet()
+
+
+def test_without_retain_clean_eviction_always_copies(gated):
+    GatedMove.gate.set()
+    te = retaining_tiled(retain_clean=False)
+    assert not te.retain_clean
+    every = TileSet(EVERY_2X2)
+    te.evict(every)
+    te.promote(every)
+    assert not any(te.tile_state(c).clean for c in EVERY_2X2)
+    GatedMove.seen.clear()
+    te.evict(every)
+    assert len(GatedMove.seen) == 4
+
+
+def test_retain_clean_must_be_a_bool():
+    with pytest.raises(TypeError, match="retain_clean"):
+        TiledEvictable(cpu([0.0] * 4), sw.FileBacked(dtype=F32), (2,), (2,), retain_clean=1)

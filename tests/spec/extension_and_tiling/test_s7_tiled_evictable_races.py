@@ -148,3 +148,139 @@ def test_projection_into_a_callers_destination_racing_its_move_and_release():
         for m in movers:
             assert accepts_release(m)
         live_and_exact(te)
+
+
+# ----- issue 22 item 2 ---------------------------------------------------------------------------
+
+def test_projection_racing_promote_and_evict_reads_the_values():
+    """A projection started while a residency request moves its tiles reads them in place
+    ("old tiles stay readable until commit"): the commit does not release a tile a
+    projection still reads, so no projection fails (it once raised OSError "file ends before
+    byte N" while a promote released the file tile under it)."""
+    selection = TileSelection([[3, 1, 0]])
+    projected = VALUES[3 * TILE:4 * TILE] + VALUES[TILE:2 * TILE] + VALUES[:TILE]
+    for _ in range(ROUNDS):
+        te = tiled("builtin")
+        te.evict(EVERY)
+        whole = flat(te)
+
+        def project():
+            return te.project(whole, selection).wait().tolist()
+        with sw.no_grad():
+            outcomes = run_together([(lambda: te.promote(EVERY)), (lambda: te.evict(EVERY))]
+                                    + [project] * (THREADS - 2), grad=False)
+        requests, projections = outcomes[:2], outcomes[2:]
+        assert not raised(projections), raised(projections)
+        assert all(result == projected for result in ok(projections))
+        assert messages(requests) <= residency_losses("evict") | residency_losses("promote")
+        live_and_exact(te)
+
+
+@pytest.mark.parametrize("tiers", TIERS)
+def test_writes_racing_move_and_release_raise_released(tiers):
+    """A write racing the TiledEvictable's move or release either lands before it, or raises
+    RuntimeError saying the carrier is released or taken by the move (it once raised
+    IndexError "outside [0, 0)" while the release ran)."""
+    write_losses = {"TiledEvictable carrier is released",
+                    "cannot write to TiledEvictable carrier: it participates in a pending move",
+                    "cannot write to TiledEvictable carrier: it is being released"}
+    for _ in range(TIERS[tiers][2]):
+        te = tiled(tiers)
+        dest = sw.CPU(N)
+        t = flat(te)
+
+        def write(k):
+            for i in range(k, N, THREADS):
+                te[i] = float(i)
+        with sw.no_grad():
+            outcomes = run_together([(lambda: sw.move(t, dest)), te.release]
+                                    + [(lambda k=k: write(k)) for k in range(THREADS - 2)], grad=False)
+        writes = outcomes[2:]
+        assert messages(writes) <= write_losses, sorted(messages(writes))
+        assert te.is_released()
+        assert accepts_release(dest)
+
+
+# ----- issue 24: asynchronous residency against every other transition ---------------------------
+
+@pytest.mark.parametrize("tiers", TIERS)
+def test_async_residency_racing_moves_releases_writes_and_projections(tiers):
+    """promote_async/evict_async return at once; racing a move and a release of the
+    TiledEvictable, writes and projections, each started request either completes (its handle
+    succeeds) or is refused with RuntimeError before any work; a write to a pinned or released
+    tile raises RuntimeError; the values are exact and nothing stays pinned or claimed."""
+    selection = TileSelection([[1, 3]])
+    projected = VALUES[TILE:2 * TILE] + VALUES[3 * TILE:4 * TILE]
+    for _ in range(TIERS[tiers][2]):
+        te = tiled(tiers)
+        te.evict(TileSet([(0,), (2,)]))
+        dest = sw.CPU(N)
+        whole = flat(te)
+
+        def write(k):
+            te[k * TILE] = VALUES[k * TILE]  # the same value: only the version changes
+
+        def project():
+            return te.project(whole, selection).wait().tolist()
+        with sw.no_grad():
+            outcomes = run_together([(lambda: te.evict_async(EVERY)), (lambda: te.promote_async(EVERY)),
+                                     (lambda: write(1)), (lambda: write(2)), project, project,
+                                     (lambda: sw.move(whole, dest)), te.release], grad=False)
+        requests, writes, projections, (move,), (release,) = (outcomes[:2], outcomes[2:4], outcomes[4:6],
+                                                              outcomes[6:7], outcomes[7:])
+        assert messages(requests) <= residency_losses("evict") | residency_losses("promote")
+        for handle in ok(requests):
+            assert handle.wait() is None  # a request that started completes: nothing cancels it
+        assert messages(writes) <= {"TiledEvictable carrier is released",
+                                    "cannot write to TiledEvictable carrier: it participates in a pending move",
+                                    "cannot write to TiledEvictable carrier: it is being released"} | {
+            f"cannot write to tile ({k},) of a TiledEvictable: it is pinned by a pending residency "
+            "request or projection" for k in range(GRID)}, sorted(messages(writes))
+        assert messages(projections) <= {"cannot project a released TiledEvictable"}, sorted(messages(projections))
+        assert all(result == projected for result in ok(projections))
+        if move[0] == "ok":
+            assert move[1].tolist() == VALUES and te.is_released()
+        else:
+            assert isinstance(move[1], RuntimeError), move
+        if release[0] == "raised":
+            assert isinstance(release[1], RuntimeError), release
+        if te.is_released():
+            assert te.size() == 0
+        else:
+            assert [te[i] for i in range(N)] == VALUES
+            assert not any(te.tile_state((k,)).pinned for k in range(GRID))
+            assert accepts_release(te)
+        assert accepts_release(dest)
+
+
+@pytest.mark.parametrize("tiers", TIERS)
+def test_retain_clean_evict_racing_writes_keeps_every_write(tiers):
+    """With retain_clean, an evict reuses the clean copy of an unwritten tile: a write that
+    lands before the evict pins its tile makes the tile dirty (so it is copied), one after
+    the commit writes the now-current secondary tile, one in between is refused. Every write
+    that returned is in the values afterwards."""
+    for _ in range(TIERS[tiers][2]):
+        primary, secondary, _ = TIERS[tiers]
+        te = TiledEvictable(primary(), secondary(), (GRID,), (TILE,), retain_clean=True)
+        te.evict(EVERY)
+        te.promote(EVERY)
+        assert all(te.tile_state((k,)).clean for k in range(GRID))
+
+        def write(k):
+            te[k * TILE + 1] = -1.0 - k
+        outcomes = run_together([(lambda: te.evict(EVERY)), (lambda: te.promote(EVERY))]
+                                + [(lambda k=k: write(k)) for k in range(GRID)] * 1
+                                + [(lambda: te.evict(EVERY))] * (THREADS - 2 - GRID))
+        requests, writes = outcomes[:2] + outcomes[2 + GRID:], outcomes[2:2 + GRID]
+        assert messages(requests) <= residency_losses("evict") | residency_losses("promote")
+        assert messages(writes) <= {f"cannot write to tile ({k},) of a TiledEvictable: it is pinned by a "
+                                    "pending residency request or projection" for k in range(GRID)}
+        expected = list(VALUES)
+        for k, outcome in enumerate(writes):
+            if outcome[0] == "ok":
+                expected[k * TILE + 1] = -1.0 - k
+        te.evict(EVERY)
+        assert [te[i] for i in range(N)] == expected
+        te.promote(EVERY)
+        assert [te[i] for i in range(N)] == expected
+        assert accepts_release(te)

@@ -47,9 +47,10 @@ def rows_of(text: str) -> list[tuple[str, float, str, float]]:
 
 
 def svg(rows: list[tuple[str, float, str, float]], caption: str) -> str:
-    bar, gap, left, right = 13, 14, 270, 140
-    width = 820
-    height = 70 + len(rows) * (2 * bar + gap) + 40
+    bar, gap, left, right = 13, 14, 270, 220
+    width = 900
+    lines = caption.split("; ")
+    height = 70 + len(rows) * (2 * bar + gap) + 20 + 18 * len(lines)
     top = max([r[1] for r in rows] + [r[3] for r in rows] + [1e-9])
     scale = (width - left - right) / top
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
@@ -72,7 +73,8 @@ def svg(rows: list[tuple[str, float, str, float]], caption: str) -> str:
                          f'{value:.2f} ms {escape(name)}</text>')
             y += bar
         y += gap
-    parts.append(f'<text x="20" y="{height - 14}" font-size="12" fill="#444">{escape(caption)}</text>')
+    for k, line in enumerate(lines):
+        parts.append(f'<text x="20" y="{y + 16 + 18 * k}" font-size="12" fill="#444">{escape(line)}</text>')
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
 

@@ -58,7 +58,8 @@ def test_an_async_move_to_a_file_logs_its_pair_and_route(caplog):
 
 
 def test_nothing_is_logged_above_debug_and_a_later_level_applies_at_once(caplog):
-    caplog.set_level(logging.INFO, logger="strideweave.move")
+    caplog.set_level(logging.DEBUG, logger="strideweave.move")  # restored after the test
+    logging.getLogger("strideweave.move").setLevel(logging.INFO)
     sw.move(flat(cpu(4)), sw.CPU(4))
     sw.move_async(flat(cpu(4)), sw.FileBacked(dtype=F32)).wait()
     assert move_records(caplog) == []

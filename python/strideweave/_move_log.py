@@ -32,9 +32,15 @@ _DEBUG = logging.DEBUG
 _is_enabled_for = MOVE_LOG.isEnabledFor
 
 
+# The logger's own per-level answer cache (`Logger._cache`, cleared by logging on every
+# setLevel/disable): one dict lookup on the move hot path instead of a method call.
+_answers: dict[int, bool] = getattr(MOVE_LOG, "_cache", {})
+
+
 def enabled() -> bool:
     """Whether per-move DEBUG records are wanted now (the fast paths step aside when True)."""
-    return _is_enabled_for(_DEBUG)
+    answer = _answers.get(_DEBUG)
+    return _is_enabled_for(_DEBUG) if answer is None else answer
 
 
 class MoveLogToken:

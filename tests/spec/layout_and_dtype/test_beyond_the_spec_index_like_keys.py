@@ -89,3 +89,12 @@ def test_mode_selection(index):
         layout[index(3)]
     with pytest.raises(TypeError):
         layout[np.True_]
+
+
+@pytest.mark.parametrize("index", [np.int64, Idx])
+def test_slicing_keys(index):
+    t = matrix()
+    assert t[index(1), :].tolist() == t[1, :].tolist() == [1.0, 3.0, 5.0]
+    assert t[:, index(2)].tolist() == t[:, 2].tolist() == [4.0, 5.0]
+    with pytest.raises(TypeError):
+        t[np.True_, :]

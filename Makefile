@@ -12,7 +12,7 @@ export PYRIGHT_PYTHON_GLOBAL_NODE := 1
 WHEEL_DIR := target/wheels
 TYPED := examples tests/typing
 
-.PHONY: demo test build deps demo-deps cargo-test rust-checks pytest typecheck wheel wheel-test bench bench-rust \
+.PHONY: demo test build deps demo-deps cargo-test rust-checks pytest typecheck wheel wheel-test bench bench-quick bench-rust \
 	clean asan test-interop interop-deps
 
 $(VENV)/.venv-stamp:
@@ -84,10 +84,15 @@ wheel: deps
 wheel-test: wheel
 	$(VPY) tests/wheel/install_and_run.py $(WHEEL_DIR)
 
-test: build rust-checks cargo-test pytest typecheck wheel-test
+test: build rust-checks cargo-test pytest typecheck bench-quick wheel-test
 
 bench: build
 	$(VPY) benches/run_all.py
+
+# Every bench once with --quick (seconds each), so a bench cannot break unnoticed. It fails
+# only when a bench fails to run; nothing asserts on time.
+bench-quick: build
+	$(VPY) benches/run_all.py --quick
 
 # criterion benchmarks of the Rust core API (a crate of their own, never built by make test)
 bench-rust:

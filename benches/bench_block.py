@@ -6,7 +6,7 @@ Issue 7's goal: CPU<->BlockDeviceCarrier transfers reach at least 0.8x of
 The script attaches its own loop device (a sparse file in /var/tmp, `losetup --direct-io=on`),
 pre-fills it once so neither side pays for the backing file's block allocation, then times
 each direction a few times and keeps the best run. It always detaches the device. Needs root;
-otherwise it says why and exits 0. Plain script: `python benches/bench_block.py [MiB]`.
+otherwise it says why and exits 0. Plain script: `python benches/bench_block.py [--quick] [MiB]`.
 
 Two host buffers are measured: a page-aligned one (the aligned bulk path goes straight from
 the caller's memory to the device) and one that is only 64-byte aligned, as a CPU carrier's
@@ -34,7 +34,9 @@ def dd(*args: str) -> None:
 
 
 def main() -> int:
-    size_mib = int(sys.argv[1]) if len(sys.argv) > 1 else 256
+    # `--quick` (make test's bench-quick): 16 MiB.
+    args = [a for a in sys.argv[1:] if a != "--quick"]
+    size_mib = int(args[0]) if args else (16 if "--quick" in sys.argv else 256)
     nbytes = size_mib * MiB
     if os.geteuid() != 0 or shutil.which("losetup") is None or shutil.which("dd") is None:
         print("bench_block: skipped (needs root, losetup and dd to attach a loop device)")

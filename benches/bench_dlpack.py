@@ -1,6 +1,6 @@
 """DLPack export speed, side by side (no assertions; prints per-call times and ratios).
 
-    .venv/bin/python benches/bench_dlpack.py [iterations]
+    .venv/bin/python benches/bench_dlpack.py [--quick] [iterations]
 
 Rows:
   np.from_dlpack(tensor)      strideweave export + NumPy import (the full round trip)
@@ -72,4 +72,6 @@ def main(iterations: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 2_000)
+    # `--quick` (make test's bench-quick): 200 calls per row.
+    _args = [a for a in sys.argv[1:] if a != "--quick"]
+    main(int(_args[0]) if _args else (200 if "--quick" in sys.argv else 2_000))

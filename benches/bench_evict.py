@@ -1,6 +1,6 @@
 """Evictable residency transitions vs NumPy file round trips, side by side (prints ratios).
 
-    .venv/bin/python benches/bench_evict.py [MiB] [rounds]
+    .venv/bin/python benches/bench_evict.py [--quick] [MiB] [rounds]
 
 One round of each, interleaved so both see the same machine load and page-cache state:
   evict+promote   Evictable(CPU primary, FileBacked secondary): evict() writes the values to
@@ -73,4 +73,8 @@ def main(mib: int, rounds: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 256, int(sys.argv[2]) if len(sys.argv) > 2 else 5)
+    # `--quick` (make test's bench-quick): 16 MiB, 2 rounds.
+    _quick = "--quick" in sys.argv
+    _args = [a for a in sys.argv[1:] if a != "--quick"]
+    main(int(_args[0]) if _args else (16 if _quick else 256),
+         int(_args[1]) if len(_args) > 1 else (2 if _quick else 5))

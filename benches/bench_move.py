@@ -2,7 +2,8 @@
 
     .venv/bin/python benches/bench_move.py [--quick]
 
-Build with `make build` (maturin --release) first. `--quick` runs 16 MiB only, fewer repeats.
+Build with `make build` (maturin --release) first. `--quick` runs 16 MiB only (32 MiB for move_async, 16 for the
+overlap), fewer repeats: it checks that every row runs (make test), its figures are rough.
 
 Issue 5 (blocking `sw.move`, grad mode off), at 16 MiB and 256 MiB of Float32 payload:
   CPU→FileBacked     fresh FileBacked + move          vs  ndarray.tofile(fresh path)
@@ -237,8 +238,7 @@ def _gapped_row(label: str, lay: sw.Layout, np_shape: tuple, np_strides: tuple,
 
 # ----- issue 6 --------------------------------------------------------------------------------
 
-def bench_async(repeats: int) -> None:
-    nbytes = 256 * MiB
+def bench_async(repeats: int, nbytes: int = 256 * MiB) -> None:
     n = nbytes // 4
     data = np.random.default_rng(2).standard_normal(n, dtype=np.float32)
     # The smallest move that still runs on the engine (larger than the caller-thread limit):
@@ -255,7 +255,7 @@ def bench_async(repeats: int) -> None:
     pairs = (("CPU→CPU", cpu_source, lambda count: sw.CPU(count, empty=True)),
              ("CPU→FileBacked", cpu_source, lambda count: sw.FileBacked(dtype=F32)),
              ("FileBacked→CPU", file_source, lambda count: sw.CPU(count, empty=True)))
-    print(f"  move_async of 256 MiB returns (best of {repeats}, caller wall / caller CPU time; goal < 50 µs):")
+    print(f"  move_async of {nbytes // MiB} MiB returns (best of {repeats}, caller wall / caller CPU time; goal < 50 µs):")
     for label, make_source, make_destination in pairs:
         runs: dict[str, list[tuple[float, float]]] = {"cold": [], "warm": []}
         completes, done_at_return = [], 0
@@ -474,8 +474,9 @@ def main(quick: bool) -> None:
             bench_gapped(nbytes, repeats)
             gc.collect()
         print("issue 6: move_async")
-        bench_async(repeats)
-        bench_overlap(repeats)
+        # --quick (make test's bench-quick) only checks that every row still runs: smaller.
+        bench_async(repeats, 32 * MiB if quick else 256 * MiB)
+        bench_overlap(repeats, 16 * MiB if quick else 64 * MiB)
         print("issue 10: the general move request")
         bench_general_request(repeats)
 

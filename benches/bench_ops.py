@@ -1,6 +1,6 @@
 """`add` and `sum` over 10^6 Float32 elements against NumPy, side by side (no assertions).
 
-    .venv/bin/python benches/bench_ops.py [elements]
+    .venv/bin/python benches/bench_ops.py [--quick] [elements]
 
 Build with `make build` (maturin --release) first: a debug build of the kernels is many
 times slower and says nothing about the design.
@@ -87,4 +87,6 @@ def main(n: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000)
+    # `--quick` (make test's bench-quick): 10^5 elements, so a broken bench shows in seconds.
+    _args = [a for a in sys.argv[1:] if a != "--quick"]
+    main(int(_args[0]) if _args else (100_000 if "--quick" in sys.argv else 1_000_000))

@@ -12,12 +12,14 @@ in https://ui.perfetto.dev or chrome://tracing. Layout of the timeline:
   (`"ph": "i"`) marks the completion on the thread that committed it.
 
 Times are microseconds since the earliest event (Chrome's unit); every event carries the
-profiler's own fields in `args`.
+profiler's own fields in `args` (`args.thread_id` is the profiler's `threading.get_ident()`).
+`tid` is the OS thread id (`threading.get_native_id()`) where the profiler noted it, and one
+`thread_name` metadata event (`"ph": "M"`) per thread labels the viewer's rows.
 """
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 __all__ = ["chrome_trace"]
 
@@ -26,9 +28,17 @@ def _class_name(cls: Any) -> str | None:
     return None if cls is None else f"{cls.__module__}.{cls.__qualname__}"
 
 
-def chrome_trace(events: Iterable[Any]) -> dict[str, Any]:
-    """The trace document of `ProfilerEvent`s (any objects with the 14 fields)."""
+def chrome_trace(events: Iterable[Any],
+                 threads: Mapping[int, tuple[int, str]] | None = None) -> dict[str, Any]:
+    """The trace document of `ProfilerEvent`s (any objects with the 14 fields). `threads`
+    maps an event's `thread_id` to (OS thread id, thread name); an unmapped thread keeps its
+    `thread_id` as `tid` and is named after it."""
     events = list(events)
+    threads = threads or {}
+
+    def tid(thread_id: int) -> int:
+        return threads[thread_id][0] if thread_id in threads else thread_id
+
     origin = min((e.start_time_ns for e in events), default=0)
     pid = os.getpid()
 
@@ -42,8 +52,8 @@ def chrome_trace(events: Iterable[Any]) -> dict[str, Any]:
                 "implementation_type": _class_name(e.implementation_type),
                 "destination_type": _class_name(e.destination_type),
                 "correlation_id": e.correlation_id, "succeeded": e.succeeded,
-                "self_time_ns": e.self_time_ns}
-        common = {"pid": pid, "tid": e.thread_id, "args": args}
+                "self_time_ns": e.self_time_ns, "thread_id": e.thread_id}
+        common = {"pid": pid, "tid": tid(e.thread_id), "args": args}
         if e.phase == "execute":
             trace.append({"name": e.name, "cat": "execute", "ph": "X", "ts": us(e.start_time_ns),
                           "dur": e.duration_ns / 1000.0, **common})
@@ -58,4 +68,8 @@ def chrome_trace(events: Iterable[Any]) -> dict[str, Any]:
                           "ts": end, **common})
             trace.append({"name": "move_complete", "cat": "move", "ph": "i", "s": "t", "ts": end,
                           **common})
+    for thread_id in sorted({e.thread_id for e in events}):
+        name = threads[thread_id][1] if thread_id in threads else f"thread {thread_id}"
+        trace.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid(thread_id),
+                      "args": {"name": name}})
     return {"traceEvents": trace, "displayTimeUnit": "ns"}

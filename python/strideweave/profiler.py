@@ -231,7 +231,7 @@ class Profiler:
             raise TypeError(f"path must be a str or os.PathLike, not {type(path).__name__}")
         from strideweave._chrome_trace import chrome_trace
 
-        document = chrome_trace(self.events())
+        document = chrome_trace(self.events(), dict(_THREADS))
         with open(path, "w", encoding="utf-8") as out:
             json.dump(document, out)
 
@@ -249,6 +249,21 @@ class Profiler:
         with self._lock:
             if self._state in (_ACTIVE, _EXITING):
                 self._events.append(event)
+
+
+# `threading.get_ident()` (an event's `thread_id`, §9) -> (OS thread id, thread name), noted by
+# the recording thread itself, so the Chrome trace can show real thread ids and names even for
+# threads that have exited since. A reused ident is overwritten by the newer thread, which is
+# the one that records under it from then on.
+_THREADS: dict[int, tuple[int, str]] = {}
+
+
+def _recording_thread() -> int:
+    """The current thread's `get_ident()`, noting its native id and name on first use."""
+    ident = threading.get_ident()
+    if ident not in _THREADS:
+        _THREADS[ident] = (threading.get_native_id(), threading.current_thread().name)
+    return ident
 
 
 def profile(*, carriers: Iterable[type] | None = None) -> Profiler:
@@ -291,7 +306,7 @@ class _ExecuteScope:
         if frame.id is not None:
             frame.profiler._record(ProfilerEvent(
                 frame.id, frame.parent_id, self._name, self._carrier_type, self._impl, None,
-                frame.start, duration, max(0, duration - frame.child_ns), threading.get_ident(),
+                frame.start, duration, max(0, duration - frame.child_ns), _recording_thread(),
                 exc_type is None, "execute", None, None))
         return None
 
@@ -351,7 +366,7 @@ def _move_submit_end(token: _MoveToken | None, handle: Any = None) -> None:
     duration = end - token.start
     p._record(ProfilerEvent(
         token.submit_id, token.parent_id, "move", token.source, token.implementation, None,
-        token.start, duration, duration, threading.get_ident(), True, "move_submit",
+        token.start, duration, duration, _recording_thread(), True, "move_submit",
         token.destination, token.submit_id))
     with p._lock:
         token.submit_end = end
@@ -369,9 +384,9 @@ def _move_complete(token: _MoveToken | None, succeeded: bool) -> None:
         if token.done or token.early is not None:
             return
         if token.submit_end is None:
-            token.early = (bool(succeeded), now, threading.get_ident())
+            token.early = (bool(succeeded), now, _recording_thread())
             return
-    _record_complete(token, bool(succeeded), now, threading.get_ident())
+    _record_complete(token, bool(succeeded), now, _recording_thread())
 
 
 def _record_complete(token: _MoveToken, succeeded: bool, when: int, thread_id: int) -> None:

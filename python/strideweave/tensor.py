@@ -6,6 +6,7 @@ rules live in `strideweave._autograd`; DLPack export lives in Rust (`_native.dlp
 """
 from __future__ import annotations
 
+import operator
 from typing import Any, NoReturn
 
 from strideweave import _native
@@ -265,6 +266,8 @@ class Tensor(_native._TensorBase):
             mode = layout[position:position + 1]
             mode_shape = mode.shape.top_level[0]
             mode_stride: Any = mode.stride.top_level[0]  # an int unless the mode is nested
+            if not isinstance(entry, (int, slice)) and hasattr(type(entry), "__index__"):
+                entry = _index_like(entry, position)  # np.int64 and the like, as ints (issue 26)
             if isinstance(entry, bool) or not isinstance(entry, (int, slice)):
                 raise TypeError(f"slicing key entry {position} must be an int or a slice, not {type(entry).__name__}")
             if isinstance(entry, int):
@@ -455,6 +458,15 @@ def _has_slice(key: Any) -> bool:
     if isinstance(key, slice):
         return True
     return isinstance(key, tuple) and any(isinstance(entry, slice) for entry in key)
+
+
+def _index_like(entry: Any, position: int) -> int:
+    """`operator.index(entry)`; a refusing `__index__` (numpy's bool) is the entry's TypeError."""
+    try:
+        return operator.index(entry)
+    except TypeError:
+        raise TypeError(f"slicing key entry {position} must be an int or a slice, "
+                        f"not {type(entry).__name__}") from None
 
 
 def _coordinate(key: Any) -> Any:

@@ -3,10 +3,11 @@
     python tests/wheel/install_and_run.py target/wheels
 
 Checks what a user of the wheel gets: the metadata (LICENSE, README long description,
-`Typing :: Typed`, Project-URLs, keywords), a stripped extension, `py.typed` and
+`Typing :: Typed`, classifiers through 3.13, no placeholder Project-URLs, the ray extra's
+compatible-release pin, keywords), a stripped extension, `py.typed` and
 `_native.pyi`, and that examples/demo.py runs against the installed package, from a directory
-outside the source tree. Uses python3.12 when one is installed (issue 13 asks for it), else
-the interpreter running this script, and says which.
+outside the source tree. Runs with the interpreter running this script, and also with
+python3.12 and python3.13 where installed (issues 13 and 26); a missing one is a printed skip.
 """
 import email
 import pathlib
@@ -65,8 +66,14 @@ def check_wheel(wheel: pathlib.Path) -> None:
     classifiers = metadata.get_all("Classifier") or []
     if "Typing :: Typed" not in classifiers:
         fail(f"no 'Typing :: Typed' classifier in {classifiers}")
-    if not metadata.get_all("Project-URL"):
-        fail("no Project-URL in the metadata")
+    # No URL at all is better than one that sends users nowhere (issue 26).
+    if any(".invalid" in url for url in metadata.get_all("Project-URL") or []):
+        fail(f"placeholder Project-URL in the metadata: {metadata.get_all('Project-URL')}")
+    for version in ("3.11", "3.12", "3.13"):
+        if f"Programming Language :: Python :: {version}" not in classifiers:
+            fail(f"no classifier for Python {version} in {classifiers}")
+    if not any(req.replace(" ", "").startswith("ray~=2.60;") for req in metadata.get_all("Requires-Dist") or []):
+        fail(f"the ray extra is not a compatible-release pin: {metadata.get_all('Requires-Dist')}")
     if not metadata.get("Keywords"):
         fail("no Keywords in the metadata")
     if not str(metadata.get("Description-Content-Type", "")).startswith("text/markdown") \
@@ -88,14 +95,34 @@ def runs(candidate: str | None) -> bool:
         [candidate, "-c", "import venv"], capture_output=True).returncode == 0
 
 
-def interpreter() -> str:
-    found = shutil.which("python3.12")
-    if runs(found):
-        assert found is not None
-        return found
-    print("wheel-test: no python3.12 on this machine (Debian 12 ships 3.11 only); "
-          f"using {sys.executable} ({sys.version.split()[0]}) for the fresh venv")
-    return sys.executable
+def interpreters() -> list[str]:
+    """The interpreter running this script, plus python3.12 and python3.13 where installed
+    (the classifiers claim them). A missing one is said, never downloaded."""
+    found = [sys.executable]
+    for version in ("3.12", "3.13"):
+        candidate = shutil.which(f"python{version}")
+        if runs(candidate) and sys.version_info[:2] != tuple(int(p) for p in version.split(".")):
+            assert candidate is not None
+            found.append(candidate)
+        elif sys.version_info[:2] != tuple(int(p) for p in version.split(".")):
+            print(f"wheel-test: skipping Python {version}: no python{version} interpreter on this machine")
+    return found
+
+
+def install_and_run(wheel: pathlib.Path, python: str, numpy_pin: str) -> None:
+    with tempfile.TemporaryDirectory(prefix="sw-wheel-") as tmp:
+        venv = pathlib.Path(tmp) / "venv"
+        subprocess.run([python, "-m", "venv", str(venv)], check=True)
+        py = str(venv / "bin" / "python")
+        subprocess.run([py, "-m", "pip", "install", "--quiet", str(wheel.resolve()), numpy_pin], check=True)
+        demo = pathlib.Path(tmp) / "demo.py"
+        shutil.copy(ROOT / "examples" / "demo.py", demo)
+        where = subprocess.run([py, "-c", "import strideweave, sys; print(strideweave.__file__, sys.version.split()[0])"],
+                               cwd=tmp, check=True, capture_output=True, text=True).stdout.split()
+        if not where[0].startswith(str(venv)):
+            fail(f"the fresh venv imported strideweave from {where[0]}, not from the wheel")
+        print(f"wheel-test: installed into a fresh Python {where[1]} venv; running the demo")
+        subprocess.run([py, str(demo)], cwd=tmp, check=True)
 
 
 def main() -> None:
@@ -106,19 +133,8 @@ def main() -> None:
     check_wheel(wheels[0])
     numpy_pin = next(line for line in (ROOT / "requirements-demo.txt").read_text().splitlines()
                      if line.startswith("numpy=="))
-    with tempfile.TemporaryDirectory(prefix="sw-wheel-") as tmp:
-        venv = pathlib.Path(tmp) / "venv"
-        subprocess.run([interpreter(), "-m", "venv", str(venv)], check=True)
-        py = str(venv / "bin" / "python")
-        subprocess.run([py, "-m", "pip", "install", "--quiet", str(wheels[0].resolve()), numpy_pin], check=True)
-        demo = pathlib.Path(tmp) / "demo.py"
-        shutil.copy(ROOT / "examples" / "demo.py", demo)
-        where = subprocess.run([py, "-c", "import strideweave, sys; print(strideweave.__file__, sys.version.split()[0])"],
-                               cwd=tmp, check=True, capture_output=True, text=True).stdout.split()
-        if not where[0].startswith(str(venv)):
-            fail(f"the fresh venv imported strideweave from {where[0]}, not from the wheel")
-        print(f"wheel-test: installed into a fresh Python {where[1]} venv; running the demo")
-        subprocess.run([py, str(demo)], cwd=tmp, check=True)
+    for python in interpreters():
+        install_and_run(wheels[0], python, numpy_pin)
     print("wheel-test: ok")
 
 

@@ -21,7 +21,11 @@ class CPU(RustBackedCarrier):
     the system cannot supply is a MemoryError.
 
     With `pointer=`, the carrier wraps `size` slots of caller-owned memory that it never
-    initialises or frees; the caller keeps that memory valid while the carrier is live.
+    copies, initialises or frees. Warning: the caller must keep that memory alive (not freed,
+    moved or resized) until the carrier is released and every tensor, move and DLPack export
+    using it has finished. The address of a temporary (`pointer=np.zeros(n).ctypes.data`)
+    makes the carrier silently read and write freed memory; keep a reference to the owner
+    (README, "Wrapping memory you own").
     Exports through DLPack as device (1, 0).
     """
 

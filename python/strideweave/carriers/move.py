@@ -21,7 +21,9 @@ import weakref
 from types import TracebackType
 from typing import Any, Callable, cast
 
-from strideweave import _autograd, _native, profiler
+import time
+
+from strideweave import _autograd, _move_log, _native, profiler
 from strideweave._autograd import Operation
 from strideweave.carriers import extension
 from strideweave.carriers.base import (RELEASING, SUBMIT_WINDOW, Allocatable, Carrier, not_a_carrier,
@@ -424,7 +426,8 @@ _MoveRequest = _native.MoveRequest
 _native.configure_move_request({
     "tensor": Tensor, "carrier": Carrier, "await_move": AwaitMove, "not_a_carrier": not_a_carrier,
     "releasing": RELEASING, "grows_when_empty": _grows_when_empty,
-    "allocatable": Allocatable, "attach_result": _autograd.attach_result, "move_complete": profiler._move_complete,
+    "allocatable": Allocatable, "attach_result": _autograd.attach_result,
+    "move_complete": _move_log.completion_hook(profiler._move_complete),
     "slot_bytes": _slot_bytes,
 })
 
@@ -468,7 +471,8 @@ def _initiate(tensor: Any, destination: Any, *, between_tiers: bool = False, rou
     take_claims(request, ((source, "source", "move"), (destination, "destination", "move into")))
     try:
         if not between_tiers:
-            request.token = profiler._move_submit_begin(type(source), type(destination), implementation)
+            request.token = _move_log.begin(profiler._move_submit_begin(type(source), type(destination), implementation),
+                                            source, destination, implementation, request.cosize * _slot_bytes(tensor.dtype()))
         if grow:
             if extension.is_definition_backed(destination):
                 extension.allocate_destination(destination, request.cosize)
@@ -491,14 +495,14 @@ def _initiate(tensor: Any, destination: Any, *, between_tiers: bool = False, rou
             op._sw_move = _MoveState(source, destination, tensor.layout, reverse)
     except BaseException:
         request.abandon()
-        profiler._move_submit_abort(request.token)
+        profiler._move_submit_abort(_move_log.profiler_token(request.token))
         raise
     try:
         _submit(request, op, prepared)
     except BaseException as exc:  # noqa: BLE001 - past the claims, every failure is terminal
         request.commit(exc)
     if not between_tiers:
-        profiler._move_submit_end(request.token, request.handle)
+        profiler._move_submit_end(_move_log.profiler_token(request.token), request.handle)
     return request
 
 
@@ -590,7 +594,7 @@ def move_async(tensor: Tensor, destination: Carrier) -> AwaitMove:
     # A bulk move between exact built-in carriers is initiated whole in one native call (see
     # crates/strideweave-py/src/async_move.rs); it returns None, having changed nothing,
     # whenever the request below must decide.
-    handle = _native.move_async_builtin(tensor, destination)
+    handle = None if _move_log.enabled() else _native.move_async_builtin(tensor, destination)
     if handle is not None:
         return cast(AwaitMove, handle)
     return _initiate(tensor, destination).handle
@@ -601,7 +605,7 @@ def move(tensor: Tensor, destination: Carrier) -> Tensor:
     # A small move between exact CPU carriers runs whole in one native call (see
     # crates/strideweave-py/src/inline_move.rs); it returns None, having changed nothing,
     # whenever the request below must decide.
-    moved = _native.move_inline(tensor, destination)
+    moved = None if _move_log.enabled() else _native.move_inline(tensor, destination)
     if moved is not None:
         return cast(Tensor, moved)
     return move_async(tensor, destination).wait()
@@ -609,8 +613,16 @@ def move(tensor: Tensor, destination: Carrier) -> Tensor:
 
 def _move_between_tiers(tensor: Tensor, destination: Carrier) -> Tensor:
     """Framework-internal move for composite carriers (Evictable residency transitions): the
-    same route and transfer, no autograd node, no profiling, ownership handled by the owner."""
-    return _initiate(tensor, destination, between_tiers=True).handle.wait()
+    same route and transfer, no autograd node, no profiling, ownership handled by the owner.
+    Each is one residency change, logged by `_move_log.residency`."""
+    start = time.perf_counter_ns()
+    try:
+        moved = _initiate(tensor, destination, between_tiers=True).handle.wait()
+    except BaseException as exc:
+        _move_log.residency(tensor.carrier, destination, tensor.layout.cosize * _slot_bytes(tensor.dtype()), start, exc)
+        raise
+    _move_log.residency(tensor.carrier, destination, tensor.layout.cosize * _slot_bytes(tensor.dtype()), start, None)
+    return moved
 
 
 def _start_move_between_tiers(tensor: Tensor, destination: Carrier) -> AwaitMove:

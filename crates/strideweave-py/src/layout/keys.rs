@@ -41,8 +41,30 @@ impl<'py> KeyNode for PyKey<'py> {
         if let Ok(l) = o.cast::<PyList>() {
             return Ok(KeyView::Seq(PyKeySeq::List(l.clone())));
         }
-        Err(bad_key_type(o))
+        match index_like(o) {
+            Some(Ok(i)) => i
+                .extract::<i64>()
+                .map(KeyView::Int)
+                .map_err(|_| LayoutError::CoordinateBeyond64Bits { coordinate: i.to_string() }),
+            _ => Err(bad_key_type(o)),
+        }
     }
+}
+
+/// `operator.index(o)` for an index-like object that is not an int (`np.int64`, any type with
+/// `__index__`), so such keys are accepted wherever an int is (issue 26); `None` when `o` has
+/// no `__index__`, `Some(Err)` when its `__index__` raised (numpy's bool does). Only reached
+/// after the int, tuple and list tests, so plain int keys never pay for it.
+pub(super) fn index_like<'py>(o: &Bound<'py, PyAny>) -> Option<PyResult<Bound<'py, PyInt>>> {
+    // SAFETY: `o` is a valid object reference held through the GIL for the call;
+    // PyIndex_Check only reads its type's slots.
+    if unsafe { pyo3::ffi::PyIndex_Check(o.as_ptr()) } == 0 {
+        return None;
+    }
+    // SAFETY: as above; PyNumber_Index returns a new reference to an int or NULL with an
+    // exception set, which from_owned_ptr_or_err turns into an owned Bound or a PyErr.
+    let index = unsafe { Bound::from_owned_ptr_or_err(o.py(), pyo3::ffi::PyNumber_Index(o.as_ptr())) };
+    Some(index.and_then(|i| i.cast_into::<PyInt>().map_err(PyErr::from)))
 }
 
 impl<'py> KeySeq for PyKeySeq<'py> {
@@ -87,7 +109,10 @@ fn find_bad_key_type(key: &Bound<'_, PyAny>, depth: usize) -> Option<LayoutError
     if let Ok(l) = key.cast::<PyList>() {
         return l.iter().find_map(|item| find_bad_key_type(&item, depth + 1));
     }
-    Some(bad_key_type(key))
+    match index_like(key) {
+        Some(Ok(_)) => None,
+        _ => Some(bad_key_type(key)),
+    }
 }
 
 /// Runs `walk` over the Python `key` (read in place) and returns the index it computes; on a

@@ -69,7 +69,13 @@ pub(super) fn select_modes<T: TopLevelModes>(core: &T, key: &Bound<'_, PyAny>, c
     if key.is_instance_of::<PyBool>() {
         return Err(PyTypeError::new_err(format!("{class} indices must be int or slice, not bool")));
     }
-    if let Ok(i) = key.cast::<PyInt>() {
+    // An index-like key (`np.int64`, any `__index__`) selects as its int does (issue 26).
+    let index = match key.cast::<PyInt>() {
+        Ok(i) => Some(i.clone()),
+        Err(_) if key.cast::<PySlice>().is_err() => super::keys::index_like(key).and_then(Result::ok),
+        Err(_) => None,
+    };
+    if let Some(i) = index {
         let i = i
             .extract::<i64>()
             .map_err(|_| PyIndexError::new_err(format!("{class} index {key} out of range for rank {rank}")))?;

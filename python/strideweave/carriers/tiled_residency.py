@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any, Iterable, Protocol
+from typing import Any, Iterable, Protocol, cast
 
 from strideweave import _autograd, _native
 from strideweave.carriers import tiled_bulk, tiled_tiles
@@ -299,7 +299,7 @@ def project(c: Any, tensor: Any, selection: Any, destination: Carrier | None) ->
                 from strideweave.carriers.extension import allocate_destination
                 allocate_destination(destination, total)
             elif isinstance(destination, Allocatable):  # check_projection grows no other kind
-                destination._sw_allocate_claimed(claim, total)
+                Carrier._sw_allocate_claimed(cast(Carrier, destination), claim, total)
         handle = _native.new_completion(AwaitProjection)
     except BaseException:
         if claimed is not None:

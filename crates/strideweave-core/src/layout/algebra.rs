@@ -2,7 +2,7 @@
 //! complement, logical divide and product with their zipped / tiled / blocked / raked forms,
 //! and the right and left inverses.
 //!
-//! Semantics are CuTe's (column-major, first mode fastest). The algebra works on [`Cute`], a
+//! Semantics are CuTe's (column-major, first mode fastest). The algebra works on `Cute`, a
 //! small recursive value in which a rank-1 layout with an integer mode is CuTe's *integer*
 //! layout `s:d` and anything else is a tuple of modes; results convert back to [`Layout`]
 //! (whose top level is always a tuple, so an integer result `s:d` becomes `(s,):(d,)`).

@@ -160,27 +160,57 @@ pub enum LayoutError {
     KeyComponentUnreadable(String),
     /// Composition: a stride of B and an extent of A, neither dividing the other.
     #[error("composition needs stride divisibility: stride {stride} and extent {extent} do not divide one another")]
-    CompositionStrideNotDivisible { stride: i64, extent: i64 },
+    CompositionStrideNotDivisible {
+        /// The stride of B.
+        stride: i64,
+        /// The extent of A it meets.
+        extent: i64,
+    },
     /// Composition: B's remaining extent not divisible by the part one of A's modes takes.
     #[error("composition needs shape divisibility: extent {shape} is not divisible by {extent}")]
-    CompositionShapeNotDivisible { shape: i64, extent: i64 },
+    CompositionShapeNotDivisible {
+        /// B's remaining extent.
+        shape: i64,
+        /// The part of A's mode it should divide into.
+        extent: i64,
+    },
     /// Complement of a layout two of whose modes overlap.
     #[error(
         "complement needs an injective layout: stride {stride} falls inside the {reached} indices already reached"
     )]
-    ComplementNotInjective { stride: i64, reached: i64 },
+    ComplementNotInjective {
+        /// The stride that overlaps.
+        stride: i64,
+        /// How many indices the smaller modes already reach.
+        reached: i64,
+    },
     /// Complement: a stride that is not a multiple of what the smaller modes reach.
     #[error("complement needs stride divisibility: stride {stride} is not a multiple of {reached}, what the smaller modes reach")]
-    ComplementStrideNotDivisible { stride: i64, reached: i64 },
+    ComplementStrideNotDivisible {
+        /// The stride that is not a multiple.
+        stride: i64,
+        /// How many indices the smaller modes reach.
+        reached: i64,
+    },
     /// A left inverse of a layout that maps two coordinates to one index.
     #[error("left_inverse needs an injective layout")]
     NotInjective,
     /// A tuple tiler with more modes than the layout.
     #[error("tiler has {tiler} modes but the layout has rank {rank}")]
-    TilerRankExceedsLayout { tiler: usize, rank: usize },
+    TilerRankExceedsLayout {
+        /// The tiler's mode count.
+        tiler: usize,
+        /// The layout's rank.
+        rank: usize,
+    },
     /// A coalesce profile with more modes than the layout level.
     #[error("profile has {profile} modes but the layout has rank {rank}")]
-    ProfileRankExceedsLayout { profile: usize, rank: usize },
+    ProfileRankExceedsLayout {
+        /// The profile's mode count.
+        profile: usize,
+        /// The layout level's rank.
+        rank: usize,
+    },
 }
 
 /// Checked product of `values`; `None` when it leaves signed 64 bits.

@@ -13,8 +13,9 @@ worker commit) are taken only when `enabled()` is False, one `Logger.isEnabledFo
 (logging caches its answer per level and clears the cache on every `setLevel`, so a level
 set later applies at the next move). When it is True, moves take the Python request, whose
 commit calls `move_complete` (the hook `configure_move_request` registers), the way an
-active profiler does. A failed move warns while its record is being made, that is while
-`strideweave.move` is at DEBUG; a failed residency change always warns.
+active profiler does. A failed move always warns: with its pair and route from the commit
+while `strideweave.move` is at DEBUG, else from the handle's failure (`AwaitMove._fail`,
+with its byte count); a failed residency change always warns.
 
 Imports only the standard library: `carriers/move.py` imports it.
 """
@@ -92,6 +93,11 @@ def completion_hook(profiler_complete: Callable[[Any, bool], None]) -> Callable[
             MOVE_LOG.debug(_describe(token))
 
     return move_complete
+
+
+def failed(nbytes: int, error: BaseException) -> None:
+    """A move that was not logged at DEBUG failed (`AwaitMove._fail`): its WARNING."""
+    MOVE_LOG.warning("failed move of %d bytes: %s: %s", nbytes, type(error).__name__, error)
 
 
 def residency(source: Any, destination: Any, nbytes: int, start_ns: int, error: BaseException | None) -> None:

@@ -275,6 +275,9 @@ class Tensor(_native._TensorBase):
                     raise ValueError(f"slicing key entry {position} = {entry} is outside [0, {mode.size})")
                 offset += mode.index(entry)
                 continue
+            entry = slice(*(_index_like(part, position) if part is not None and not isinstance(part, int)
+                            and hasattr(type(part), "__index__") else part
+                            for part in (entry.start, entry.stop, entry.step)))
             for part in (entry.start, entry.stop, entry.step):
                 if part is not None and (isinstance(part, bool) or not isinstance(part, int)):
                     raise TypeError(f"slice bounds of entry {position} must be ints or None")

@@ -615,17 +615,21 @@ def _move_between_tiers(tensor: Tensor, destination: Carrier) -> Tensor:
     """Framework-internal move for composite carriers (Evictable residency transitions): the
     same route and transfer, no autograd node, no profiling, ownership handled by the owner.
     Each is one residency change, logged by `_move_log.residency`."""
-    start = time.perf_counter_ns()
-    try:
-        moved = _initiate(tensor, destination, between_tiers=True).handle.wait()
-    except BaseException as exc:
-        _move_log.residency(tensor.carrier, destination, tensor.layout.cosize * _slot_bytes(tensor.dtype()), start, exc)
-        raise
-    _move_log.residency(tensor.carrier, destination, tensor.layout.cosize * _slot_bytes(tensor.dtype()), start, None)
-    return moved
+    return _start_move_between_tiers(tensor, destination).wait()
 
 
 def _start_move_between_tiers(tensor: Tensor, destination: Carrier) -> AwaitMove:
     """`_move_between_tiers` without the wait: the request's handle, for a composite's
-    asynchronous residency transition (Evictable.promote_async/evict_async)."""
-    return _initiate(tensor, destination, between_tiers=True).handle
+    asynchronous residency transition (Evictable.promote_async/evict_async). The residency
+    record is made when the move ends, before any callback the composite registers after."""
+    source = tensor.carrier
+    nbytes = tensor.layout.cosize * _slot_bytes(tensor.dtype())
+    start = time.perf_counter_ns()
+    try:
+        handle = _initiate(tensor, destination, between_tiers=True).handle
+    except BaseException as exc:
+        _move_log.residency(source, destination, nbytes, start, exc)
+        raise
+    handle._add_done_callback(
+        lambda done: _move_log.residency(source, destination, nbytes, start, done.exception(timeout=0)))
+    return handle

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from strideweave import _autograd, _native
+from strideweave import _autograd, _move_log, _native
 from strideweave.carriers.cpu import CPU
 from strideweave.carriers.file_backed import FileBacked
 from strideweave.tensor import Tensor
@@ -39,6 +39,14 @@ class AwaitMove(AwaitResult[Tensor]):
     def bytes_total(self) -> int:
         """Bytes of the moved span (`layout.cosize` times the dtype's slot size)."""
         return self._progress.total
+
+    def _fail(self, exc: BaseException) -> bool:
+        """The move's terminal failure; it is also a WARNING on `strideweave.move`, whatever
+        the level (a request logged at DEBUG has already warned with its pair and route)."""
+        failed = super()._fail(exc)
+        if failed and not _move_log.enabled():
+            _move_log.failed(self._progress.total, exc)
+        return failed
 
 
 

@@ -99,3 +99,14 @@ def test_evict_and_promote_each_log_a_residency_change(caplog):
 def test_the_loggers_are_children_of_the_package_logger():
     assert logging.getLogger("strideweave.move").parent is logging.getLogger("strideweave")
     assert logging.getLogger("strideweave.residency").parent is logging.getLogger("strideweave")
+
+
+def test_a_failed_move_warns_with_debug_off(caplog):
+    caplog.set_level(logging.WARNING, logger="strideweave.move")
+    with registered_move_operation(MyCPU, MyFile, Exploding):
+        src = MyCPU(2)
+        with pytest.raises(OSError, match="disk on fire"):
+            sw.move(flat(src), MyFile(dtype=F32))
+    [record] = move_records(caplog)
+    assert record.levelno == logging.WARNING
+    assert record.getMessage() == "failed move of 8 bytes: OSError: disk on fire"

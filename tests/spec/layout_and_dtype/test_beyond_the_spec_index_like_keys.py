@@ -98,3 +98,14 @@ def test_slicing_keys(index):
     assert t[:, index(2)].tolist() == t[:, 2].tolist() == [4.0, 5.0]
     with pytest.raises(TypeError):
         t[np.True_, :]
+
+
+def test_index_like_slice_bounds():
+    c = sw.CPU(6)
+    for i in range(6):
+        c[i] = float(i)
+    t = sw.Tensor(c, 0, sw.Layout(sw.Shape([6]), sw.Stride([1])))
+    view = t[np.int64(1):np.int64(5):np.int64(2)]
+    assert view.tolist() == [1.0, 3.0]
+    with pytest.raises(TypeError):
+        t[np.bool_(True):4]

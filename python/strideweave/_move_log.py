@@ -97,7 +97,9 @@ def completion_hook(profiler_complete: Callable[[Any, bool], None]) -> Callable[
 
 def failed(nbytes: int, error: BaseException) -> None:
     """A move that was not logged at DEBUG failed (`AwaitMove._fail`): its WARNING."""
-    MOVE_LOG.warning("failed move of %d bytes: %s: %s", nbytes, type(error).__name__, error)
+    # The record keeps its arguments (pytest's capture, a buffering handler): a string, not the
+    # exception, whose traceback would keep the failed request and its carriers alive.
+    MOVE_LOG.warning("failed move of %d bytes: %s", nbytes, f"{type(error).__name__}: {error}")
 
 
 def residency(source: Any, destination: Any, nbytes: int, start_ns: int, error: BaseException | None) -> None:
@@ -110,4 +112,4 @@ def residency(source: Any, destination: Any, nbytes: int, start_ns: int, error: 
     if error is None:
         RESIDENCY_LOG.debug(text)
     else:
-        RESIDENCY_LOG.warning("failed %s: %s", text, error)
+        RESIDENCY_LOG.warning("failed %s: %s", text, str(error))  # a string: see `failed`

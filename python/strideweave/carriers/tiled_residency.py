@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from typing import Any, Iterable, Protocol, cast
 
-from strideweave import _autograd, _native
+from strideweave import _autograd, _move_log, _native
 from strideweave.carriers import tiled_bulk, tiled_tiles
 from strideweave.carriers.base import RELEASING, Allocatable, Carrier, drop_claims, not_a_carrier, take_claim
 from strideweave.carriers.dtype import DType
 from strideweave.carriers.extension import PreparedTransfer, Unsupported, is_definition_backed
-from strideweave.carriers.move import AwaitResult
+from strideweave.carriers.move import AwaitResult, _slot_bytes
 from strideweave.carriers.tiled_tiles import Tile
 from strideweave.carriers.tiled_types import (PRIMARY, AwaitProjection, AwaitResidency, TileSelection,
                                               TileSet, _release_quietly)
@@ -143,9 +144,12 @@ def residency(c: Any, tiles: Any, target: str) -> AwaitResidency:
               and tiled_bulk.native_storage(prototype) is not None
               and tiled_bulk.native_storage(source_tier) is not None)
 
+    nbytes = len(copying) * c._tile_size * _slot_bytes(c.dtype())
+
     def job() -> None:
         staged: list[Tile] = []
         copies: list[Carrier] = []
+        start = time.perf_counter_ns()
         try:
             if copying and not (native and _stage_native(c, copying, c._makers[target], staged)):
                 _stage_moves(c, copying, prototype, source_tier, staged, copies)
@@ -154,8 +158,11 @@ def residency(c: Any, tiles: Any, target: str) -> AwaitResidency:
             tiled_tiles.release_tiles(staged, c._ownership)
             for copy in copies:
                 _release_quietly(copy)
+            _move_log.residency(source_tier, prototype, nbytes, start, exc)
             _finish(c, requested, handle, exc)
             return
+        # One residency change: the tiles copied (clean tiles evicted without a copy count 0).
+        _move_log.residency(source_tier, prototype, nbytes, start, None)
         _finish(c, requested, handle, None)
 
     try:

@@ -110,3 +110,16 @@ def test_a_failed_move_warns_with_debug_off(caplog):
     [record] = move_records(caplog)
     assert record.levelno == logging.WARNING
     assert record.getMessage() == "failed move of 8 bytes: OSError: disk on fire"
+
+
+def test_a_tiled_evict_and_promote_each_log_a_residency_change(caplog):
+    from strideweave.carriers.tiled_evictable import TiledEvictable, TileSet
+    caplog.set_level(logging.DEBUG, logger="strideweave.residency")
+    te = TiledEvictable(cpu(4), sw.FileBacked(dtype=F32), (2,), (2,))
+    te.evict(TileSet([(0,), (1,)]))
+    te.promote(TileSet([(1,)]))
+    assert [te[i] for i in range(4)] == [0.0, 1.0, 2.0, 3.0]
+    records = [r.getMessage() for r in caplog.records if r.name == "strideweave.residency"]
+    assert len(records) == 2, records
+    assert re.match(r"^residency move CPU -> FileBacked: 16 bytes in [0-9.]+ ms$", records[0])
+    assert re.match(r"^residency move FileBacked -> CPU: 8 bytes in [0-9.]+ ms$", records[1])

@@ -71,3 +71,12 @@ def start(values, completion):
     with sw.no_grad():
         handle = sw.move_async(t, dest)
     return t, dest, handle
+
+
+def pending_handle(values=(1.0, 2.0), failure=None):
+    """A pending public AwaitMove of `values` and the gate that completes it (with `failure`,
+    its terminal failure)."""
+    completion = GateCompletion(failure)
+    t, dest, handle = start(list(values), completion)
+    assert handle.done is False
+    return handle, completion.gate

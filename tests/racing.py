@@ -77,6 +77,31 @@ def one_source_won_each_race(outcomes, sources, final, step):
             assert unclaimed(s.carrier)
 
 
+def release_repeatedly_during(action, carriers):
+    """Run `action` on one thread while the other THREADS - 1 call `release()` on `carriers`
+    (in turn) again and again until it has returned: the window is whatever `action` commits
+    last. Returns (`run_together`'s outcomes, the messages of the refused releases)."""
+    finished = []
+    refusals = []
+
+    def attack(carrier):
+        def go():
+            while not finished:
+                try:
+                    carrier.release()
+                except RuntimeError as exc:
+                    refusals.append(str(exc))
+        return go
+
+    def run_action():
+        try:
+            action()
+        finally:
+            finished.append(True)
+    outcomes = run_together([run_action] + [attack(carriers[k % len(carriers)]) for k in range(THREADS - 1)])
+    return outcomes, refusals
+
+
 def accepts_release(carrier):
     """True when `carrier` takes release() (and is then released): no pending move holds it.
     False while one does (release() raises RuntimeError there), so it can be polled."""

@@ -33,10 +33,10 @@ use crate::carrier_state::drop_claim;
 use crate::commit::MoveCommit;
 use crate::engine::{new_handle, AwaitResult};
 use crate::inline_move::{
-    carriers_accept, claim_both, config, exact_single_view, profiling, BuiltinPair, Config, Held,
+    carriers_accept, claim_both, config, exact_single_view, profiling, result_view, BuiltinPair, Config, Held,
 };
 use crate::jobs::submit_committing;
-use crate::tensor_base::{TensorBase, View};
+use crate::tensor_base::View;
 use crate::transfer::{LayoutJob, SpanJob, TransferProgress};
 
 /// The request's effects so far, undone on drop unless `keep` was called: both claims, and a
@@ -196,13 +196,7 @@ fn move_async_builtin(
         return Ok(None); // the Python request submits it and fails its handle with the error
     };
     handle.setattr(intern!(py, "_progress"), &progress)?;
-    let output = TensorBase::new_view(
-        cfg.tensor.bind(py),
-        dst.clone().into_any().unbind(),
-        0,
-        view.layout.clone_ref(py),
-        view.dtype.clone_ref(py),
-    )?;
+    let output = result_view(cfg, dst, view)?;
     // The node is attached to the result before the copy starts (nobody can reach the result
     // until the handle completes); a failure clears it (`MoveRollback`).
     let node = if recording { Some(cfg.record.bind(py).call1((tensor, &output))?.unbind()) } else { None };

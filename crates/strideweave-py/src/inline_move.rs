@@ -284,6 +284,23 @@ pub(crate) fn exact_single_view<'a>(cfg: &Config, tensor: &'a Bound<'_, PyAny>) 
     t.get().view().ok().filter(|view| view.single)
 }
 
+/// The moved Tensor both native moves publish: a `Tensor` over `destination` at offset 0
+/// with the source view's layout and dtype.
+pub(crate) fn result_view<'py>(
+    cfg: &Config,
+    destination: &Bound<'py, CarrierBase>,
+    view: &View,
+) -> PyResult<Bound<'py, TensorBase>> {
+    let py = destination.py();
+    TensorBase::new_view(
+        cfg.tensor.bind(py),
+        destination.clone().into_any().unbind(),
+        0,
+        view.layout.clone_ref(py),
+        view.dtype.clone_ref(py),
+    )
+}
+
 /// The prepared copy, both carriers already claimed.
 struct Claimed<'py> {
     source: Bound<'py, CarrierBase>,
@@ -399,13 +416,7 @@ fn move_inline(
     let (_, held) = src.get().state().release_claimed();
     drop(held);
     drop(dst.get().state().drop_claim_if(ours));
-    let output = TensorBase::new_view(
-        cfg.tensor.bind(py),
-        dst.clone().into_any().unbind(),
-        0,
-        view.layout.clone_ref(py),
-        view.dtype.clone_ref(py),
-    )?;
+    let output = result_view(cfg, &dst, view)?;
     if recording {
         // The node the Python request records at initiation and attaches at its commit;
         // recording reads the source's version, which the move does not change.

@@ -18,18 +18,10 @@ import pytest
 import strideweave as sw
 from strideweave import CPU
 from gated_moves import PREPARED, GateCompletion, gated_tensor
+from gated_moves import pending_handle as start
 
 BOUND = 30.0  # seconds; a safety net against hangs, never a speed requirement
 
-
-def start(values=(1.0, 2.0), failure=None):
-    """A pending public AwaitMove and the gate that completes it."""
-    completion = GateCompletion(failure)
-    PREPARED.append(completion)
-    with sw.no_grad():
-        handle = sw.move_async(gated_tensor(list(values)), CPU(len(values)))
-    assert handle.done is False
-    return handle, completion.gate
 
 
 # ----- wait(timeout=) and exception(timeout=) -------------------------------------------------

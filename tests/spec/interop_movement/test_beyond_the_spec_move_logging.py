@@ -73,12 +73,16 @@ class Exploding(sw.MoveOperation):
         raise OSError("disk on fire")
 
 
+def fail_a_move():
+    """A move of 8 bytes whose `_copy` raises OSError."""
+    with registered_move_operation(MyCPU, MyFile, Exploding):
+        with pytest.raises(OSError, match="disk on fire"):
+            sw.move(flat(MyCPU(2)), MyFile(dtype=F32))
+
+
 def test_a_failed_move_logs_a_warning(caplog):
     caplog.set_level(logging.DEBUG, logger="strideweave.move")
-    with registered_move_operation(MyCPU, MyFile, Exploding):
-        src = MyCPU(2)
-        with pytest.raises(OSError, match="disk on fire"):
-            sw.move(flat(src), MyFile(dtype=F32))
+    fail_a_move()
     [record] = move_records(caplog)
     assert record.levelno == logging.WARNING
     assert record.getMessage().startswith("failed move MyCPU -> MyFile: 8 bytes via Exploding")
@@ -103,10 +107,7 @@ def test_the_loggers_are_children_of_the_package_logger():
 
 def test_a_failed_move_warns_with_debug_off(caplog):
     caplog.set_level(logging.WARNING, logger="strideweave.move")
-    with registered_move_operation(MyCPU, MyFile, Exploding):
-        src = MyCPU(2)
-        with pytest.raises(OSError, match="disk on fire"):
-            sw.move(flat(src), MyFile(dtype=F32))
+    fail_a_move()
     [record] = move_records(caplog)
     assert record.levelno == logging.WARNING
     assert record.getMessage() == "failed move of 8 bytes: OSError: disk on fire"

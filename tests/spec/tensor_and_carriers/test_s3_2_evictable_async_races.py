@@ -7,7 +7,7 @@ eviction is written back), and nothing stays claimed."""
 import pytest
 
 import strideweave as sw
-from racing import (THREADS, accepts_release, frequent_thread_switches, messages, ok,  # noqa: F401 (autouse fixture)
+from racing import (THREADS, accepts_release, release_repeatedly_during, frequent_thread_switches, messages, ok,  # noqa: F401 (autouse fixture)
                     raised, run_together)
 
 F32 = sw.DType.Float32
@@ -138,24 +138,7 @@ def test_a_release_of_a_tier_object_racing_an_async_transition_never_bricks_the_
     for _ in range(ROUNDS):
         ev = evictable(retain_clean, evicted=evicted, cycled=state == "cycled")
         tiers = [ev.primary, ev.secondary]
-        finished = []
-        refusals = []
-
-        def attack(tier):
-            def go():
-                while not finished:
-                    try:
-                        tier.release()
-                    except RuntimeError as exc:
-                        refusals.append(str(exc))
-            return go
-
-        def run_transition():
-            try:
-                (ev.promote_async if evicted else ev.evict_async)().wait(60)
-            finally:
-                finished.append(True)
-        outcomes = run_together([run_transition] + [attack(tiers[k % 2]) for k in range(THREADS - 1)])
+        outcomes, refusals = release_repeatedly_during(lambda: (ev.promote_async if evicted else ev.evict_async)().wait(60), tiers)
         assert not raised(outcomes), raised(outcomes)
         assert all("owned by Evictable" in m or "released" in m for m in refusals), set(refusals)
         assert ev.is_evicted() != evicted

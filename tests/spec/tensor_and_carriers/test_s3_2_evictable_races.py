@@ -10,7 +10,7 @@ a carrier nobody claims accepts `release()`)."""
 import pytest
 
 import strideweave as sw
-from racing import (THREADS, accepts_release, frequent_thread_switches, messages, ok,  # noqa: F401 (autouse fixture)
+from racing import (THREADS, accepts_release, release_repeatedly_during, frequent_thread_switches, messages, ok,  # noqa: F401 (autouse fixture)
                      raised, run_together)
 
 F32 = sw.DType.Float32
@@ -206,25 +206,7 @@ def test_a_release_of_a_tier_object_racing_a_transition_never_bricks_the_evictab
         ev = evictable(evicted)
         tiers = [ev.primary, ev.secondary]
         transition = ev.promote if evicted else ev.evict
-        finished = []
-        refusals = []
-
-        def attack(tier):
-            # Again and again until the transition has returned: the window is its commit.
-            def go():
-                while not finished:
-                    try:
-                        tier.release()
-                    except RuntimeError as exc:
-                        refusals.append(str(exc))
-            return go
-
-        def run_transition():
-            try:
-                transition()
-            finally:
-                finished.append(True)
-        outcomes = run_together([run_transition] + [attack(tiers[k % 2]) for k in range(THREADS - 1)])
+        outcomes, refusals = release_repeatedly_during(transition, tiers)
         assert not raised(outcomes), raised(outcomes)
         assert all("owned by Evictable" in m or "released" in m for m in refusals), set(refusals)
         assert ev.is_evicted() != evicted and not ev.is_released()

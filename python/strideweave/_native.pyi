@@ -46,7 +46,7 @@ __all__ = ["__version__", "Shape", "Stride", "Layout", "HostStorage", "FileStora
            "submit_place_blocks", "release_storages", "FileSlab", "FileRegion", "copy_buffer_to_host",
            "configure_inline_move", "set_default_route", "forget_default_routes", "move_async_builtin",
            "MoveRollback", "count_active_profilers", "grad_enabled", "set_grad_enabled", "move_inline", "MoveCommit", "submit_prefault",
-           "MoveRequest", "configure_move_request"]
+           "MoveRequest", "configure_move_request", "configure_element_access"]
 
 class _IntTree:
     """What Shape and Stride share (stub only: at run time each is its own class, and
@@ -225,6 +225,8 @@ class AwaitResult(Generic[_T]):
     handle)."""
     @property
     def done(self) -> bool: ...
+    @property
+    def _progress(self) -> TransferProgress | None: ...
     def wait(self, timeout: float | None = None) -> _T: ...
     def result(self, timeout: float | None = None) -> _T: ...
     def exception(self, timeout: float | None = None) -> BaseException | None: ...
@@ -472,6 +474,7 @@ class MoveCommit:
 
 # The move request of every move the native moves do not take whole (move_request.rs).
 def configure_move_request(hooks: dict[str, Any]) -> None: ...
+def configure_element_access(hooks: dict[str, Any]) -> None: ...
 
 @final
 class MoveRequest:

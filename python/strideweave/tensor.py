@@ -10,6 +10,7 @@ import operator
 from typing import Any, NoReturn
 
 from strideweave import _native
+from strideweave.carriers import _builtin
 from strideweave.carriers.base import Carrier, not_a_carrier
 from strideweave.carriers.dtype import DType
 from strideweave.core import representation
@@ -483,3 +484,12 @@ def _select(layout: Layout, keep: list[int]) -> Layout:
     for i in keep:
         out = out + layout[i:i + 1]
     return out
+
+
+# The functions the native element path calls, named here once so that a rename fails this
+# import, not an access (the binding reads no private attribute by name).
+_native.configure_element_access({
+    "getitem": Tensor._sw_getitem, "setitem": Tensor._sw_setitem,
+    "keeps_builtin_element_path": _builtin.keeps_builtin_element_path,
+    "keeps_builtin_mutability": _builtin.keeps_builtin_mutability,
+})

@@ -4,8 +4,8 @@
 //! access in one call, with no allocation on success beyond the Python value returned.
 //!
 //! The native path is taken only for a one-subtensor view over a carrier of a built-in class
-//! that does not override the element hooks (`_sw_fast_access`, decided once per class when
-//! the class is created). Everything else goes to the Python reference path
+//! that does not override the element hooks (`keeps_builtin_element_path`, decided once per
+//! class when the class is created). Everything else goes to the Python reference path
 //! (`Tensor._sw_getitem` / `_sw_setitem`), which runs the public hooks in the contract's
 //! order. A read needs a live carrier. A write is a state transition: it needs the carrier
 //! live, unowned, unclaimed and mutable (the lock-free reads of `_CarrierBase`'s state cell),
@@ -19,9 +19,11 @@
 //! wording) before the value (TypeError/OverflowError, the storage's write rules).
 
 use pyo3::exceptions::{PyIndexError, PyTypeError};
-use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PySlice, PyTuple};
+
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::sync::PyOnceLock;
 
 use crate::carrier_base::CarrierBase;
 use crate::layout::PyLayout;
@@ -107,6 +109,52 @@ fn write_slot(
     }
 }
 
+/// The package's functions the element path calls, registered once by `strideweave.tensor`
+/// (`configure_element_access`), so that a renamed function fails the import, not an access.
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+struct ElementHooks {
+    /// `Tensor._sw_getitem(tensor, key)`, the reference path of a read.
+    getitem: Py<PyAny>,
+    /// `Tensor._sw_setitem(tensor, key, value)`, the reference path of a write.
+    setitem: Py<PyAny>,
+    /// `_builtin.keeps_builtin_element_path(cls)`: the class's instances may take this path.
+    keeps_builtin_element_path: Py<PyAny>,
+    /// `_builtin.keeps_builtin_mutability(cls)`: the class answers `is_mutable` as the
+    /// built-ins do, so the DLPack export may compute the answer from the native state.
+    keeps_builtin_mutability: Py<PyAny>,
+}
+
+static ELEMENT_HOOKS: PyOnceLock<ElementHooks> = PyOnceLock::new();
+
+fn element_hooks(py: Python<'_>) -> PyResult<&ElementHooks> {
+    ELEMENT_HOOKS.get(py).ok_or_else(|| PyRuntimeError::new_err("element access is not configured"))
+}
+
+/// `configure_element_access({...})` (one item per `ElementHooks` field), once.
+#[pyfunction]
+fn configure_element_access(py: Python<'_>, hooks: ElementHooks) -> PyResult<()> {
+    ELEMENT_HOOKS
+        .set(py, hooks)
+        .map_err(|_| pyo3::exceptions::PyValueError::new_err("element access is configured once"))
+}
+
+/// Whether `class`'s instances keep the built-in element path (false before the package
+/// configured the path: the reference path is always right).
+pub(crate) fn keeps_builtin_element_path(class: &Bound<'_, PyAny>) -> PyResult<bool> {
+    match ELEMENT_HOOKS.get(class.py()) {
+        Some(hooks) => hooks.keeps_builtin_element_path.bind(class.py()).call1((class,))?.is_truthy(),
+        None => Ok(false),
+    }
+}
+
+/// Whether `class` answers `is_mutable` as the built-in carriers do (false when unknown).
+pub(crate) fn keeps_builtin_mutability(class: &Bound<'_, PyAny>) -> bool {
+    ELEMENT_HOOKS.get(class.py()).is_some_and(|hooks| {
+        hooks.keeps_builtin_mutability.bind(class.py()).call1((class,)).and_then(|a| a.is_truthy()).unwrap_or(false)
+    })
+}
+
 /// A slice anywhere in a key makes it a slicing key (a view), which only the reference path
 /// builds. Scanned for only on the walker's TypeError, never on the hot path.
 fn has_slice(key: &Bound<'_, PyAny>) -> bool {
@@ -146,7 +194,7 @@ pub(crate) fn getitem(tensor: &Bound<'_, TensorBase>, key: &Bound<'_, PyAny>) ->
             }
         }
     }
-    Ok(tensor.call_method1(intern!(py, "_sw_getitem"), (key,))?.unbind())
+    Ok(element_hooks(py)?.getitem.bind(py).call1((tensor, key))?.unbind())
 }
 
 /// `Tensor.__setitem__`.
@@ -165,7 +213,7 @@ pub(crate) fn setitem(
             Err(err) => return Err(err),
         }
     }
-    tensor.call_method1(intern!(py, "_sw_setitem"), (key, value))?;
+    element_hooks(py)?.setitem.bind(py).call1((tensor, key, value))?;
     Ok(())
 }
 
@@ -205,6 +253,7 @@ fn write_element(
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(configure_element_access, m)?)?;
     m.add_function(wrap_pyfunction!(read_element, m)?)?;
     m.add_function(wrap_pyfunction!(write_element, m)?)?;
     Ok(())

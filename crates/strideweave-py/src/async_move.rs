@@ -36,6 +36,7 @@ use crate::inline_move::{
     carriers_accept, claim_both, config, exact_single_view, profiling, result_view, BuiltinPair, Config, Held,
 };
 use crate::jobs::submit_committing;
+use crate::move_request::request_hooks;
 use crate::tensor_base::View;
 use crate::transfer::{LayoutJob, SpanJob, TransferProgress};
 
@@ -195,7 +196,7 @@ fn move_async_builtin(
     let Ok(job) = job else {
         return Ok(None); // the Python request submits it and fails its handle with the error
     };
-    handle.setattr(intern!(py, "_progress"), &progress)?;
+    handle.cast::<AwaitResult>()?.get().count_bytes_with(progress.clone_ref(py));
     let output = result_view(cfg, dst, view)?;
     // The node is attached to the result before the copy starts (nobody can reach the result
     // until the handle completes); a failure clears it (`MoveRollback`).
@@ -254,11 +255,11 @@ impl MoveRollback {
             grown: self.grown.as_ref().map(|s| s.bind(py).clone()),
             kept: false,
         });
+        let hooks = request_hooks(py)?;
         if let Some(node) = &self.node {
-            node.bind(py).call_method0(intern!(py, "_sw_clear"))?;
+            hooks.clear(node.bind(py))?;
         }
-        self.handle.bind(py).call_method1(intern!(py, "_fail"), (error,))?;
-        Ok(())
+        hooks.fail(self.handle.bind(py), error)
     }
 }
 

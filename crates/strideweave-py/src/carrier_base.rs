@@ -8,7 +8,7 @@
 //! fast paths (`Tensor[key]`, the inline move, the worker commit) use the same cell. The
 //! built-in carriers' Rust storage object and mutability flag are fields here too. Python code
 //! sees all of it under the attribute names it always used (`_sw_version`, `_sw_released`,
-//! `_sw_owner`, `_sw_claim`, `_storage`, `_mutable`), through getters and setters.
+//! `_sw_owner`, `_sw_claim`, `_storage`, `_dtype`, `_mutable`), through getters and setters.
 //!
 //! Why the locks are sound under the GIL: no Python code runs inside the cell's lock or a
 //! slot's, and a payload a transition or setter displaces is dropped only after the lock is
@@ -142,6 +142,9 @@ pub struct CarrierBase {
     state: PyStateCell,
     /// The `_native` storage object of a built-in carrier (`HostStorage`, `FileStorage`, ...).
     pub(crate) storage: StorageSlot,
+    /// The carrier's dtype, where its class stores one in `_dtype` (the built-ins do; the
+    /// native move compares it with the tensor's without a Python call).
+    pub(crate) dtype: StorageSlot,
     mutable: AtomicU8,
     fast_access: AtomicU8,
     hooks: AtomicU8,
@@ -185,7 +188,8 @@ impl CarrierBase {
         answer
     }
 
-    /// True when the carrier's class keeps the built-in element path (`_sw_fast_access`).
+    /// True when the carrier's class keeps the built-in element path (asked of the package once
+    /// per carrier: `access::keeps_builtin_element_path`).
     pub(crate) fn fast_access(slf: &Bound<'_, Self>) -> PyResult<bool> {
         let this = slf.get();
         match this.fast_access.load(Ordering::Relaxed) {
@@ -193,11 +197,7 @@ impl CarrierBase {
             FAST_NO => return Ok(false),
             _ => {}
         }
-        let py = slf.py();
-        let fast = match slf.get_type().getattr_opt(pyo3::intern!(py, "_sw_fast_access"))? {
-            Some(flag) => flag.is_truthy()?,
-            None => false,
-        };
+        let fast = crate::access::keeps_builtin_element_path(slf.get_type().as_any())?;
         this.fast_access.store(if fast { FAST_YES } else { FAST_NO }, Ordering::Relaxed);
         Ok(fast)
     }
@@ -212,6 +212,7 @@ impl CarrierBase {
         CarrierBase {
             state: PyStateCell::new(),
             storage: StorageSlot::default(),
+            dtype: StorageSlot::default(),
             mutable: AtomicU8::new(MUTABLE_UNSET),
             fast_access: AtomicU8::new(FAST_UNKNOWN),
             hooks: AtomicU8::new(0),
@@ -376,6 +377,17 @@ impl CarrierBase {
         drop(self.storage.put(value.map(Bound::unbind)));
     }
 
+    /// The dtype a carrier class stores in `_dtype`; AttributeError until it is assigned.
+    #[getter(_dtype)]
+    fn get_dtype(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.dtype.get(py).ok_or_else(|| PyAttributeError::new_err("_dtype"))
+    }
+
+    #[setter(_dtype)]
+    fn set_dtype(&self, value: Option<Bound<'_, PyAny>>) {
+        drop(self.dtype.put(value.map(Bound::unbind)));
+    }
+
     #[getter(_mutable)]
     fn get_mutable(&self) -> PyResult<bool> {
         match self.mutable.load(Ordering::Relaxed) {
@@ -398,11 +410,17 @@ impl CarrierBase {
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         self.state.with_owner(|owner| owner.map_or(Ok(()), |o| visit.call(o)))?;
         self.state.with_claim(|claim| claim.map_or(Ok(()), |c| visit.call(c)))?;
-        self.storage.visit(&visit)
+        self.storage.visit(&visit)?;
+        self.dtype.visit(&visit)
     }
 
     fn __clear__(&self) {
-        let dropped = (self.state.replace_owner(None), self.state.replace_claim(None), self.storage.put(None));
+        let dropped = (
+            self.state.replace_owner(None),
+            self.state.replace_claim(None),
+            self.storage.put(None),
+            self.dtype.put(None),
+        );
         drop(dropped);
     }
 }

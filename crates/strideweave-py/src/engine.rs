@@ -22,6 +22,8 @@ use pyo3::PyTraverseError;
 use strideweave_core::engine::{self, Completion};
 
 use crate::jobs::QueuedJob;
+use crate::set_once::SetOnce;
+use crate::transfer::TransferProgress;
 
 /// How often a blocked `wait()` wakes to let a pending KeyboardInterrupt through.
 const SIGNAL_POLL: Duration = Duration::from_millis(50);
@@ -77,6 +79,10 @@ pub struct AwaitResult {
     /// `_state`), made the first time one of them asks (issue 22.7): a move creates a handle
     /// on its hot path, and most handles never meet those functions.
     futures: PyOnceLock<FutureProtocol>,
+    /// A move's byte counter (`AwaitMove.bytes_done`/`bytes_total` read it), set once by the
+    /// native request that made the handle. Not visited by the collector: a TransferProgress
+    /// holds no Python object, so it can close no cycle.
+    progress: SetOnce<Py<TransferProgress>>,
 }
 
 /// A handle's side of the `concurrent.futures` waiter protocol, as `Future` keeps it: a
@@ -251,6 +257,11 @@ impl AwaitResult {
     }
 
     /// Records `value` as the terminal success (any thread, with or without the GIL).
+    /// Gives a move's handle its byte counter, once (a second counter is dropped).
+    pub(crate) fn count_bytes_with(&self, progress: Py<TransferProgress>) {
+        let _ = self.progress.set(progress);
+    }
+
     pub(crate) fn succeed(&self, value: Py<PyAny>) -> bool {
         self.commit(Outcome::Value(value))
     }
@@ -287,6 +298,7 @@ impl AwaitResult {
             queued: Mutex::new(None),
             pid: std::process::id(),
             futures: PyOnceLock::new(),
+            progress: SetOnce::default(),
         })
     }
 
@@ -302,6 +314,12 @@ impl AwaitResult {
                 visit.call(tb)
             }
         }
+    }
+
+    /// A move's byte counter, or None for a handle that counts no bytes.
+    #[getter]
+    fn _progress(&self, py: Python<'_>) -> Option<Py<TransferProgress>> {
+        self.progress.get().map(|p| p.clone_ref(py))
     }
 
     /// Whether a terminal success or failure has been recorded. Never blocks.

@@ -25,7 +25,6 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicIsize, AtomicU8, Ordering};
 
 use pyo3::exceptions::PyValueError;
-use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyTuple, PyType};
@@ -250,7 +249,7 @@ pub(crate) fn carriers_accept(
         return Ok(false);
     }
     let py = destination.py();
-    Ok(destination.getattr(intern!(py, "_dtype"))?.is(view.dtype.bind(py)))
+    Ok(d.dtype.with(py, |dtype| dtype.is(view.dtype.bind(py))).unwrap_or(false))
 }
 
 /// Claims both carriers for one move, with `claim` (made once per carrier), in one

@@ -43,7 +43,7 @@ use crate::transfer::TransferProgress;
 /// What `carriers/move.py` registers once, as a dict with one item per field.
 #[derive(FromPyObject)]
 #[pyo3(from_item_all)]
-struct RequestHooks {
+pub(crate) struct RequestHooks {
     tensor: Py<PyType>,
     carrier: Py<PyType>,
     await_move: Py<PyType>,
@@ -61,6 +61,35 @@ struct RequestHooks {
     move_complete: Py<PyAny>,
     /// `move._slot_bytes(dtype)`: the slot size `AwaitMove.bytes_total` counts.
     slot_bytes: Py<PyAny>,
+    /// `AwaitMove._fail(handle, exc)`: a move's terminal failure (it also logs it).
+    fail_move: Py<PyAny>,
+    /// `_autograd.clear_node(node)`: unlinks the autograd node of a failed move.
+    clear_node: Py<PyAny>,
+    /// `Carrier._sw_release_for(source, owner, request)`: the commit's release of the source,
+    /// admitted by the request's claim.
+    release_for: Py<PyAny>,
+    /// `Carrier._sw_allocate_claimed(destination, request, n)`: a claimed destination grown
+    /// or shrunk as the request's own act.
+    allocate_claimed: Py<PyAny>,
+    /// `base.tier_is_mutable(carrier)`: a composite's owned tier asked as its owner asks.
+    tier_is_mutable: Py<PyAny>,
+}
+
+/// The hooks, for the native moves that share the request's failure end (`async_move.rs`).
+pub(crate) fn request_hooks(py: Python<'_>) -> PyResult<&RequestHooks> {
+    hooks(py)
+}
+
+impl RequestHooks {
+    /// Fails a move's handle through `AwaitMove._fail` (so its WARNING is logged).
+    pub(crate) fn fail(&self, handle: &Bound<'_, PyAny>, error: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.fail_move.bind(handle.py()).call1((handle, error)).map(drop)
+    }
+
+    /// Unlinks a failed move's autograd node.
+    pub(crate) fn clear(&self, node: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.clear_node.bind(node.py()).call1((node,)).map(drop)
+    }
 }
 
 static HOOKS: PyOnceLock<RequestHooks> = PyOnceLock::new();
@@ -191,7 +220,8 @@ impl<'py> Arguments<'_, 'py> {
             }
             Check::SourceUnowned => {
                 if !self.between_tiers && !self.source().get().owner_is_none() {
-                    let owner = self.source().getattr(intern!(py, "_sw_owner"))?;
+                    let owner = self.source().get().state().with_owner(|o| o.map(|o| o.clone_ref(py)));
+                    let owner = owner.map_or_else(|| py.None().into_bound(py), |o| o.into_bound(py));
                     return Err(PyRuntimeError::new_err(format!(
                         "the source {} carrier is owned by {} and cannot be moved directly",
                         type_name(self.source().as_any())?,
@@ -224,8 +254,12 @@ impl<'py> Arguments<'_, 'py> {
             Check::DestinationMutable => {
                 // A composite moving between its own tiers asks the tier's hook: the tier is
                 // owned, which the public answer refuses.
-                let hook = if self.between_tiers { intern!(py, "_is_mutable") } else { intern!(py, "is_mutable") };
-                if !self.destination.call_method0(hook)?.is_truthy()? {
+                let mutable = if self.between_tiers {
+                    self.hooks.tier_is_mutable.bind(py).call1((self.destination,))?
+                } else {
+                    self.destination.call_method0(intern!(py, "is_mutable"))?
+                };
+                if !mutable.is_truthy()? {
                     return Err(PyRuntimeError::new_err(format!(
                         "the destination {} carrier is not publicly mutable",
                         type_name(self.destination)?
@@ -367,7 +401,7 @@ impl CommitSteps for Steps<'_, '_> {
         } else {
             None
         };
-        source.call_method1(intern!(py, "_sw_release_for"), (owner, self.request)).map(drop)
+        self.hooks.release_for.bind(py).call1((source, owner, self.request)).map(drop)
     }
 
     fn shrink_destination(&mut self) {
@@ -375,7 +409,7 @@ impl CommitSteps for Steps<'_, '_> {
         let destination = self.request.get().destination.bind(py);
         // Best effort: the move has failed either way, and its claims must still end.
         if destination.is_instance(self.hooks.allocatable.bind(py)).unwrap_or(false) {
-            let _ = destination.call_method1(intern!(py, "_sw_allocate_claimed"), (self.request, 0));
+            let _ = self.hooks.allocate_claimed.bind(py).call1((destination, self.request, 0));
         }
     }
 
@@ -404,7 +438,7 @@ impl MoveRequest {
         let total = u64::try_from(cosize).unwrap_or(0).saturating_mul(slot_bytes);
         let handle = new_handle(hooks.await_move.bind(py))?;
         let progress = Py::new(py, TransferProgress::with_total(total))?;
-        handle.setattr(intern!(py, "_progress"), &progress)?;
+        handle.cast::<AwaitResult>()?.get().count_bytes_with(progress.clone_ref(py));
         Ok(MoveRequest {
             tensor: tensor.clone().unbind(),
             source: source.unbind(),
@@ -578,10 +612,9 @@ impl MoveRequest {
                 recorded
             }
             Err(error) => {
-                let cleared =
-                    node.map_or(Ok(()), |node| node.bind(py).call_method0(intern!(py, "_sw_clear")).map(drop));
+                let cleared = node.map_or(Ok(()), |node| hooks.clear(node.bind(py)));
                 let recorded = record_completion(hooks, py, token, false);
-                handle.call_method1(intern!(py, "_fail"), (error.into_value(py),))?;
+                hooks.fail(handle.as_any(), error.into_value(py).bind(py))?;
                 cleared.and(recorded)
             }
         };
@@ -607,7 +640,7 @@ impl MoveRequest {
         };
         drop(prepared);
         if let Some(node) = node {
-            node.bind(py).call_method0(intern!(py, "_sw_clear"))?;
+            hooks.clear(node.bind(py))?;
         }
         Ok(())
     }

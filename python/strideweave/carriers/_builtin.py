@@ -68,6 +68,19 @@ class RustBackedCarrier(Carrier):
         self._storage.release()
 
 
+def keeps_builtin_element_path(cls: type) -> bool:
+    """`cls`'s carriers may take the native element path (what the binding asks, once per
+    carrier; decided per class in `RustBackedCarrier.__init_subclass__`)."""
+    return bool(getattr(cls, "_sw_fast_access", False))
+
+
+def keeps_builtin_mutability(cls: type) -> bool:
+    """`cls` answers `is_mutable` as the built-ins do: live, unowned and `_mutable` (so the
+    DLPack export computes the answer from the native state)."""
+    return (getattr(cls, "is_mutable", None) is Carrier.is_mutable
+            and getattr(cls, "_is_mutable", None) is RustBackedCarrier._is_mutable)
+
+
 # What `Tensor.__getitem__` / `__setitem__` reach on the reference path (carrier[i], its
 # checks and hooks); overriding any of these opts the subclass out of the Rust fast path.
 _ELEMENT_PATH = ("get_value", "set_value", "__getitem__", "__setitem__", "size", "is_released",

@@ -474,7 +474,8 @@ class Carrier(_native._CarrierBase):
                 OWNER_WRITE.write = saved
 
     # ----- pickling ---------------------------------------------------------------------------
-    _SW_NATIVE_STATE = ("_sw_version", "_sw_released", "_sw_owner", "_sw_claim", "_storage", "_mutable")
+    _SW_NATIVE_STATE = ("_sw_version", "_sw_released", "_sw_owner", "_sw_claim", "_storage", "_dtype",
+                        "_mutable")
 
     def __getstate__(self) -> dict[str, Any]:
         """The instance dict plus the natively held state, so pickling sees what it saw when
@@ -483,7 +484,7 @@ class Carrier(_native._CarrierBase):
         for name in self._SW_NATIVE_STATE:
             try:
                 state[name] = getattr(self, name)
-            except AttributeError:  # `_storage`/`_mutable` of a carrier that has none
+            except AttributeError:  # `_storage`/`_dtype`/`_mutable` of a carrier that has none
                 pass
         return state
 

@@ -16,6 +16,7 @@ release the source, drop the claims, record `move_complete`, and only then resol
 from __future__ import annotations
 
 import contextlib
+import operator
 import threading
 import weakref
 from types import TracebackType
@@ -429,6 +430,11 @@ _native.configure_move_request({
     "allocatable": Allocatable, "attach_result": _autograd.attach_result,
     "move_complete": _move_log.completion_hook(profiler._move_complete),
     "slot_bytes": _slot_bytes,
+    # The package's own functions the native request calls, named here once so that a rename
+    # fails this import, not a move (the binding reads no private attribute by name).
+    "fail_move": AwaitMove._fail, "clear_node": operator.methodcaller("_sw_clear"),
+    "release_for": Carrier._sw_release_for, "allocate_claimed": Carrier._sw_allocate_claimed,
+    "tier_is_mutable": operator.methodcaller("_is_mutable"),
 })
 
 

@@ -27,26 +27,34 @@ class AwaitMove(AwaitResult[Tensor]):
     the dtype's size. Bulk transfers on the engine count every 8 MiB chunk as it lands; other
     transfers (hooks, providers, small inline copies) report 0 until they complete."""
 
-    __slots__ = ("_progress",)
-    _progress: _native.TransferProgress
+    __slots__ = ()
 
+    # The byte counter is the native handle's (`AwaitResult._progress`), given by the request
+    # that made the handle; every AwaitMove has one.
     @property
     def bytes_done(self) -> int:
         """Bytes of the moved span copied so far."""
-        return self._progress.done
+        return _counter(self).done
 
     @property
     def bytes_total(self) -> int:
         """Bytes of the moved span (`layout.cosize` times the dtype's slot size)."""
-        return self._progress.total
+        return _counter(self).total
 
     def _fail(self, exc: BaseException) -> bool:
         """The move's terminal failure; it is also a WARNING on `strideweave.move`, whatever
         the level (a request logged at DEBUG has already warned with its pair and route)."""
         failed = super()._fail(exc)
         if failed and not _move_log.enabled():
-            _move_log.failed(self._progress.total, exc)
+            _move_log.failed(_counter(self).total, exc)
         return failed
+
+
+def _counter(handle: AwaitMove) -> _native.TransferProgress:
+    progress = handle._progress
+    if progress is None:  # a move's handle is made with its counter; this is a framework bug
+        raise RuntimeError("this move handle has no byte counter")
+    return progress
 
 
 

@@ -25,10 +25,8 @@ struct Builtins {
     /// `CPU.dlpack_info` and `CPU.pointer`, the plain functions.
     cpu_dlpack_info: Py<PyAny>,
     cpu_pointer: Py<PyAny>,
-    /// `Tensor.is_mutable`, `Carrier.is_mutable`, `RustBackedCarrier._is_mutable`.
+    /// `Tensor.is_mutable`.
     tensor_is_mutable: Py<PyAny>,
-    carrier_is_mutable: Py<PyAny>,
-    builtin_is_mutable: Py<PyAny>,
     /// `DType.Float32`, `DType.Int32`.
     float32: Py<PyAny>,
     int32: Py<PyAny>,
@@ -76,14 +74,15 @@ pub(super) fn field<'py>(tensor: &Bound<'py, PyAny>, which: Field) -> PyResult<B
             Field::Subtensors => {}
         }
     }
-    let name = match which {
-        Field::Subtensors => intern!(py, "_subtensors"),
-        Field::Carrier => intern!(py, "_carrier"),
-        Field::Layout => intern!(py, "_layout"),
-        Field::DType => intern!(py, "_dtype"),
-        Field::Offset => intern!(py, "_offset"),
-    };
-    tensor.getattr(name)
+    // Anything else is read through the spec's public names (tensor-and-carriers.md §1), so
+    // a subclass's overrides of them run.
+    match which {
+        Field::Subtensors => tensor.getattr(intern!(py, "subtensors")),
+        Field::Carrier => tensor.getattr(intern!(py, "carrier")),
+        Field::Layout => tensor.getattr(intern!(py, "layout")),
+        Field::DType => tensor.call_method0(intern!(py, "dtype")),
+        Field::Offset => tensor.getattr(intern!(py, "offset")),
+    }
 }
 
 static BUILTINS: PyOnceLock<Option<Builtins>> = PyOnceLock::new();
@@ -98,15 +97,11 @@ fn builtins(py: Python<'_>) -> Option<&'static Builtins> {
                 if !tensor.cast::<PyType>()?.is_subclass_of::<TensorBase>()? {
                     return Err(PyTypeError::new_err("strideweave.Tensor does not subclass _TensorBase"));
                 }
-                let carrier = py.import("strideweave.carriers.base")?.getattr("Carrier")?;
-                let builtin = py.import("strideweave.carriers._builtin")?.getattr("RustBackedCarrier")?;
                 let dtype = py.import("strideweave.carriers.dtype")?.getattr("DType")?;
                 Ok(Builtins {
                     cpu_dlpack_info: cpu.getattr("dlpack_info")?.unbind(),
                     cpu_pointer: cpu.getattr("pointer")?.unbind(),
                     tensor_is_mutable: tensor.getattr("is_mutable")?.unbind(),
-                    carrier_is_mutable: carrier.getattr("is_mutable")?.unbind(),
-                    builtin_is_mutable: builtin.getattr("_is_mutable")?.unbind(),
                     float32: dtype.getattr("Float32")?.unbind(),
                     int32: dtype.getattr("Int32")?.unbind(),
                     tensor_type: tensor.unbind(),
@@ -198,9 +193,9 @@ pub(super) fn export_dtype(dtype: &Bound<'_, PyAny>) -> PyResult<Option<ExportDT
 /// checked by identity on the class (an override anywhere in a subclass changes what the
 /// class attribute resolves to):
 /// - `Tensor.is_mutable` is `len(self._subtensors) == 1 and self._carrier.is_mutable()`;
-/// - `Carrier.is_mutable` is `not self._sw_released and self._sw_owner is None and
-///   bool(self._is_mutable())`;
-/// - `RustBackedCarrier._is_mutable` (CPU, FileBacked, ...) is `self._mutable`.
+/// - `Carrier.is_mutable` with `RustBackedCarrier._is_mutable` (CPU, FileBacked, ...) is "live,
+///   unowned and the built-in's mutable flag" (the package says which classes keep both:
+///   `access::keeps_builtin_mutability`), computed here from the native state.
 ///
 /// The same attributes are read in the same short-circuit order, so the answer and any
 /// exception are the Python methods' own. The first overridden level is called through
@@ -233,22 +228,14 @@ pub(super) fn is_mutable(
     }
     let object = carrier.object;
     let builtin = class_hooks_are(carrier, Hooks::BuiltinMutable, || {
-        class_attr_is(object, intern!(py, "is_mutable"), &b.carrier_is_mutable)
-            && class_attr_is(object, intern!(py, "_is_mutable"), &b.builtin_is_mutable)
+        crate::access::keeps_builtin_mutability(object.get_type().as_any())
     });
-    if !builtin {
-        return object.call_method0(intern!(py, "is_mutable"))?.is_truthy();
+    match carrier.base {
+        Some(base) if builtin => {
+            let base = base.get();
+            let released = released.unwrap_or_else(|| base.released());
+            Ok(!released && base.owner_is_none() && base.mutable_flag())
+        }
+        _ => object.call_method0(intern!(py, "is_mutable"))?.is_truthy(),
     }
-    if let Some(base) = carrier.base {
-        let base = base.get();
-        let released = released.unwrap_or_else(|| base.released());
-        return Ok(!released && base.owner_is_none() && base.mutable_flag());
-    }
-    let released = match released {
-        Some(released) => released,
-        None => object.getattr(intern!(py, "_sw_released"))?.is_truthy()?,
-    };
-    Ok(!released
-        && object.getattr(intern!(py, "_sw_owner"))?.is_none()
-        && object.getattr(intern!(py, "_mutable"))?.is_truthy()?)
 }

@@ -20,7 +20,8 @@
 
 use pyo3::exceptions::{PyIndexError, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::types::{PySlice, PyTuple};
+use pyo3::types::{PyBool, PyFloat, PyInt, PySlice, PyTuple};
+use strideweave_core::model::Strict;
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::sync::PyOnceLock;
@@ -93,17 +94,32 @@ fn write_slot(
     let Some(storage) = base.storage.get(py) else {
         return Ok(false);
     };
+    // A value of any other type than an exact int, float or bool converts through its own
+    // Python code (`__float__`, `__index__`), which is part of the write's store: it runs in
+    // a write opened in the state cell, as on the reference path, so that code cannot release,
+    // claim or move the carrier it is being written into (RuntimeError "a write to it is in
+    // progress"). A refused opening leaves the decision to the reference path.
+    let plain = value.is_exact_instance_of::<PyFloat>()
+        || value.is_exact_instance_of::<PyInt>()
+        || value.is_exact_instance_of::<PyBool>();
+    let opened = !plain && base.state().open_write(|_| false, &Strict).is_ok();
+    if !plain && !opened {
+        return Ok(false);
+    }
     let proceed = || Ok(base.plainly_writable());
     let attempt = with_storage(
         storage.bind(py),
         |h| Ok(h.set_slot_if(slot, value, carrier_range_error(slot), proceed)),
         |f| Ok(f.set_slot_if(slot, value, carrier_range_error(slot), proceed)),
-    )?;
-    match attempt {
-        Ok(true) => {
-            base.state().bump_version();
-            Ok(true)
-        }
+    );
+    let stored = matches!(attempt, Ok(Ok(true)));
+    if opened {
+        base.state().close_write(stored);
+    } else if stored {
+        base.state().bump_version();
+    }
+    match attempt? {
+        Ok(true) => Ok(true),
         Ok(false) => Ok(false),
         Err(err) => state_first(err),
     }

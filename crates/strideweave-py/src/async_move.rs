@@ -11,13 +11,12 @@
 //!
 //! Like the inline move (`inline_move.rs`) it only ever *succeeds*: whenever the Python
 //! request (`carriers/move.py`) must decide (a failed check, whose error and order the Python
-//! path owns; an active profiler; a route that is not the default; a subclass; a busy state
-//! lock; a growth or a job that cannot be set up), it returns None having changed nothing, and
+//! path owns; an active profiler; a route that is not the default; a subclass; a carrier a
+//! write is storing into; a growth or a job that cannot be set up), it returns None having changed nothing, and
 //! `move_async` runs the Python request, which reaches the same outcome or raises.
 //!
 //! Atomicity: both claims are taken in one transition of the carriers' state cells (the core's
-//! `StateCell::claim_all`, which checks them too), under `carriers.base.STATE_LOCK` (taken
-//! without blocking), so of two racing requests exactly one claims and the other raises
+//! `StateCell::claim_all`, which checks them too), so of two racing requests exactly one claims and the other raises
 //! RuntimeError on the Python path. The claim is the
 //! request's handle. Every step after the claims that can fail undoes them (and a growth)
 //! before stepping aside; a failure of the submitted copy, or of the commit's release, is
@@ -32,9 +31,7 @@ use crate::carrier_base::CarrierBase;
 use crate::carrier_state::drop_claim;
 use crate::commit::MoveCommit;
 use crate::engine::{new_handle, AwaitResult};
-use crate::inline_move::{
-    carriers_accept, claim_both, config, exact_single_view, profiling, result_view, BuiltinPair, Config, Held,
-};
+use crate::inline_move::{carriers_accept, claim_both, config, exact_single_view, profiling, result_view, BuiltinPair};
 use crate::jobs::submit_committing;
 use crate::move_request::request_hooks;
 use crate::tensor_base::View;
@@ -75,11 +72,9 @@ fn storage_of<'py>(carrier: &Bound<'py, CarrierBase>) -> Option<Bound<'py, PyAny
     carrier.get().storage.get(carrier.py()).map(|s| s.into_bound(carrier.py()))
 }
 
-/// Checks the destination against the request and claims both carriers for `claim`, under
-/// the state lock. None, nothing changed, when the Python path must decide. On success, the
-/// claims and whether the (empty, FileBacked) destination must grow.
+/// Checks the destination against the request and claims both carriers for `claim`. None,
+/// nothing changed, when the Python path must decide. On success, the claims and whether the (empty, FileBacked) destination must grow.
 fn check_and_claim<'py>(
-    cfg: &Config,
     view: &View,
     source: &Bound<'py, CarrierBase>,
     destination: &Bound<'py, CarrierBase>,
@@ -88,9 +83,6 @@ fn check_and_claim<'py>(
     cosize: i64,
 ) -> PyResult<Option<(Taken<'py>, bool)>> {
     let py = source.py();
-    let Some(_held) = Held::try_acquire(cfg, py)? else {
-        return Ok(None);
-    };
     if !carriers_accept(view, source, destination)? {
         return Ok(None);
     }
@@ -162,7 +154,7 @@ fn move_async_builtin(
         return Ok(None);
     };
     let handle = new_handle(cfg.await_move.bind(py))?;
-    let Some((mut taken, grow)) = check_and_claim(cfg, view, src, dst, &handle, pair, cosize)? else {
+    let Some((mut taken, grow)) = check_and_claim(view, src, dst, &handle, pair, cosize)? else {
         return Ok(None);
     };
     // Past the claims: every early return below drops `taken`, which undoes them.

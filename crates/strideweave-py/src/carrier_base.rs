@@ -14,10 +14,11 @@
 //! slot's, and a payload a transition or setter displaces is dropped only after the lock is
 //! released, because dropping it may run a `__del__` that reads this very carrier.
 //!
-//! What the cell cannot make atomic is a Python-level write, whose store runs a Python hook:
-//! it checks and stores under `carriers.base.STATE_LOCK`, so the transitions that must not
-//! interleave with one (taking claims, beginning a release; the inline move's claims, see
-//! `inline_move.rs`) are also entered under that lock.
+//! A Python-level write, whose store runs a Python hook, cannot run inside the cell's lock: it
+//! opens the write in the cell (`_sw_open_write`), stores with no lock held and closes it
+//! (`_sw_close_write`); while it is open the cell refuses claims and releases, which the
+//! binding turns into a wait for other threads (`carrier_state.rs`). The cell is the only
+//! lock of carrier state.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
@@ -355,6 +356,28 @@ impl CarrierBase {
         releasing: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         carrier_state::mutate(slf, &PyJudge { active: active.as_ref(), releasing, owner: None })
+    }
+
+    /// Opens a public write whose store runs a Python hook: the checks of a write (released,
+    /// owned but by `owner` or, with `any_owner`, by anyone, claimed but by `active`) and the
+    /// write counted as open, in one step; until `_sw_close_write`, claims and releases of this
+    /// carrier are refused (see `carrier_state::open_write`).
+    #[pyo3(signature = (active, releasing, owner=None, any_owner=false))]
+    fn _sw_open_write(
+        slf: &Bound<'_, Self>,
+        active: Option<Bound<'_, PyAny>>,
+        releasing: &Bound<'_, PyAny>,
+        owner: Option<Bound<'_, PyAny>>,
+        any_owner: bool,
+    ) -> PyResult<()> {
+        let judge = PyJudge { active: active.as_ref(), releasing, owner: None };
+        carrier_state::open_write(slf, owner.as_ref(), any_owner, &judge)
+    }
+
+    /// Closes a write `_sw_open_write` opened; with `count`, its store went through and the
+    /// version rises as `_sw_count_write` says, in the same step. Returns whether it rose.
+    fn _sw_close_write(&self, count: bool) -> bool {
+        self.state.close_write(count)
     }
 
     /// Count one successful public write in the version. A pending move's own transfer

@@ -81,6 +81,21 @@ fn claimed_error(carrier: &str, action: &str, why: Held) -> PyErr {
     })
 }
 
+/// The error of a claim or a release refused because a write is storing through a Python hook
+/// (`Carrier._sw_write_slot`): the write began first, and the carrier's state must not change
+/// under it.
+fn being_written_error(carrier: &str, action: &str) -> PyErr {
+    PyRuntimeError::new_err(format!("cannot {action} {carrier} carrier: a write to it is in progress"))
+}
+
+/// After a refusal by an open write: waits, with the GIL released (a writer's store runs Python
+/// code), until the writes other threads have open on `cell` close, and returns true so the
+/// caller tries again; false at once when this thread has a write open there (its store's own
+/// code asking for the transition), which stays refused.
+fn waited_out_writes(py: Python<'_>, cell: &PyStateCell) -> bool {
+    py.detach(|| cell.wait_out_writes())
+}
+
 /// A refusal only the checks named by the caller can produce; anything else is a bug.
 fn unexpected(why: &PyRefusal) -> PyErr {
     PyRuntimeError::new_err(format!("internal error: unexpected carrier state refusal {why:?}"))
@@ -94,7 +109,13 @@ pub(crate) fn take_claims(
     judge: &PyJudge<'_, '_>,
 ) -> PyResult<()> {
     let cells: Vec<(&PyStateCell, ClaimRule)> = entries.iter().map(|(c, _, _)| (c.get().state(), PY_CLAIM)).collect();
-    match PyStateCell::claim_all(&cells, || claim.clone().unbind(), judge) {
+    let outcome = loop {
+        match PyStateCell::claim_all(&cells, || claim.clone().unbind(), judge) {
+            Err((n, Refusal::BeingWritten)) if waited_out_writes(claim.py(), cells[n].0) => continue,
+            outcome => break outcome,
+        }
+    };
+    match outcome {
         Ok(displaced) => {
             drop(displaced);
             Ok(())
@@ -105,6 +126,7 @@ pub(crate) fn take_claims(
             Err(match why {
                 Refusal::Released => PyRuntimeError::new_err(format!("the {role} {name} carrier is released")),
                 Refusal::Claimed(held) => claimed_error(&name, action, held),
+                Refusal::BeingWritten => being_written_error(&name, action),
                 other => unexpected(&other),
             })
         }
@@ -123,7 +145,14 @@ pub(crate) fn take_claim(
 ) -> PyResult<()> {
     let py = carrier.py();
     let rule = ClaimRule { owner_refuses: true, mutable: true };
-    match carrier.get().state().try_claim(claim.clone().unbind(), rule, judge) {
+    let cell = carrier.get().state();
+    let outcome = loop {
+        match cell.try_claim(claim.clone().unbind(), rule, judge) {
+            Err((refused, Refusal::BeingWritten)) if waited_out_writes(py, cell) => drop(refused),
+            outcome => break outcome,
+        }
+    };
+    match outcome {
         Ok(displaced) => {
             drop(displaced);
             Ok(())
@@ -138,6 +167,7 @@ pub(crate) fn take_claim(
                     owner.bind(py).name()?
                 )),
                 Refusal::Claimed(held) => claimed_error(&name, action, held),
+                Refusal::BeingWritten => being_written_error(&name, action),
                 other => unexpected(&other),
             })
         }
@@ -148,11 +178,15 @@ pub(crate) fn take_claim(
 /// one step. False when refused: the caller words the refusal by its own checks, which the
 /// refused state now fails.
 pub(crate) fn adopt(carrier: &CarrierBase, owner: &Bound<'_, PyAny>, judge: &PyJudge<'_, '_>) -> bool {
-    match carrier.state().adopt(owner.clone().unbind(), judge) {
-        Ok(()) => true,
-        Err((refused, _)) => {
-            drop(refused);
-            false
+    loop {
+        match carrier.state().adopt(owner.clone().unbind(), judge) {
+            Ok(()) => return true,
+            Err((refused, why)) => {
+                drop(refused);
+                if !(matches!(why, Refusal::BeingWritten) && waited_out_writes(owner.py(), carrier.state())) {
+                    return false;
+                }
+            }
         }
     }
 }
@@ -186,6 +220,7 @@ fn release_refused(carrier: &Bound<'_, CarrierBase>, why: PyRefusal) -> PyResult
             owner.bind(py).name()?
         )),
         Refusal::Claimed(held) => claimed_error(&name, "release", held),
+        Refusal::BeingWritten => being_written_error(&name, "release"),
         other => unexpected(&other),
     })
 }
@@ -198,7 +233,14 @@ pub(crate) fn begin_release(
     judge: &PyJudge<'_, '_>,
 ) -> PyResult<(bool, Option<Py<PyAny>>)> {
     let marker = || judge.releasing.clone().unbind();
-    match carrier.get().state().begin_release(marker, judge) {
+    let cell = carrier.get().state();
+    let outcome = loop {
+        match cell.begin_release(marker, judge) {
+            Err(Refusal::BeingWritten) if waited_out_writes(carrier.py(), cell) => continue,
+            outcome => break outcome,
+        }
+    };
+    match outcome {
         Ok(ReleaseStart::AlreadyReleased) => Ok((false, None)),
         Ok(ReleaseStart::Began { marked: true }) => Ok((true, None)),
         // Only the active move's claim lets a release of a claimed carrier begin.
@@ -219,6 +261,36 @@ pub(crate) fn mutate(carrier: &Bound<'_, CarrierBase>, judge: &PyJudge<'_, '_>) 
                     PyRuntimeError::new_err(format!("{name} carrier is owned by {}", owner.bind(py).name()?))
                 }
                 Refusal::Claimed(held) => claimed_error(&name, "mutate", held),
+                other => unexpected(&other),
+            })
+        }
+    }
+}
+
+/// `_sw_open_write`: opens a public write whose store runs a Python hook (see
+/// `StateCell::open_write`): RuntimeError, with the public write's own messages, if the carrier
+/// is released, owned (unless `admitted_owner` is its owner, or `any_owner`), or claimed (unless
+/// by `judge.active`); else the write is open until `close_write`, and every claim and
+/// release is refused meanwhile.
+pub(crate) fn open_write(
+    carrier: &Bound<'_, CarrierBase>,
+    admitted_owner: Option<&Bound<'_, PyAny>>,
+    any_owner: bool,
+    judge: &PyJudge<'_, '_>,
+) -> PyResult<()> {
+    let py = carrier.py();
+    let admitted = |owner: &Py<PyAny>| any_owner || admitted_owner.is_some_and(|ours| ours.is(owner));
+    match carrier.get().state().open_write(admitted, judge) {
+        Ok(()) => Ok(()),
+        Err(why) => {
+            let name = type_name(carrier.as_any())?;
+            Err(match why {
+                Refusal::Released => PyRuntimeError::new_err(format!("{name} carrier is released")),
+                Refusal::Owned(owner) => PyRuntimeError::new_err(format!(
+                    "{name} carrier is not mutable: owned by {}",
+                    owner.bind(py).name()?
+                )),
+                Refusal::Claimed(held) => claimed_error(&name, "write to", held),
                 other => unexpected(&other),
             })
         }

@@ -10,13 +10,12 @@
 //!
 //! It only ever *succeeds*. Whenever anything would need a decision of the reference path (a
 //! failed check, whose error and order the Python path owns; a profiler that must see the
-//! move; a route that is not the default; a carrier subclass; a busy state lock), it returns None having
-//! changed nothing, and `move()` runs the Python request.
+//! move; a route that is not the default; a carrier subclass; a carrier a write is storing
+//! into), it returns None having changed nothing, and `move()` runs the Python request.
 //!
 //! Atomicity: both claims are taken in one transition of the carriers' state cells (the core's
-//! `StateCell::claim_all`, which checks them too), and under `carriers.base.STATE_LOCK` (taken
-//! without blocking; when another thread holds it the Python path waits for it instead), so
-//! no Python-level write, whose store runs outside the cell, is half done meanwhile. The copy runs with the GIL released while
+//! `StateCell::claim_all`, which checks them too, and refuses a carrier a Python-level write
+//! has open), the cells being the only lock of carrier state. The copy runs with the GIL released while
 //! both carriers are claimed, so every other write, release or move of either fails as the
 //! specification requires. The commit releases the source and drops its claim in one
 //! transition, then drops the destination's.
@@ -50,10 +49,6 @@ pub(crate) struct Config {
     pub(crate) tensor: Py<PyType>,
     /// `AwaitMove`, the class of the handle `move_async` returns.
     pub(crate) await_move: Py<PyType>,
-    /// `STATE_LOCK.acquire` and `STATE_LOCK.release`, bound once (a method lookup per call
-    /// costs microseconds when the caches are cold, right after a bulk copy).
-    lock_acquire: Py<PyAny>,
-    lock_release: Py<PyAny>,
     /// The claim the carriers hold while the copy runs (reads as "a pending move").
     claim: Py<PyAny>,
     /// Dtypes whose tensors are differentiable (they need an autograd node in grad mode).
@@ -217,27 +212,8 @@ fn set_grad_enabled(enabled: bool) -> bool {
     GRAD_ENABLED.with(|mode| mode.replace(enabled))
 }
 
-/// Holds `carriers.base.STATE_LOCK`; releases it when dropped, on every path out of the checks.
-pub(crate) struct Held<'py>(Bound<'py, PyAny>);
-
-impl<'py> Held<'py> {
-    /// The state lock, taken without blocking; None when another thread holds it (the Python
-    /// path then waits for it instead).
-    pub(crate) fn try_acquire(cfg: &Config, py: Python<'py>) -> PyResult<Option<Self>> {
-        let taken = cfg.lock_acquire.bind(py).call1((false,))?.is_truthy()?;
-        Ok(taken.then(|| Held(cfg.lock_release.bind(py).clone())))
-    }
-}
-
-impl Drop for Held<'_> {
-    fn drop(&mut self) {
-        // Only fails if this thread does not hold the lock, which it does.
-        let _ = self.0.call0();
-    }
-}
-
 /// The checks of the validation table that both native moves make on the carriers' state,
-/// under the state lock: both live, unowned and unclaimed, the destination mutable and of the
+/// before claiming: both live, unowned and unclaimed, the destination mutable and of the
 /// tensor's dtype. False: the Python request decides (and raises).
 pub(crate) fn carriers_accept(
     view: &View,
@@ -318,9 +294,6 @@ fn check_and_claim<'py>(
 ) -> PyResult<Option<Claimed<'py>>> {
     let py = source.py();
     let (Ok(src), Ok(dst)) = (source.cast::<CarrierBase>(), destination.cast::<CarrierBase>()) else {
-        return Ok(None);
-    };
-    let Some(_held) = Held::try_acquire(cfg, py)? else {
         return Ok(None);
     };
     if !carriers_accept(view, src, dst)? {

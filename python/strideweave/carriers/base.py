@@ -120,12 +120,11 @@ OWNER_WRITE = _OwnerWrite()
 
 # Each carrier state transition is atomic on its own: the carrier's state cell (the core's
 # `StateCell`, see crates/strideweave-py/src/carrier_state.rs) checks and changes the state in
-# one step. What the cell cannot cover is a public write through Python hooks: its checks, its
-# store (a hook) and its version count run under this lock, and so do the transitions that
-# must not fall between that write's checks and its store: taking claims, starting a release,
-# the inline move's claims. Re-entrant because a composite's write writes its tier under the
-# same lock. Hooks that can block for long (`_release`, move transfers) never run under it.
-STATE_LOCK = threading.RLock()
+# one step, and it is the only lock of carrier state. A public write whose store is a Python
+# hook opens the write in the cell (`_sw_open_write`: its checks and "a write is open" in one
+# step), runs the hook with no lock held, and closes it (`_sw_close_write`, which counts it);
+# while it is open, claims and releases of the carrier are refused, so none falls between the
+# write's checks and its store.
 
 
 class _Releasing:
@@ -150,20 +149,16 @@ def take_claims(claim: object, carriers: "Iterable[tuple[Carrier, str, str]]") -
     live and unclaimed. The carriers' state cells check and claim in one step (the core's
     `StateCell::claim_all`), so of two racing requests exactly one wins and the other raises
     RuntimeError. A carrier a pending move claims refuses every other claim, whoever asks
-    (the move's own hooks included). The state lock is held as well, because a Python-level
-    write checks and stores under it and must not see a claim appear in between."""
-    with STATE_LOCK:
-        _native._CarrierBase._sw_take_claims(claim, tuple(carriers), None, RELEASING)
+    (the move's own hooks included), and so does one a write is storing into."""
+    _native._CarrierBase._sw_take_claims(claim, tuple(carriers), None, RELEASING)
 
 
 def take_claim(carrier: "Carrier", claim: object, action: str) -> None:
     """Claim `carrier` for a composite's own operation (`action`: "evict", "project into"):
     RuntimeError, worded for the action, if it is released, owned or claimed, checked and
     claimed in one step of its state cell, so of this and a racing move, release or write
-    exactly one goes ahead. Under the state lock, as `take_claims`, so that no Python-level
-    write is between its checks and its store."""
-    with STATE_LOCK:
-        carrier._sw_take_claim(claim, action, None, RELEASING)
+    exactly one goes ahead (refused, as `take_claims`, while a write stores into it)."""
+    carrier._sw_take_claim(claim, action, None, RELEASING)
 
 
 def drop_claims(claim: object, carriers: "Iterable[Carrier]") -> None:
@@ -185,7 +180,7 @@ def check_index(carrier: "Carrier", index: Any) -> int:
     size = carrier.size()
     if i < 0 or i >= size:
         # Released meanwhile (by `__index__`, or by another thread's release, whose hook
-        # runs outside the state lock): that, not the range, is the error.
+        # runs outside every lock): that, not the range, is the error.
         if carrier._sw_released or carrier._sw_claim is RELEASING or carrier._sw_storage_gone():
             raise RuntimeError(f"{type(carrier).__name__} carrier is released")
         raise IndexError(f"carrier index {i} is outside [0, {size})")
@@ -346,10 +341,8 @@ class Carrier(_native._CarrierBase):
         # own `_release` hook included, the carrier still participates in that pending move);
         # any other release holds RELEASING for the hook's duration (outside every lock: a
         # hook may block), so a racing move or write fails instead of using storage that is
-        # being freed. Begun under the state lock so that no Python-level write is between its
-        # checks and its store.
-        with STATE_LOCK:
-            began, saved = self._sw_begin_release(claim, RELEASING, owner)
+        # being freed. A write storing into the carrier refuses the release.
+        began, saved = self._sw_begin_release(claim, RELEASING, owner)
         if not began:
             return None
         try:
@@ -416,14 +409,31 @@ class Carrier(_native._CarrierBase):
         self._sw_check_unclaimed("write to")
 
     def _sw_write_slot(self, i: Any, store: Any) -> None:
-        """A public write of slot `i`: the index checks, the writability checks, `store(index)`
-        and the version count as one step under the state lock, so no claim or release can
-        slip in between a check and the store."""
-        with STATE_LOCK:
-            index = check_index(self, i)
-            self._sw_check_writable()
+        """A public write of slot `i`: the index checks, the writability checks (each with its
+        message, in the contract's order), then the write opened in the state cell (the same
+        checks, made again atomically), `store(index)` with no lock held, and the write closed
+        and counted. While it is open no claim or release of the carrier goes ahead."""
+        index = check_index(self, i)
+        self._sw_check_writable()
+        self._sw_open_public_write()
+        stored = False
+        try:
             store(index)
-            self._sw_count_write()
+            stored = True
+        finally:
+            self._sw_close_write(stored)
+
+    def _sw_open_public_write(self) -> None:
+        """Opens a public write in the state cell with the admissions `_sw_check_writable`
+        granted: the claiming move's provider during its own submit() (whatever the owner),
+        or the owner writing its own tier."""
+        claim = self._sw_claim
+        if claim is not None and in_submit_window(self):
+            self._sw_open_write(claim, RELEASING, None, True)
+            return
+        admitted = OWNER_WRITE.write
+        owner = admitted[1] if admitted is not None and admitted[0] is self else None
+        self._sw_open_write(None, RELEASING, owner)
 
     def _sw_allocate_claimed(self, claim: object, size: int) -> None:
         """`_allocate(size)` as the act of `claim`, which must hold this carrier: a move growing
@@ -442,17 +452,24 @@ class Carrier(_native._CarrierBase):
     def _sw_write_granted(self, i: Any, v: Any, request: object) -> None:
         """A write through a Tensor a move handed its transfer (`output`, or a provider's
         `TransferRequest.output`): while `request` claims this carrier as its destination the
-        claim admits it (ownership by a composite does not stop it; immutability does), the
-        transfer's store (`_sw_fill`) and the version count under the state lock. Once the
+        claim admits it (ownership by a composite does not stop it; immutability does): the
+        transfer's store (`_sw_fill`), uncounted, in a write opened as the request's. Once the
         request no longer claims it, it is an ordinary public write."""
-        with STATE_LOCK:
-            if self._sw_claim is request and getattr(request, "destination", None) is self:
-                index = check_index(self, i)
-                if not self._is_mutable():
-                    raise RuntimeError(f"{type(self).__name__} carrier is not mutable")
-                self._sw_fill(index, v)
-                self._sw_count_write()
-                return
+        if self._sw_claim is request and getattr(request, "destination", None) is self:
+            index = check_index(self, i)
+            if not self._is_mutable():
+                raise RuntimeError(f"{type(self).__name__} carrier is not mutable")
+            # Opened as the request's write; refused, it is still the request's claim that
+            # decides (ended meanwhile: an ordinary write below, with its own checks).
+            self._sw_open_write(request, RELEASING, None, True)
+            stored = False
+            try:
+                if self._sw_claim is request:
+                    self._sw_fill(index, v)
+                    stored = True
+                    return
+            finally:
+                self._sw_close_write(stored)
         self[i] = v
 
     def _sw_fill(self, i: int, v: Any) -> None:
@@ -461,17 +478,17 @@ class Carrier(_native._CarrierBase):
         self.set_value(i, v)
 
     def _sw_write_as_owner(self, owner: object, i: int, v: Any) -> None:
-        """A write by the owning composite (Evictable, TiledEvictable): the public write's
-        checks and store under the state lock, the owner admitted by `OWNER_WRITE` while the
-        carrier stays owned throughout, so no other thread ever sees it unowned."""
-        with STATE_LOCK:
-            if owner is not self._sw_owner:
-                raise RuntimeError("only the owning carrier may write through this path")
-            saved, OWNER_WRITE.write = OWNER_WRITE.write, (self, owner)
-            try:
-                self[i] = v
-            finally:
-                OWNER_WRITE.write = saved
+        """A write by the owning composite (Evictable, TiledEvictable): the public write, the
+        owner admitted by `OWNER_WRITE` while the carrier stays owned throughout, so no other
+        thread ever sees it unowned (the state cell admits only that owner when the write
+        opens)."""
+        if owner is not self._sw_owner:
+            raise RuntimeError("only the owning carrier may write through this path")
+        saved, OWNER_WRITE.write = OWNER_WRITE.write, (self, owner)
+        try:
+            self[i] = v
+        finally:
+            OWNER_WRITE.write = saved
 
     # ----- pickling ---------------------------------------------------------------------------
     _SW_NATIVE_STATE = ("_sw_version", "_sw_released", "_sw_owner", "_sw_claim", "_storage", "_dtype",

@@ -36,7 +36,7 @@ import threading
 from typing import Any, Iterable, cast
 
 from strideweave import _native
-from strideweave.carriers.base import (STATE_LOCK, Carrier, check_bool_argument, check_index, drop_claims,
+from strideweave.carriers.base import (Carrier, check_bool_argument, check_index, drop_claims,
                                        not_a_carrier, take_claim)
 from strideweave.carriers.ownership import Ownership, TwoTiered, check_tier_pair
 from strideweave.carriers.block_device import BlockDeviceCarrier
@@ -184,14 +184,23 @@ class Evictable(TwoTiered, Carrier):
         return self._primary[index]
 
     def set_value(self, i: Any, v: Any) -> None:
-        with STATE_LOCK:  # one state transition, as Carrier._sw_write_slot (promotion checked between)
-            index = check_index(self, i)
-            self._check_not_in_transition("write to")
+        # A public write, as Carrier._sw_write_slot: the checks with their messages, then the
+        # write opened in the state cell, which refuses it while a transition claims this
+        # carrier and refuses a transition while it is open; so the residency checked again
+        # once it is open holds until the store is done.
+        index = check_index(self, i)
+        self._check_not_in_transition("write to")
+        self._check_promoted()
+        self._sw_check_writable()
+        self._sw_open_public_write()
+        stored = False
+        try:
             self._check_promoted()
-            self._sw_check_writable()
             self._primary._sw_write_as_owner(self._ownership, index, v)
             self._clean = False
-            self._sw_count_write()
+            stored = True
+        finally:
+            self._sw_close_write(stored)
 
     def _sw_fill(self, i: int, v: Any) -> None:
         # A move into this Evictable: the primary's storage write, no version change.
@@ -302,11 +311,10 @@ class Evictable(TwoTiered, Carrier):
         return handle
 
     def _give_back(self, claim: "_TransitionClaim") -> None:
-        # Given back under the state lock, as it was taken: a write checks the residency and
-        # then the claim under that lock, so it must not see the residency from before the
-        # transition and the claim from after it (a write into the tier just released).
-        with STATE_LOCK:
-            drop_claims(claim, (self,))
+        # A write opens only while no transition claims this carrier and checks the residency
+        # once open, so it never sees the residency from before a transition with the claim
+        # from after it.
+        drop_claims(claim, (self,))
 
     def _plan(self, evict: bool) -> "_Step | None":
         """The step that takes the values to the other tier, or None when they are there."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import cast
 
 from strideweave import _autograd, _native
-from strideweave.carriers.base import STATE_LOCK
 from strideweave.carriers.cpu import CPU
 from strideweave.carriers.dtype import DType
 from strideweave.carriers.file_backed import FileBacked
@@ -45,7 +44,7 @@ def _record_native_move(tensor: Tensor, output: Tensor) -> MoveOperation:
 
 _native.configure_inline_move({
     "cpu": CPU, "file_backed": FileBacked, "tensor": Tensor, "await_move": AwaitMove,
-    "lock_acquire": STATE_LOCK.acquire, "lock_release": STATE_LOCK.release, "claim": _InlineMoveClaim(),
+    "claim": _InlineMoveClaim(),
     "differentiable": (DType.Float32, DType.Floating), "max_slots": INLINE_SLOTS, "record": _record_native_move,
     "slot_bytes": [(d, _slot_bytes(d)) for d in (DType.Float32, DType.Floating, DType.Int32, DType.Bool)],
 })

@@ -127,6 +127,9 @@ impl CarrierState {
             Refusal::Owned(()) => owned(carrier),
             Refusal::Claimed(()) => self.claimed_err(action),
             Refusal::NotMutable => ModelError::NotMutable { carrier },
+            // The Rust model writes under the cell's lock (`begin_write`) and never opens a
+            // write; an open write is a claim in progress to its callers.
+            Refusal::BeingWritten => self.claimed_err(action),
         }
     }
 

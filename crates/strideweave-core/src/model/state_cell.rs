@@ -19,7 +19,9 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
-use parking_lot::{Mutex, MutexGuard};
+use std::thread::ThreadId;
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 /// Bits of `StateCell::busy`: which payload slots are occupied.
 const OWNED: u8 = 1;
@@ -78,6 +80,9 @@ pub enum Refusal<B, W> {
     Claimed(B),
     /// The carrier does not accept writes.
     NotMutable,
+    /// A write whose store runs foreign code is in progress ([`StateCell::open_write`]):
+    /// claims and releases wait for no one, they are refused.
+    BeingWritten,
 }
 
 /// The refusal type of judge `J`.
@@ -116,6 +121,9 @@ pub enum ReleaseStart {
 struct Slots<O, C> {
     owner: Option<O>,
     claim: Option<C>,
+    /// The threads of the writes opened by [`StateCell::open_write`] and not yet closed (a
+    /// write opens and closes on one thread; a thread may have several open, nested).
+    writers: Vec<ThreadId>,
 }
 
 /// A carrier's framework state (see the module docs).
@@ -126,6 +134,8 @@ pub struct StateCell<O, C> {
     /// `OWNED`/`CLAIMED` bits mirroring the slots, for lock-free reads.
     busy: AtomicU8,
     slots: Mutex<Slots<O, C>>,
+    /// Signalled when the last open write closes ([`StateCell::wait_out_writes`]).
+    unwritten: Condvar,
 }
 
 impl<O, C> Default for StateCell<O, C> {
@@ -160,7 +170,7 @@ impl<O, C> Locked<'_, O, C> {
     }
 
     /// The checks every claim makes, in order: released, owner (if the rule says so), a
-    /// blocking claim, mutability.
+    /// blocking claim, an open write, mutability.
     fn check_claim<J: ClaimJudge<O, C>>(&self, rule: ClaimRule, judge: &J) -> Result<(), RefusalOf<J, O, C>> {
         if self.released() {
             return Err(Refusal::Released);
@@ -171,6 +181,7 @@ impl<O, C> Locked<'_, O, C> {
             }
         }
         self.check_claim_passes(judge)?;
+        self.check_not_written()?;
         if !rule.mutable {
             return Err(Refusal::NotMutable);
         }
@@ -182,6 +193,16 @@ impl<O, C> Locked<'_, O, C> {
             Some(owner) if !judge.owner_passes(owner) => Err(Refusal::Owned(judge.owner(owner))),
             _ => Ok(()),
         }
+    }
+
+    /// Refuses while a write opened by [`StateCell::open_write`] is in progress: its checks
+    /// were made when it opened, and a claim or a release must not change what they saw
+    /// before its store is done.
+    fn check_not_written<B, W>(&self) -> Result<(), Refusal<B, W>> {
+        if !self.slots.writers.is_empty() {
+            return Err(Refusal::BeingWritten);
+        }
+        Ok(())
     }
 
     fn check_claim_passes<J: ClaimJudge<O, C>>(&self, judge: &J) -> Result<(), RefusalOf<J, O, C>> {
@@ -199,7 +220,8 @@ impl<O, C> StateCell<O, C> {
             version: AtomicU64::new(0),
             released: AtomicBool::new(false),
             busy: AtomicU8::new(0),
-            slots: Mutex::new(Slots { owner: None, claim: None }),
+            slots: Mutex::new(Slots { owner: None, claim: None, writers: Vec::new() }),
+            unwritten: Condvar::new(),
         }
     }
 
@@ -364,6 +386,7 @@ impl<O, C> StateCell<O, C> {
         let mut state = self.lock();
         state.check_owner(judge)?;
         state.check_claim_passes(judge)?;
+        state.check_not_written()?;
         if state.released() {
             return Ok(false);
         }
@@ -387,6 +410,7 @@ impl<O, C> StateCell<O, C> {
         if state.released() {
             return Ok(ReleaseStart::AlreadyReleased);
         }
+        state.check_not_written()?;
         let marked = state.slots.claim.is_none();
         if marked {
             let none = state.put_claim(Some(marker()));
@@ -454,6 +478,77 @@ impl<O, C> StateCell<O, C> {
             self.bump_version();
         }
         counts
+    }
+
+    /// Opens a write whose store runs foreign code (a Python `set_value` hook), which must not
+    /// run under the cell's lock: checks, in order, released, the owner (`owner_admitted`:
+    /// the write is the owner's, or the owner does not stop it), a held claim (the judge: a
+    /// move's own write through what it handed its transfer passes), and then counts the
+    /// write as open. Until [`close_write`](Self::close_write), every claim and every release
+    /// is refused with [`Refusal::BeingWritten`], so no claim or release falls between the
+    /// caller's checks and its store, and no lock is held while the store runs. Writes do not
+    /// exclude each other. A refused claim or release of another thread may
+    /// [`wait_out_writes`](Self::wait_out_writes) and try again; one of the writing thread
+    /// itself (its store's own code) stays refused.
+    pub fn open_write<J: ClaimJudge<O, C>>(
+        &self,
+        owner_admitted: impl FnOnce(&O) -> bool,
+        judge: &J,
+    ) -> Result<(), RefusalOf<J, O, C>> {
+        let mut state = self.lock();
+        if state.released() {
+            return Err(Refusal::Released);
+        }
+        if let Some(owner) = &state.slots.owner {
+            if !owner_admitted(owner) {
+                return Err(Refusal::Owned(judge.owner(owner)));
+            }
+        }
+        state.check_claim_passes(judge)?;
+        state.slots.writers.push(std::thread::current().id());
+        Ok(())
+    }
+
+    /// Closes a write [`open_write`](Self::open_write) opened; with `count`, its store went
+    /// through and is counted as [`count_write`](Self::count_write) counts (in the same step).
+    /// Returns whether the version rose.
+    pub fn close_write(&self, count: bool) -> bool {
+        let mut state = self.lock();
+        let me = std::thread::current().id();
+        let mine = state.slots.writers.iter().rposition(|t| *t == me);
+        debug_assert!(mine.is_some(), "close_write on a thread with no open write");
+        if let Some(k) = mine {
+            state.slots.writers.swap_remove(k);
+        }
+        if state.slots.writers.is_empty() {
+            self.unwritten.notify_all();
+        }
+        let counts = count && state.slots.claim.is_none();
+        if counts {
+            self.bump_version();
+        }
+        counts
+    }
+
+    /// Whether a write opened by [`open_write`](Self::open_write) is in progress.
+    pub fn is_being_written(&self) -> bool {
+        !self.lock().slots.writers.is_empty()
+    }
+
+    /// After a [`Refusal::BeingWritten`]: blocks until no write is open and returns true,
+    /// so the caller tries its transition again; returns false at once when this thread has
+    /// a write open here (its own store asking: waiting would never end). A caller holding
+    /// a lock that a writer needs (Python's GIL) must release it around this call.
+    pub fn wait_out_writes(&self) -> bool {
+        let me = std::thread::current().id();
+        let mut state = self.lock();
+        if state.slots.writers.contains(&me) {
+            return false;
+        }
+        while !state.slots.writers.is_empty() {
+            self.unwritten.wait(&mut state.slots);
+        }
+        true
     }
 
     /// Opens a write of a live carrier: `Released` now, else the state stays locked until

@@ -293,3 +293,96 @@ fn a_release_racing_claims_has_exactly_one_winner() {
         },
     );
 }
+
+#[test]
+fn an_open_write_checks_released_owner_then_claim() {
+    let cell = Cell::new();
+    assert_eq!(cell.replace_owner(Some("tiers")), None);
+    assert_eq!(cell.open_write(|_| false, &Judge), Err(Refusal::Owned("tiers")));
+    assert_eq!(cell.replace_claim(Some(1)), None);
+    assert_eq!(cell.open_write(|o| *o == "tiers", &Judge), Err(Refusal::Claimed(Why::Pending)));
+    assert_eq!(cell.replace_claim(Some(7)), Some(1));
+    assert_eq!(cell.open_write(|o| *o == "tiers", &Judge), Ok(()), "the caller's own claim admits it");
+    assert!(!cell.close_write(true), "a write under a claim relocates; it is not counted");
+    cell.set_released(true);
+    assert_eq!(cell.open_write(|_| true, &Judge), Err(Refusal::Released));
+    assert!(!cell.is_being_written(), "nothing opened by a refusal");
+}
+
+#[test]
+fn an_open_write_refuses_claims_and_releases_until_it_closes() {
+    let cell = Cell::new();
+    cell.open_write(|_| false, &Judge).unwrap();
+    cell.open_write(|_| false, &Judge).unwrap(); // writes do not exclude each other
+    assert_eq!(cell.try_claim(2, LOOSE, &Judge), Err((2, Refusal::BeingWritten)));
+    assert_eq!(cell.begin_release(|| 99, &Judge), Err(Refusal::BeingWritten));
+    assert_eq!(cell.mark_released(&Judge), Err(Refusal::BeingWritten));
+    assert_eq!(cell.adopt("tiers", &Judge), Err(("tiers", Refusal::BeingWritten)));
+    assert!(cell.close_write(true));
+    assert_eq!(cell.try_claim(2, LOOSE, &Judge), Err((2, Refusal::BeingWritten)), "one write still open");
+    assert!(!cell.close_write(false), "a failed store is not counted");
+    assert_eq!(cell.version(), 1);
+    assert_eq!(cell.try_claim(2, LOOSE, &Judge), Ok(None));
+    assert!(cell.is_free() || cell.is_claimed());
+}
+
+#[test]
+fn a_write_racing_claims_and_a_release_sees_exactly_one_order() {
+    // Each round: one thread opens and closes a write, others claim or release. Whatever
+    // wins, the state is consistent: a write that opened was counted or met a claim taken
+    // after it closed; a claim or release that went ahead never overlapped an open write.
+    for _ in 0..200 {
+        let cell = Arc::new(Cell::new());
+        let barrier = Arc::new(Barrier::new(3));
+        let writer = {
+            let (cell, barrier) = (cell.clone(), barrier.clone());
+            thread::spawn(move || {
+                barrier.wait();
+                match cell.open_write(|_| false, &Judge) {
+                    Ok(()) => {
+                        let claimed_during = cell.is_claimed() || cell.is_released();
+                        cell.close_write(true);
+                        assert!(!claimed_during, "nothing is claimed or released while a write is open");
+                        true
+                    }
+                    Err(_) => false,
+                }
+            })
+        };
+        let claimer = {
+            let (cell, barrier) = (cell.clone(), barrier.clone());
+            thread::spawn(move || {
+                barrier.wait();
+                cell.try_claim(3, LOOSE, &Judge).is_ok()
+            })
+        };
+        barrier.wait();
+        let released = matches!(cell.begin_release(|| 99, &Judge), Ok(ReleaseStart::Began { .. }));
+        let wrote = writer.join().unwrap();
+        let claimed = claimer.join().unwrap();
+        assert!(!cell.is_being_written());
+        if wrote {
+            assert_eq!(cell.version(), 1);
+        }
+        assert!(!(claimed && released), "a release never begins over a claim");
+    }
+}
+
+#[test]
+fn a_refused_transition_of_another_thread_waits_out_the_open_writes() {
+    let cell = Arc::new(Cell::new());
+    cell.open_write(|_| false, &Judge).unwrap();
+    assert!(!cell.wait_out_writes(), "the writing thread itself is never made to wait");
+    let waiter = {
+        let cell = cell.clone();
+        thread::spawn(move || {
+            assert_eq!(cell.try_claim(2, LOOSE, &Judge), Err((2, Refusal::BeingWritten)));
+            assert!(cell.wait_out_writes());
+            cell.try_claim(2, LOOSE, &Judge)
+        })
+    };
+    thread::sleep(std::time::Duration::from_millis(20));
+    assert!(cell.close_write(true));
+    assert_eq!(waiter.join().unwrap(), Ok(None));
+    assert_eq!((cell.version(), claim_of(&cell)), (1, Some(2)));
+}

@@ -33,12 +33,14 @@ _NestedInts = tuple[Union[int, "_NestedInts"], ...]
 # replace any subtree. Bools are rejected (TypeError).
 _Key = Union[int, Sequence["_Key"]]
 _Profile = Union[int, Sequence["_Profile"]]
-_Tiler = Union["Layout", "Shape", int, Sequence[Union["Layout", "Shape", int, None]]]
+# A tiler nests as deep as the modes it meets (CuTe's tuple tilers).
+_Tiler = Union["Layout", "Shape", int, Sequence[Union["_Tiler", None]]]
+_ModePath = Union[int, Sequence[int]]
 # A kernel's input operand: (storage, element offset, leaf strides).
 _Operand = tuple["HostStorage", int, Sequence[int]]
 
 __version__: str
-__all__ = ["__version__", "Shape", "Stride", "Layout", "HostStorage", "FileStorage", "dlpack_export",
+__all__ = ["__version__", "Shape", "Stride", "Layout", "Tree", "NodeId", "HostStorage", "FileStorage", "dlpack_export",
            "dlpack_device", "AwaitResult", "new_completion", "submit_python", "engine_quiesce", "binary_f32", "unary_f32",
            "sum_f32", "BlockDeviceHandle", "read_element", "write_element",
            "_TensorBase", "_CarrierBase", "TransferProgress", "copy_span", "submit_span", "copy_layout", "submit_layout",
@@ -212,6 +214,39 @@ class Layout:
         """L with ``L(self(i)) == i`` for every i in ``range(self.size)``; ValueError unless
         injective, or where no layout built from the complement to the cosize covers the
         whole image (stride divisibility)."""
+    def rearrange(self, output: "Tree | NodeId", selection: Sequence[_ModePath] | None = None) -> "Layout":
+        """The hierarchy ``output`` describes, built from sublayouts: by default the top-level
+        modes; with ``selection``, sublayout n is the mode path ``selection[n]`` names (an int
+        is a top-level mode, a tuple of ints steps into nested modes, ``()`` is the whole
+        layout). ``Node.id(n)`` is sublayout n, ``Node.Leaf`` a ``1:0`` mode, a ``Tree`` a
+        nested mode. ValueError for an id or path outside what exists; TypeError for other
+        argument types."""
+    def uniform_preimage_extent(self, target: "Shape | int") -> int | None:
+        """k if this layout provably maps exactly k coordinates onto each index of
+        ``[0, target.size)`` (its stride-0 leaves repeat a bijection onto that range), else
+        None."""
+
+@final
+class NodeId:
+    """``Node.id(n)``: the n-th sublayout of a ``Layout.rearrange`` selection."""
+    def __new__(cls, index: int) -> Self:
+        """TypeError unless an int (bools refused); ValueError if negative."""
+    @property
+    def index(self) -> int: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class Tree:
+    """``Tree(*children)``: a nested mode of ``Layout.rearrange``'s output; each child is a
+    ``Tree``, ``Node.id(n)`` or ``Node.Leaf`` (a ``1:0`` mode). ValueError with no child;
+    TypeError for another child type."""
+    def __new__(cls, *children: "Tree | NodeId | Node") -> Self: ...
+    @property
+    def children(self) -> tuple["Tree | NodeId | Node", ...]: ...
+    def __len__(self) -> int: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
 
 @disjoint_base
 class AwaitResult(Generic[_T]):

@@ -7,9 +7,10 @@ import strideweave.layout as swl
 
 
 def test_layout_names_are_the_native_classes_in_every_module():
-    for name in ["Shape", "Stride", "Layout", "Node"]:
+    for name in ["Shape", "Stride", "Layout", "Node", "Tree", "NodeId"]:
         assert getattr(sw, name) is getattr(swl, name)
-    assert swl.__all__ == ["Shape", "Stride", "Layout", "Node"]
+    assert swl.__all__ == ["Shape", "Stride", "Layout", "Node", "Tree", "NodeId"]
+    assert sw.Tree is sw._native.Tree and sw.NodeId is sw._native.NodeId
     # The public classes are the native classes, not wrappers.
     assert sw.Shape is sw._native.Shape
     assert sw.Stride is sw._native.Stride

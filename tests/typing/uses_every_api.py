@@ -40,6 +40,12 @@ def layouts() -> sw.Layout:
              a.blocked_product(tile), a.raked_product(2), a.right_inverse(), a.left_inverse(), a.filter(),
              a.coalesce(), a.coalesce((1, 1)), a.coalesce(sw.Shape(1))]
     assert all(isinstance(p, sw.Layout) for p in parts)
+    nested = sw.Layout(sw.Shape((4, 6), 8), sw.Stride((1, 4), 24))
+    assert nested.zipped_divide(((2, 3), 4)).size == nested.size
+    out = sw.Tree(sw.Node.id(1), sw.Node.Leaf, sw.Tree(sw.Node.id(0)))
+    assert a.rearrange(out).size == 8 and a.rearrange(sw.Node.id(0), selection=[(1,), 2]).size == 2
+    extent: int | None = a.uniform_preimage_extent(sw.Shape(3))
+    assert extent is None and out.children[0] == sw.NodeId(1) and sw.NodeId(1).index == 1
     return flat.broadcast_to(sw.Shape(4))
 
 

@@ -56,7 +56,10 @@ pub fn layout(e: LayoutError) -> PyErr {
         | LayoutError::ComplementStrideNotDivisible { .. }
         | LayoutError::NotInjective
         | LayoutError::TilerRankExceedsLayout { .. }
-        | LayoutError::ProfileRankExceedsLayout { .. } => PyValueError::new_err(msg),
+        | LayoutError::ProfileRankExceedsLayout { .. }
+        | LayoutError::SublayoutIdOutOfRange { .. }
+        | LayoutError::ModePathOutOfRange { .. }
+        | LayoutError::EmptyOutputTree => PyValueError::new_err(msg),
     }
 }
 

@@ -181,3 +181,56 @@ def test_left_inverse_matches_pycute(a):
         assert [ours(a(i)) for i in range(a.size)] == list(range(a.size))
         if theirs is not None and all(theirs(a(i)) == i for i in range(a.size)):
             _same_function(ours, theirs)
+
+
+def _nested_tiler(data, a, depth=0):
+    """A tuple tiler that follows ``a``'s modes: each entry None, a layout, or (for a nested
+    mode, up to depth 2) a tuple tiler of that mode's own modes."""
+    entries = []
+    for i in range(data.draw(st.integers(1, len(a)))):
+        mode = a[i]
+        kinds = ["none", "layout"] + (["tuple"] * 2 if not mode.is_leaf and depth < 2 else [])
+        kind = data.draw(st.sampled_from(kinds))
+        if kind == "none":
+            entries.append(None)
+        elif kind == "layout":
+            entries.append(data.draw(tractable_layouts()))
+        else:
+            entries.append(_nested_tiler(data, mode, depth + 1))
+    return tuple(entries)
+
+
+def _to_pycute_tiler(t):
+    if t is None:
+        return None
+    if isinstance(t, tuple):
+        return tuple(_to_pycute_tiler(x) for x in t)
+    return to_pycute(t)
+
+
+def _same_tree_of_functions(ours, theirs, depth):
+    """Same top-level modes, and (to ``depth`` levels) the same modes inside each."""
+    _same_top_modes(ours, theirs)
+    if depth:
+        for x, y in zip(top_modes(ours), top_modes(theirs)):
+            _same_tree_of_functions(x, y, depth - 1)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(tractable_layouts().filter(lambda a: any(not m.is_leaf for m in a)), st.data())
+def test_nested_tuple_tilers_match_pycute(a, data):
+    """A tiler nested as deep as the layout's modes divides, zips and composes each sub-mode
+    as pycute does."""
+    tiler = _nested_tiler(data, a)
+    pa, pt = to_pycute(a), _to_pycute_tiler(tiler)
+    for op, ref, depth in (
+        (Layout.divide, pycute.logical_divide, 2),
+        (Layout.zipped_divide, pycute.zipped_divide, 2),
+        (Layout.tiled_divide, pycute.tiled_divide, 1),
+    ):
+        ours = _ours(op, a, tiler)
+        theirs = _pycute(ref, pa, pt)
+        if isinstance(ours, ValueError):
+            continue  # a sub-mode's divide broke a precondition (checked one mode at a time above)
+        assert theirs is not None, (op.__name__, a, tiler, ours)
+        _same_tree_of_functions(ours, theirs, depth)

@@ -278,26 +278,71 @@ fn product_cute(a: &Cute, b: &Cute) -> Result<Cute, LayoutError> {
     Ok(Cute::Tup(vec![a.clone(), compose_cute(&comp, b)?]))
 }
 
-/// A tiler: one layout for the whole layout, or one per leading mode.
-#[derive(Clone, Debug)]
+/// A tiler: one layout for the whole layout, or one tiler per leading mode, nested as deep
+/// as the layout's modes are (CuTe's tuple tilers; `None` keeps that mode as it is).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Tiler {
-    /// One layout applied to the whole layout (a composition with it).
+    /// One layout applied to the whole layout (or mode) it meets.
     Layout(Layout),
-    /// One layout per leading mode (`None` keeps that mode as it is).
-    Modes(Vec<Option<Layout>>),
+    /// One tiler per leading mode (`None` keeps that mode as it is).
+    Modes(Vec<Option<Tiler>>),
 }
 
-/// Gather tiles and rests: `((tile modes…), (rest modes…, untiled modes…))`.
-fn zipped(a: &Cute, tiler: &Tiler, op: fn(&Cute, &Cute) -> Result<Cute, LayoutError>) -> Result<Cute, LayoutError> {
+impl From<Layout> for Tiler {
+    fn from(l: Layout) -> Tiler {
+        Tiler::Layout(l)
+    }
+}
+
+/// The tiler with its layouts converted once.
+enum CuteTiler {
+    Whole(Cute),
+    Modes(Vec<Option<CuteTiler>>),
+}
+
+impl CuteTiler {
+    fn new(t: &Tiler) -> CuteTiler {
+        match t {
+            Tiler::Layout(l) => CuteTiler::Whole(Cute::from_layout(l)),
+            Tiler::Modes(ts) => CuteTiler::Modes(ts.iter().map(|t| t.as_ref().map(CuteTiler::new)).collect()),
+        }
+    }
+}
+
+type Op = fn(&Cute, &Cute) -> Result<Cute, LayoutError>;
+
+/// Apply `op` by mode: a whole tiler meets `a` as a whole; a tuple meets `a`'s leading modes
+/// one by one (recursively), and the modes past it stay.
+fn by_modes(a: &Cute, tiler: &CuteTiler, op: Op) -> Result<Cute, LayoutError> {
     match tiler {
-        Tiler::Layout(b) => op(a, &Cute::from_layout(b)),
-        Tiler::Modes(ts) => {
+        CuteTiler::Whole(b) => op(a, b),
+        CuteTiler::Modes(ts) => {
             let modes = a.modes();
             check_tiler_rank(ts.len(), modes.len())?;
-            let (mut first, mut second) = (Vec::new(), Vec::new());
+            let mut out = Vec::with_capacity(modes.len());
+            for (i, m) in modes.iter().enumerate() {
+                out.push(match ts.get(i) {
+                    Some(Some(t)) => by_modes(m, t, op)?,
+                    _ => m.clone(),
+                });
+            }
+            Ok(Cute::Tup(out))
+        }
+    }
+}
+
+/// Split by `op` and gather: `((tile modes…), (rest modes…, untiled modes…))`, recursively
+/// for a nested tiler (a kept mode's tile is `1:0`).
+fn unzip(a: &Cute, tiler: &CuteTiler, op: Op) -> Result<Cute, LayoutError> {
+    match tiler {
+        CuteTiler::Whole(b) => op(a, b),
+        CuteTiler::Modes(ts) => {
+            let modes = a.modes();
+            check_tiler_rank(ts.len(), modes.len())?;
+            let (mut first, mut second) = (Vec::with_capacity(ts.len()), Vec::with_capacity(modes.len()));
             for (m, t) in modes.iter().zip(ts) {
                 let split = match t {
-                    Some(t) => op(m, &Cute::from_layout(t))?,
+                    Some(t) => unzip(m, t, op)?,
                     None => Cute::Tup(vec![Cute::Int(1, 0), m.clone()]),
                 };
                 let mut parts = split.modes().into_iter();
@@ -310,29 +355,8 @@ fn zipped(a: &Cute, tiler: &Tiler, op: fn(&Cute, &Cute) -> Result<Cute, LayoutEr
     }
 }
 
-fn per_mode_or_whole(
-    a: &Layout,
-    b: &Tiler,
-    op: fn(&Cute, &Cute) -> Result<Cute, LayoutError>,
-) -> Result<Layout, LayoutError> {
-    let ca = Cute::from_layout(a);
-    let out = match b {
-        Tiler::Layout(b) => op(&ca, &Cute::from_layout(b))?,
-        Tiler::Modes(ts) => {
-            let ts: Vec<Option<Cute>> = ts.iter().map(|t| t.as_ref().map(Cute::from_layout)).collect();
-            let modes = ca.modes();
-            check_tiler_rank(ts.len(), modes.len())?;
-            let mut out = Vec::with_capacity(modes.len());
-            for (i, m) in modes.iter().enumerate() {
-                out.push(match ts.get(i) {
-                    Some(Some(t)) => op(m, t)?,
-                    _ => m.clone(),
-                });
-            }
-            Cute::Tup(out)
-        }
-    };
-    out.to_layout()
+fn per_mode_or_whole(a: &Layout, b: &Tiler, op: Op) -> Result<Layout, LayoutError> {
+    by_modes(&Cute::from_layout(a), &CuteTiler::new(b), op)?.to_layout()
 }
 
 impl Layout {
@@ -363,10 +387,17 @@ impl Layout {
         compose_cute(&Cute::from_layout(self), &Cute::from_layout(b))?.to_layout()
     }
 
+    /// Compose by a tiler: a whole layout is [`Layout::compose`]; a tuple composes mode `i`
+    /// with `tiler[i]` (recursively; `None` keeps it), and modes past the tiler stay.
+    /// `TilerRankExceedsLayout` for a tuple longer than the modes it meets.
+    pub fn compose_tiler(&self, tiler: &Tiler) -> Result<Layout, LayoutError> {
+        per_mode_or_whole(self, tiler, compose_cute)
+    }
+
     /// Compose mode by mode: mode `i` of the result is `self[i] ∘ tilers[i]` (`None` keeps
     /// it); modes past the tiler stay. `TilerRankExceedsLayout` for a longer tiler.
     pub fn compose_modes(&self, tilers: &[Option<Layout>]) -> Result<Layout, LayoutError> {
-        per_mode_or_whole(self, &Tiler::Modes(tilers.to_vec()), compose_cute)
+        self.compose_tiler(&Tiler::Modes(tilers.iter().map(|t| t.clone().map(Tiler::Layout)).collect()))
     }
 
     /// The layout that, concatenated to `self`, fills `[0, cotarget)`: sorted by stride,
@@ -385,12 +416,12 @@ impl Layout {
 
     /// The divide with the tile modes gathered into mode 0 and the rest into mode 1.
     pub fn zipped_divide(&self, b: &Tiler) -> Result<Layout, LayoutError> {
-        zipped(&Cute::from_layout(self), b, divide_cute)?.to_layout()
+        unzip(&Cute::from_layout(self), &CuteTiler::new(b), divide_cute)?.to_layout()
     }
 
     /// The zipped divide with mode 1's modes flattened to the top level.
     pub fn tiled_divide(&self, b: &Tiler) -> Result<Layout, LayoutError> {
-        let z = zipped(&Cute::from_layout(self), b, divide_cute)?;
+        let z = unzip(&Cute::from_layout(self), &CuteTiler::new(b), divide_cute)?;
         let mut parts = z.modes().into_iter();
         let mut out = vec![parts.next().expect("two modes")];
         out.extend(parts.next().expect("two modes").modes());
@@ -534,8 +565,26 @@ mod tests {
         assert!(matches!(lay("[2,2]:[0,1]").left_inverse(), Err(LayoutError::NotInjective)));
         assert!(matches!(lay("[2,2]:[3,1]").left_inverse(), Err(LayoutError::ComplementStrideNotDivisible { .. })));
         assert!(matches!(
-            lay("4:1").divide(&Tiler::Modes(vec![Some(lay("2:1")), Some(lay("2:1"))])),
+            lay("4:1").divide(&Tiler::Modes(vec![Some(lay("2:1").into()), Some(lay("2:1").into())])),
             Err(LayoutError::TilerRankExceedsLayout { tiler: 2, rank: 1 })
         ));
+    }
+
+    #[test]
+    fn nested_tilers_recurse() {
+        let whole = |s: &str| Some(Tiler::Layout(lay(s)));
+        // [[4,6],8]:[[1,4],24] with ((2:1, 3:1), 4:1): mode 0's sub-modes divide one by one.
+        let a = lay("[[4,6],8]:[[1,4],24]");
+        let nested = Tiler::Modes(vec![Some(Tiler::Modes(vec![whole("2:1"), whole("3:1")])), whole("4:1")]);
+        let d = a.divide(&nested).unwrap();
+        assert_eq!(d, lay("[[[2,2],[3,2]],[4,2]]:[[[1,2],[4,12]],[24,96]]"));
+        let z = a.zipped_divide(&nested).unwrap();
+        assert_eq!(z, lay("[[[2,3],4],[[2,2],2]]:[[[1,4],24],[[2,12],96]]"));
+        // A nested tuple longer than the mode it meets names the sub-mode's rank.
+        let long = Tiler::Modes(vec![Some(Tiler::Modes(vec![whole("2:1"), whole("3:1"), whole("1:1")]))]);
+        assert!(matches!(a.divide(&long), Err(LayoutError::TilerRankExceedsLayout { tiler: 3, rank: 2 })));
+        // compose_tiler agrees with compose_modes on a flat tuple.
+        let flat = Tiler::Modes(vec![whole("2:2"), None]);
+        assert_eq!(a.compose_tiler(&flat).unwrap(), a.compose_modes(&[Some(lay("2:2")), None]).unwrap());
     }
 }

@@ -13,6 +13,7 @@ pub mod injective;
 #[allow(clippy::module_inception)]
 pub mod layout;
 pub mod plan;
+pub mod rearrange;
 pub mod tree;
 
 #[cfg(test)]
@@ -25,6 +26,7 @@ use thiserror::Error;
 
 pub use algebra::Tiler;
 pub use layout::{Layout, ProfileNode};
+pub use rearrange::OutputTree;
 pub use tree::{IntTree, Mode, Nested};
 
 /// Why a layout operation failed, by cause.
@@ -211,6 +213,29 @@ pub enum LayoutError {
         /// The layout level's rank.
         rank: usize,
     },
+    /// A rearrange output naming a sublayout that was not extracted.
+    #[error("rearrange output names Node.id({id}) but only {count} sublayouts were selected")]
+    SublayoutIdOutOfRange {
+        /// The id in the output tree.
+        id: usize,
+        /// How many sublayouts the selection extracted.
+        count: usize,
+    },
+    /// A rearrange selection path that leaves the layout's modes.
+    #[error(
+        "rearrange selection path {path:?} is not a mode of the layout (step {step} has {modes} modes to choose from)"
+    )]
+    ModePathOutOfRange {
+        /// The whole path.
+        path: Vec<usize>,
+        /// The 0-based step that failed.
+        step: usize,
+        /// How many modes that step could choose from.
+        modes: usize,
+    },
+    /// A rearrange output tree node without children.
+    #[error("rearrange output has an empty Tree")]
+    EmptyOutputTree,
 }
 
 /// Checked product of `values`; `None` when it leaves signed 64 bits.

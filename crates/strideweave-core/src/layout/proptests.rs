@@ -304,4 +304,33 @@ proptest! {
             }
         }
     }
+
+    #[test]
+    fn rearrange_by_the_identity_tree_is_the_layout(a in layout_strategy()) {
+        if a.rank() == 0 {
+            return Ok(());
+        }
+        let ids = super::OutputTree::Branch((0..a.rank()).map(super::OutputTree::Id).collect());
+        prop_assert_eq!(a.rearrange(&ids, None).unwrap(), a.clone());
+        // Reversing the modes twice is the identity too, and each mode keeps its function.
+        let rev = super::OutputTree::Branch((0..a.rank()).rev().map(super::OutputTree::Id).collect());
+        let r = a.rearrange(&rev, None).unwrap();
+        prop_assert_eq!(r.rearrange(&rev, None).unwrap(), a.clone());
+        for i in 0..a.rank() {
+            prop_assert_eq!(r.mode(a.rank() - 1 - i), a.mode(i));
+        }
+    }
+
+    #[test]
+    fn a_uniform_preimage_extent_is_the_count_of_every_index(a in layout_strategy(), target in 1i64..=40) {
+        if let Some(k) = a.uniform_preimage_extent(target) {
+            let mut counts = vec![0i64; target as usize];
+            for i in 0..a.size() {
+                let x = a.index_of_int(i);
+                prop_assert!(x < target, "{} maps {} to {} outside {}", a, i, x, target);
+                counts[x as usize] += 1;
+            }
+            prop_assert!(counts.iter().all(|&c| c == k), "{} onto {}: {:?} not all {}", a, target, counts, k);
+        }
+    }
 }

@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyList, PyTuple};
 use strideweave_core::layout::{Layout, Tiler};
 
-use super::protocol::type_name;
+use super::protocol::{type_name, MAX_NESTING};
 use super::{PyLayout, PyShape};
 use crate::error;
 
@@ -33,13 +33,25 @@ fn one_layout(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Option<Layout>> {
     Err(PyTypeError::new_err(format!("{what} must be a Layout, Shape or int, got {}", type_name(obj))))
 }
 
-/// A whole-layout tiler, or a tuple/list of per-mode tilers (`None` keeps a mode).
+/// A whole-layout tiler, or a tuple/list of per-mode tilers (`None` keeps a mode), nested as
+/// deep as the modes they meet.
 fn to_tiler(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Tiler> {
+    to_tiler_at(obj, what, 0)
+}
+
+fn to_tiler_at(obj: &Bound<'_, PyAny>, what: &str, depth: usize) -> PyResult<Tiler> {
     if obj.is_instance_of::<PyTuple>() || obj.is_instance_of::<PyList>() {
+        if depth >= MAX_NESTING {
+            return Err(PyValueError::new_err(format!("{what} is nested deeper than {MAX_NESTING} levels")));
+        }
         let mut modes = Vec::new();
         for (i, item) in obj.try_iter()?.enumerate() {
             let item = item?;
-            modes.push(if item.is_none() { None } else { one_layout(&item, &format!("{what}[{i}]"))? });
+            modes.push(if item.is_none() {
+                None
+            } else {
+                Some(to_tiler_at(&item, &format!("{what}[{i}]"), depth + 1)?)
+            });
         }
         return Ok(Tiler::Modes(modes));
     }
@@ -89,10 +101,7 @@ impl PyLayout {
     /// `self ∘ other`, shaped like `other`: a Layout, a Shape (its compact layout), an int
     /// `n` (`n:1`), or a tuple of those (or None) applied mode by mode.
     pub(super) fn alg_compose(&self, other: &Bound<'_, PyAny>) -> PyResult<PyLayout> {
-        match to_tiler(other, "compose other")? {
-            Tiler::Layout(b) => wrap(self.core().compose(&b)),
-            Tiler::Modes(ts) => wrap(self.core().compose_modes(&ts)),
-        }
+        wrap(self.core().compose_tiler(&to_tiler(other, "compose other")?))
     }
 
     /// The layout filling `[0, cotarget)` (default: this layout's cosize) with what this

@@ -9,6 +9,7 @@
 //! - this file: `Layout` and the module's registration;
 //! - `trees.rs`: `Shape` and `Stride`, built from Python items;
 //! - `algebra.rs`: the CuTe algebra methods (§9): compose, complement, divides, products, inverses;
+//! - `rearrange.rs`: `Tree` and `NodeId` (`Node.id(n)`), `rearrange` and `uniform_preimage_extent`;
 //! - `keys.rs`: Python keys walked in place, coordinates back to tuples;
 //! - `protocol.rs`: what the three classes share (mode selection, iteration, equality, hash,
 //!   argument classes).
@@ -16,6 +17,7 @@
 mod algebra;
 mod keys;
 mod protocol;
+mod rearrange;
 mod trees;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -272,6 +274,15 @@ impl PyLayout {
         self.alg_left_inverse()
     }
 
+    #[pyo3(signature = (output, selection=None))]
+    fn rearrange(&self, output: &Bound<'_, PyAny>, selection: Option<&Bound<'_, PyAny>>) -> PyResult<PyLayout> {
+        self.alg_rearrange(output, selection)
+    }
+
+    fn uniform_preimage_extent(&self, target: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
+        self.alg_uniform_preimage_extent(target)
+    }
+
     fn __add__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let py = other.py();
         let Ok(b) = other.cast::<PyLayout>() else {
@@ -309,5 +320,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyShape>()?;
     m.add_class::<PyStride>()?;
     m.add_class::<PyLayout>()?;
+    m.add_class::<rearrange::PyTree>()?;
+    m.add_class::<rearrange::PyNodeId>()?;
     Ok(())
 }

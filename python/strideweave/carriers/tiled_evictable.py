@@ -8,7 +8,10 @@ residency and projection operations. The class is final.
 
 Geometry: `logical_shape[a] = grid_shape[a] * tile_shape[a]`; slot `s` decodes first mode
 fastest to coordinate `x`, which lies in tile `x // tile_shape` at in-tile slot
-`encode(x mod tile_shape, tile_shape)`. Every tile is its own dense storage of a tier: a
+`encode(x mod tile_shape, tile_shape)`. That is CuTe's zipped divide of the canonical layout
+of `logical_shape` by `tile_shape` (mode 0 a tile's slots, mode 1 the tiles' origins), so
+the carrier computes it with `Layout.zipped_divide` and maps a slot back with the divide's
+`left_inverse`. Every tile is its own dense storage of a tier: a
 carrier of the tier's class (made by `new_like` at construction, by `allocate_like` when it
 moves), owned by the TiledEvictable through an ownership token like Evictable's, or, for the
 exact built-in classes CPU and FileBacked, the bare Rust storage such a carrier would hold
@@ -34,6 +37,7 @@ from strideweave.carriers.ownership import TwoTiered, check_tier_pair
 from strideweave.carriers.extension import (CarrierDefinition, CarrierFacet, StorageProvider,
                                             TransferProvider, TransferRoute,
                                             _register_shipped_definition)
+from strideweave.layout import Layout, Shape
 from strideweave.carriers.tiled_types import (PRIMARY, SECONDARY, AwaitProjection, AwaitResidency,
                                               TileSelection, TileSet, TileState, _check_shape,
                                               _consume_ints, _Ownership, _release_quietly)
@@ -122,6 +126,12 @@ class TiledEvictable(TwoTiered, Carrier):
         self._logical = logical
         self._full = full
         self._tile_size = math.prod(tile)
+        # The tiling is CuTe's zipped divide of the logical array (first axis fastest) by the
+        # tile shape: mode 0 walks one tile's slots, mode 1 the tiles' origins in tile-index
+        # order, and its left inverse takes a logical slot back to `in_tile + size * tile`.
+        self._tiling = Layout.canonical(Shape(*logical)).zipped_divide(tile)
+        self._ordinal_of_slot = self._tiling.left_inverse()
+        self._in_tile_offsets: list[int] | None = None
         # Each tile's first slot in the logical array, by tile index (the route's gather).
         self._origins = tiled_bulk.placement([range(g) for g in grid], grid, tile)[1]
         self._seed: Carrier | None = primary if sizes[0] == full else secondary
@@ -173,34 +183,20 @@ class TiledEvictable(TwoTiered, Carrier):
         return self._logical
 
     def _locate(self, slot: int) -> tuple[int, int]:
-        """(tile index, in-tile slot) of logical slot `slot`."""
-        tile_index = in_tile = 0
-        grid_mul = tile_mul = 1
-        for extent, t, g in zip(self._logical, self._tile, self._grid):
-            slot, x = divmod(slot, extent)
-            q, r = divmod(x, t)
-            tile_index += q * grid_mul
-            in_tile += r * tile_mul
-            grid_mul *= g
-            tile_mul *= t
+        """(tile index, in-tile slot) of logical slot `slot`: the tiling's inverse gives the
+        ordinal `in_tile + tile_size * tile_index`."""
+        tile_index, in_tile = divmod(self._ordinal_of_slot(slot), self._tile_size)
         return tile_index, in_tile
 
     def _tile_slots(self, tile_index: int) -> list[int]:
-        """Logical slots of one tile, in in-tile slot order."""
-        origin = []
-        for g, t in zip(self._grid, self._tile):
-            tile_index, q = divmod(tile_index, g)
-            origin.append(q * t)
-        slots = []
-        for k in range(self._tile_size):
-            s = 0
-            mul = 1
-            for o, t, extent in zip(origin, self._tile, self._logical):
-                k, r = divmod(k, t)
-                s += (o + r) * mul
-                mul *= extent
-            slots.append(s)
-        return slots
+        """Logical slots of one tile, in in-tile slot order: the tile's origin plus the
+        tiling's in-tile offsets (computed once, on first use)."""
+        offsets = self._in_tile_offsets
+        if offsets is None:
+            walk = self._tiling[0]
+            offsets = self._in_tile_offsets = [walk(k) for k in range(self._tile_size)]
+        origin = self._tiling[1](tile_index)
+        return [origin + o for o in offsets]
 
     def _coordinate_index(self, coord: tuple[int, ...]) -> int:
         index = self._index_of.get(coord)

@@ -9,14 +9,12 @@ so the order of imports cannot change any outcome; `import strideweave` imports 
 """
 from __future__ import annotations
 
-from typing import cast
-
 from strideweave import _autograd, _native
 from strideweave.carriers.cpu import CPU
 from strideweave.carriers.dtype import DType
 from strideweave.carriers.file_backed import FileBacked
-from strideweave.carriers.move import (INLINE_SLOTS, AwaitMove, MoveOperation, _forget_routes,
-                                      _lookup_route, _MoveState, _slot_bytes)
+from strideweave.carriers.move import (INLINE_SLOTS, AwaitMove, MoveOperation, _forget_routes, _MoveState,
+                                      _node_parts, _slot_bytes)
 from strideweave.tensor import Tensor
 
 __all__: list[str] = []
@@ -35,9 +33,10 @@ def _record_native_move(tensor: Tensor, output: Tensor) -> MoveOperation:
     (the native side checked grad mode, the dtype and both routes)."""
     source, destination = tensor.carrier, output.carrier
     # The pair's route, which the native side checked is its built-in pair's default (a pair
-    # of plain CPU subclasses moves as (CPU, CPU)).
-    op = cast(type[MoveOperation], _lookup_route(type(source), type(destination)).operation_class)()
-    op._sw_move = _MoveState(source, destination, tensor.layout, _lookup_route(type(destination), type(source)))
+    # of plain CPU subclasses moves as (CPU, CPU)), and the reverse route backward takes.
+    operation_class, reverse = _node_parts(type(source), type(destination))
+    op = operation_class()
+    op._sw_move = _MoveState(source, destination, tensor.layout, reverse)
     _autograd.record_unary(op, tensor, output)
     return op
 

@@ -230,6 +230,9 @@ _NATIVE_DEFAULTS: dict[tuple[type, type], type[MoveOperation]] = {
 # Resolved routes by exact pair. Sound because resolving seals both classes (their definition
 # state can no longer change); legacy registry edits clear it.
 _ROUTES: dict[tuple[type, type], "_Route"] = {}
+# Per pair, what a native move's autograd node needs: the route's operation class and the
+# reverse route its backward takes (`_node_parts`); dropped with the routes.
+_NODE_PARTS: dict[tuple[type, type], "tuple[type[MoveOperation], _Route]"] = {}
 
 
 def _check_carrier_class(value: Any, name: str) -> type:
@@ -360,6 +363,19 @@ def _lookup_route(source_class: type, destination_class: type) -> _Route:
     return route
 
 
+def _node_parts(source_class: type, destination_class: type) -> "tuple[type[MoveOperation], _Route]":
+    """(operation class, reverse route) of a recorded move of this pair, looked up once per
+    pair until the registry changes."""
+    key = (source_class, destination_class)
+    parts = _NODE_PARTS.get(key)
+    if parts is None:
+        operation_class = cast(type[MoveOperation], _lookup_route(source_class, destination_class).operation_class)
+        parts = (operation_class, _lookup_route(destination_class, source_class))
+        with _registry_lock:
+            _NODE_PARTS[key] = parts
+    return parts
+
+
 def _plain_cpu(cls: type) -> bool:
     """CPU itself or a plain subclass of it (see `_builtin.RustBackedCarrier._sw_plain_move`)."""
     return cls is CPU or (issubclass(cls, CPU) and bool(getattr(cls, "_sw_plain_move", False)))
@@ -369,6 +385,7 @@ def _forget_routes() -> None:
     """The registry changed: every cached route, and the native moves', is stale."""
     with _registry_lock:
         _ROUTES.clear()
+        _NODE_PARTS.clear()
         _native.forget_default_routes()
 
 

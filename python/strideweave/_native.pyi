@@ -21,6 +21,9 @@ from typing import Any, Callable, Generic, Iterable, Iterator, Sequence, Support
 from typing_extensions import Self, disjoint_base
 
 from strideweave.layout import Node
+from strideweave.tensor import Tensor
+from strideweave.carriers.base import Carrier
+from strideweave.carriers.move_handle import AwaitMove
 
 _T = TypeVar("_T")
 
@@ -46,8 +49,8 @@ __all__ = ["__version__", "Shape", "Stride", "Layout", "Tree", "NodeId", "HostSt
            "_TensorBase", "_CarrierBase", "TransferProgress", "copy_span", "submit_span", "copy_layout", "submit_layout",
            "copy_spans", "submit_copy_spans", "copy_blocks", "submit_copy_blocks", "copy_storages",
            "submit_place_blocks", "release_storages", "FileSlab", "FileRegion", "copy_buffer_to_host",
-           "configure_inline_move", "set_default_route", "forget_default_routes", "move_async_builtin",
-           "MoveRollback", "count_active_profilers", "grad_enabled", "set_grad_enabled", "move_inline", "MoveCommit", "submit_prefault",
+           "configure_inline_move", "set_default_route", "forget_default_routes", "configure_move_entry", "move", "move_async",
+           "MoveRollback", "count_active_profilers", "grad_enabled", "set_grad_enabled", "MoveCommit", "submit_prefault",
            "MoveRequest", "configure_move_request", "configure_element_access"]
 
 class _IntTree:
@@ -496,8 +499,15 @@ def forget_default_routes() -> None: ...
 def count_active_profilers(delta: int) -> None: ...
 def grad_enabled() -> bool: ...
 def set_grad_enabled(enabled: bool) -> bool: ...
-def move_inline(tensor: Any, destination: Any) -> Any | None: ...
-def move_async_builtin(tensor: Any, destination: Any) -> AwaitResult[Any] | None: ...
+def configure_move_entry(config: dict[str, Any]) -> None: ...
+def move(tensor: "Tensor", destination: "Carrier") -> "Tensor":
+    """Blocking move of ``tensor`` into ``destination``: exactly
+    ``move_async(tensor, destination).wait()``. Validation and route errors raise before any
+    effect; a failed transfer raises its error with the source live and the destination
+    unclaimed."""
+def move_async(tensor: "Tensor", destination: "Carrier") -> "AwaitMove":
+    """Validate one move, submit every transfer that can start, and return its handle
+    without waiting. Validation and route errors raise here and return no handle."""
 
 @final
 class MoveRollback:

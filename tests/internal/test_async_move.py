@@ -1,4 +1,4 @@
-"""The native initiation of `move_async` (`_native.move_async_builtin`, issue 10) is taken
+"""The native initiation of `move_async` (the move entry's `move_async_builtin` route, issue 10) is taken
 exactly for bulk moves between exact built-in carriers over the default routes, reaches the
 Python request's outcome, and steps aside, having changed nothing, whenever the Python
 request must decide.

@@ -1,4 +1,4 @@
-"""The native inline move (`_native.move_inline`, issue 10) is taken exactly when it applies,
+"""The native inline move (the move entry's `move_inline` route, issue 10) is taken exactly when it applies,
 and steps aside, having changed nothing, whenever the Python request must decide.
 
 Which path ran is observed by replacing the Python request's entry (`move_async` in

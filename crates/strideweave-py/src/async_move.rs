@@ -117,9 +117,8 @@ enum Job {
 }
 
 /// `move_async(tensor, destination)` when this path applies (see the module docs): the
-/// pending `AwaitMove`, or None with nothing changed.
-#[pyfunction]
-fn move_async_builtin(
+/// pending `AwaitMove`, or None with nothing changed. `move_entry::move_async`'s fast route.
+pub(crate) fn move_async_builtin(
     py: Python<'_>,
     tensor: &Bound<'_, PyAny>,
     destination: &Bound<'_, PyAny>,
@@ -257,6 +256,5 @@ impl MoveRollback {
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<MoveRollback>()?;
-    m.add_function(wrap_pyfunction!(move_async_builtin, m)?)?;
     Ok(())
 }

@@ -338,9 +338,9 @@ fn check_and_claim<'py>(
 }
 
 /// The blocking move of `tensor` into `destination` when this path applies (see the module
-/// docs): the result Tensor, or None with nothing changed.
-#[pyfunction]
-fn move_inline(
+/// docs): the result Tensor, or None with nothing changed. `move_entry::move_blocking`'s
+/// fast route.
+pub(crate) fn move_inline(
     py: Python<'_>,
     tensor: &Bound<'_, PyAny>,
     destination: &Bound<'_, PyAny>,
@@ -404,6 +404,5 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(count_active_profilers, m)?)?;
     m.add_function(wrap_pyfunction!(grad_enabled, m)?)?;
     m.add_function(wrap_pyfunction!(set_grad_enabled, m)?)?;
-    m.add_function(wrap_pyfunction!(move_inline, m)?)?;
     Ok(())
 }

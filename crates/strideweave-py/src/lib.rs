@@ -17,6 +17,7 @@ mod inline_move;
 mod jobs;
 mod kernels;
 mod layout;
+mod move_entry;
 mod move_request;
 mod prefault;
 mod set_once;
@@ -44,6 +45,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     async_move::register(m)?;
     commit::register(m)?;
     move_request::register(m)?;
+    move_entry::register(m)?;
     tiles::register(m)?;
     buffer_copy::register(m)?;
     prefault::register(m)?;

@@ -354,6 +354,21 @@ impl LayoutJob {
                 };
                 return span.run(None);
             }
+            // A small span: one copy of its bytes, without planning a strided walk.
+            let (src_start, dst_start) =
+                (self.src_offset as usize * self.elem_size, self.dst_offset as usize * self.elem_size);
+            // SAFETY: `between` checked every addressed slot, here `[offset, offset + slots)`,
+            // inside both live buffers (offsets are >= 0 there), which this job keeps alive
+            // through its `Arc`s; the buffers are distinct, so the ranges cannot overlap, and
+            // the move's claims keep other writers off both meanwhile.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    self.src.as_ptr().add(src_start),
+                    self.dst.as_ptr().add(dst_start),
+                    nbytes as usize,
+                );
+            }
+            return Ok(());
         }
         // SAFETY: every addressed slot was checked inside both live buffers, which this job
         // keeps alive through its `Arc`s; the buffers are distinct, and the move claims keep

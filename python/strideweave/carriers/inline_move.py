@@ -1,6 +1,6 @@
-"""Registers the native moves (`_native.move_inline`, the small blocking move, and
-`_native.move_async_builtin`, the initiation of a bulk move between built-ins) with what
-they need from the Python layers: the classes they serve, the state lock and inline claim
+"""Registers the native fast routes of the move entry (`move_inline`, the small blocking move, and
+`move_async_builtin`, the initiation of a bulk move between built-ins) with what
+they need from the Python layers: the classes they serve, the inline claim
 object, the handle class, and the callback that records a move's autograd node. See
 crates/strideweave-py/src/inline_move.rs and async_move.rs.
 

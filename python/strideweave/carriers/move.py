@@ -12,6 +12,10 @@ Python `_copy` hooks and provider `submit()` run on the caller's thread. Whateve
 transfer calls `request.commit` exactly once: publish the result (and its autograd node),
 release the source, drop the claims, record `move_complete`, and only then resolve the
 `AwaitMove`. `move` is `move_async(...).wait()`.
+
+`move` and `move_async` themselves are the native entry (`_native.move`/`move_async`,
+crates/strideweave-py/src/move_entry.rs): it serves the built-in pairs at their default
+routes natively and hands every other move to the request here.
 """
 from __future__ import annotations
 
@@ -611,27 +615,28 @@ def _run_transfer(fn: Callable) -> Any:
 
 # ===== public entry points =======================================================================
 
-def move_async(tensor: Tensor, destination: Carrier) -> AwaitMove:
-    """Validate one move, submit every transfer that can start, and return its handle
-    without waiting. Validation and route errors raise here and return no handle."""
-    # A bulk move between exact built-in carriers is initiated whole in one native call (see
-    # crates/strideweave-py/src/async_move.rs); it returns None, having changed nothing,
-    # whenever the request below must decide.
-    handle = None if _move_log.enabled() else _native.move_async_builtin(tensor, destination)
-    if handle is not None:
-        return cast(AwaitMove, handle)
+# `move` and `move_async` are the native entry (crates/strideweave-py/src/move_entry.rs): a
+# move between built-in carriers at their default routes runs there whole; any other is the
+# request below, which the entry calls through these two functions. They read `move_async`
+# and `_initiate` from this module at call time, so a test that replaces either sees it.
+from strideweave._native import move as move, move_async as move_async  # noqa: E402
+
+
+def _request_move_async(tensor: Tensor, destination: Carrier) -> AwaitMove:
+    """The general request: validate, claim, submit; its handle."""
     return _initiate(tensor, destination).handle
 
 
-def move(tensor: Tensor, destination: Carrier) -> Tensor:
-    """Blocking move: exactly `move_async(tensor, destination).wait()`."""
-    # A small move between exact CPU carriers runs whole in one native call (see
-    # crates/strideweave-py/src/inline_move.rs); it returns None, having changed nothing,
-    # whenever the request below must decide.
-    moved = None if _move_log.enabled() else _native.move_inline(tensor, destination)
-    if moved is not None:
-        return cast(Tensor, moved)
-    return move_async(tensor, destination).wait()
+def _request_move(tensor: Tensor, destination: Carrier) -> Tensor:
+    """A blocking move the entry's inline route did not serve: the asynchronous entry (its
+    bulk native route, else the request), then the wait."""
+    return cast(Tensor, move_async(tensor, destination).wait())
+
+
+_native.configure_move_entry({
+    "log_cache": _move_log._answers, "log_enabled": _move_log.enabled, "debug_level": _move_log._DEBUG,
+    "request_move": _request_move, "request_move_async": _request_move_async,
+})
 
 
 def _move_between_tiers(tensor: Tensor, destination: Carrier) -> Tensor:

@@ -78,6 +78,10 @@ pub fn addressed_range(extents: &[i64], strides: &[i64]) -> Result<Option<(i64, 
 /// holes, or runs backwards. A compact layout of any depth is such a run once coalesced, and
 /// a copy between two such layouts is then one span of `len` slots.
 pub fn single_run(extents: &[i64], strides: &[i64]) -> Option<usize> {
+    // The commonest dense layout, one unit-stride mode, answered without building a plan.
+    if let ([extent], [1]) = (extents, strides) {
+        return usize::try_from(*extent).ok().filter(|&n| n > 0);
+    }
     check_modes(extents, strides).ok()?;
     let extents: Vec<usize> = extents.iter().map(|&e| usize::try_from(e).ok()).collect::<Option<_>>()?;
     let strides: Vec<isize> = strides.iter().map(|&s| isize::try_from(s).ok()).collect::<Option<_>>()?;

@@ -16,7 +16,7 @@
 //! `move_async` runs the Python request, which reaches the same outcome or raises.
 //!
 //! Atomicity: both claims are taken in one transition of the carriers' state cells (the core's
-//! `StateCell::claim_all`, which checks them too), so of two racing requests exactly one claims and the other raises
+//! `StateCell::claim_array`, which checks them too), so of two racing requests exactly one claims and the other raises
 //! RuntimeError on the Python path. The claim is the
 //! request's handle. Every step after the claims that can fail undoes them (and a growth)
 //! before stepping aside; a failure of the submitted copy, or of the commit's release, is

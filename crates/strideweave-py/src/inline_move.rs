@@ -14,7 +14,7 @@
 //! into), it returns None having changed nothing, and `move()` runs the Python request.
 //!
 //! Atomicity: both claims are taken in one transition of the carriers' state cells (the core's
-//! `StateCell::claim_all`, which checks them too, and refuses a carrier a Python-level write
+//! `StateCell::claim_array`, which checks them too, and refuses a carrier a Python-level write
 //! has open), the cells being the only lock of carrier state. The copy runs with the GIL released while
 //! both carriers are claimed, so every other write, release or move of either fails as the
 //! specification requires. The commit releases the source and drops its claim in one
@@ -240,7 +240,7 @@ pub(crate) fn claim_both(
     let (s, d) = (source.get(), destination.get());
     let rules =
         [(s.state(), ClaimRule::FREE), (d.state(), ClaimRule { owner_refuses: true, mutable: d.mutable_flag() })];
-    match PyStateCell::claim_all(&rules, claim, &Strict) {
+    match PyStateCell::claim_array(rules, claim, &Strict) {
         Ok(displaced) => {
             drop(displaced);
             true

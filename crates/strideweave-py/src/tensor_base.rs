@@ -123,11 +123,32 @@ impl TensorBase {
         dtype: Py<PyAny>,
     ) -> PyResult<Bound<'py, TensorBase>> {
         let py = tensor_type.py();
-        let object = tensor_type.call_method1(intern!(py, "__new__"), (tensor_type,))?;
+        let object = new_instance(tensor_type)?;
         let tensor = object.cast_into::<TensorBase>()?;
         tensor.get().set_view(View::one_subtensor(py, carrier, offset, layout, dtype))?;
         Ok(tensor)
     }
+}
+
+/// `tensor_type.__new__(tensor_type)` through the type's `tp_new` slot, without looking up
+/// and binding `__new__` on every result a move builds.
+fn new_instance<'py>(tensor_type: &Bound<'py, PyType>) -> PyResult<Bound<'py, PyAny>> {
+    let py = tensor_type.py();
+    let tp = tensor_type.as_type_ptr();
+    // SAFETY: `tp` is a live type object (borrowed through `tensor_type`); `Py_tp_new` is a
+    // valid slot id, and `PyType_GetSlot` returns the type's own or inherited `newfunc` (or
+    // null), which is what `type.__new__(type)` calls.
+    let slot = unsafe { pyo3::ffi::PyType_GetSlot(tp, pyo3::ffi::Py_tp_new) };
+    if slot.is_null() {
+        return tensor_type.call_method1(intern!(py, "__new__"), (tensor_type,));
+    }
+    // SAFETY: a non-null `Py_tp_new` slot holds a `newfunc`.
+    let new: pyo3::ffi::newfunc = unsafe { std::mem::transmute(slot) };
+    let args = PyTuple::empty(py);
+    // SAFETY: `new` is the type's `tp_new`, called as `type.__new__` calls it: the type,
+    // an argument tuple (empty: `TensorBase.__new__` ignores its arguments) and no keywords;
+    // it returns a new reference or null with an exception set.
+    unsafe { Bound::from_owned_ptr_or_err(py, new(tp, args.as_ptr(), std::ptr::null_mut())) }
 }
 
 /// A slot reads as its object, or None: what lets `#[pyo3(get)]` expose a `Slot` field.

@@ -213,6 +213,11 @@ impl<O, C> Locked<'_, O, C> {
     }
 }
 
+/// Whether order slot `k` is the first of its cell (the one holding the cell's lock).
+fn locked_present(k: usize, order: &[usize], address: &impl Fn(usize) -> usize) -> bool {
+    k == 0 || address(order[k - 1]) != address(order[k])
+}
+
 impl<O, C> StateCell<O, C> {
     /// Version 0, live, unowned, unclaimed.
     pub const fn new() -> Self {
@@ -375,6 +380,43 @@ impl<O, C> StateCell<O, C> {
             } else {
                 locked[k].put_claim(Some(make()))
             });
+        }
+        Ok(displaced)
+    }
+
+    /// [`claim_all`](Self::claim_all) for a fixed number of entries, without allocating:
+    /// the hot path of a move, which claims its two carriers.
+    #[allow(clippy::type_complexity)]
+    pub fn claim_array<J: ClaimJudge<O, C>, const N: usize>(
+        entries: [(&Self, ClaimRule); N],
+        mut make: impl FnMut() -> C,
+        judge: &J,
+    ) -> Result<[Option<C>; N], (usize, RefusalOf<J, O, C>)> {
+        let address = |i: usize| entries[i].0 as *const Self as usize;
+        let mut order: [usize; N] = std::array::from_fn(|i| i);
+        order.sort_unstable_by_key(|&i| address(i));
+        // In address order (so two callers cannot deadlock), each distinct cell locked once.
+        let mut locked: [Option<Locked<'_, O, C>>; N] = std::array::from_fn(|k| {
+            let repeat = k > 0 && address(order[k - 1]) == address(order[k]);
+            (!repeat).then(|| entries[order[k]].0.lock())
+        });
+        let slot_of = |cell: &Self| {
+            (0..N)
+                .find(|&k| std::ptr::eq(entries[order[k]].0, cell) && locked_present(k, &order, &address))
+                .expect("every entry's cell is locked")
+        };
+        for (n, (cell, rule)) in entries.iter().enumerate() {
+            let guard = locked[slot_of(cell)].as_mut().expect("the first slot of a cell holds its lock");
+            guard.check_claim(*rule, judge).map_err(|why| (n, why))?;
+        }
+        let mut claimed = [false; N];
+        let mut displaced: [Option<C>; N] = std::array::from_fn(|_| None);
+        for (n, (cell, _)) in entries.iter().enumerate() {
+            let k = slot_of(cell);
+            if !std::mem::replace(&mut claimed[k], true) {
+                let guard = locked[k].as_mut().expect("the first slot of a cell holds its lock");
+                displaced[n] = guard.put_claim(Some(make()));
+            }
         }
         Ok(displaced)
     }

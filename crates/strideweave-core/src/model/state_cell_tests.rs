@@ -89,6 +89,31 @@ fn claim_all_checks_every_entry_before_claiming_any() {
 }
 
 #[test]
+fn claim_array_is_claim_all_without_allocating() {
+    let (a, b) = (Cell::new(), Cell::new());
+    b.set_released(true);
+    assert_eq!(Cell::claim_array([(&a, LOOSE), (&b, LOOSE)], || 5, &Judge), Err((1, Refusal::Released)));
+    assert!(a.is_free(), "a refused batch claims nothing");
+    b.set_released(false);
+    assert_eq!(b.replace_claim(Some(7)), None);
+    // Listed in either order (the cells lock in address order), the same outcome.
+    assert_eq!(Cell::claim_array([(&b, LOOSE), (&a, LOOSE)], || 5, &Judge), Ok([Some(7), None]));
+    assert_eq!((claim_of(&a), claim_of(&b)), (Some(5), Some(5)));
+    let (c, d) = (Cell::new(), Cell::new());
+    let mut made = 0;
+    let got = Cell::claim_array(
+        [(&c, LOOSE), (&d, LOOSE), (&c, LOOSE)],
+        || {
+            made += 1;
+            9
+        },
+        &Judge,
+    );
+    assert_eq!(got, Ok([None, None, None]));
+    assert_eq!((made, claim_of(&c), claim_of(&d)), (2, Some(9), Some(9)));
+}
+
+#[test]
 fn claim_all_claims_a_cell_listed_twice_once() {
     let a = Cell::new();
     let mut made = 0;

@@ -186,12 +186,12 @@ class Operation:
     _sw_inputs: tuple[Tensor, ...] = ()
     _sw_versions: tuple[Any, ...] = ()
     _sw_released: bool = False
+    _sw_ctx: dict[str, Any]  # made by `ctx` on first use: most nodes never touch it
 
     def __init__(self) -> None:
         self._sw_inputs = ()
         self._sw_versions = ()
         self._sw_released = False
-        self._sw_ctx: dict[str, Any] = {}
 
     @property
     def ctx(self) -> dict[str, Any]:

@@ -191,7 +191,11 @@ pub(crate) fn move_async_builtin(
     let output = result_view(cfg, dst, view)?;
     // The node is attached to the result before the copy starts (nobody can reach the result
     // until the handle completes); a failure clears it (`MoveRollback`).
-    let node = if recording { Some(cfg.record.bind(py).call1((tensor, &output))?.unbind()) } else { None };
+    let node = if recording {
+        Some(cfg.record.bind(py).call1((tensor, &output, source, dst, view.layout.bind(py)))?.unbind())
+    } else {
+        None
+    };
     let handle_ref: Py<AwaitResult> = handle.cast::<AwaitResult>()?.clone().unbind();
     let commit = MoveCommit::new(
         src,

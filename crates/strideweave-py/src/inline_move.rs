@@ -392,7 +392,8 @@ pub(crate) fn move_inline(
     if recording {
         // The node the Python request records at initiation and attaches at its commit;
         // recording reads the source's version, which the move does not change.
-        cfg.record.bind(py).call1((tensor, &output))?;
+        let layout = view.layout.bind(py);
+        cfg.record.bind(py).call1((tensor, &output, &src, &dst, layout))?;
     }
     Ok(Some(output.into_any().unbind()))
 }

@@ -15,6 +15,8 @@ from strideweave.carriers.dtype import DType
 from strideweave.carriers.file_backed import FileBacked
 from strideweave.carriers.move import (INLINE_SLOTS, AwaitMove, MoveOperation, _forget_routes, _MoveState,
                                       _node_parts, _slot_bytes)
+from strideweave.carriers.base import Carrier
+from strideweave.layout import Layout
 from strideweave.tensor import Tensor
 
 __all__: list[str] = []
@@ -27,16 +29,17 @@ class _InlineMoveClaim:
     __slots__ = ()
 
 
-def _record_native_move(tensor: Tensor, output: Tensor) -> MoveOperation:
+def _record_native_move(tensor: Tensor, output: Tensor, source: Carrier, destination: Carrier,
+                        layout: Layout) -> MoveOperation:
     """The autograd node of a native move, attached to its result: what `_initiate` records
     and attaches for a recorded move between built-in carriers over the pair's default route
-    (the native side checked grad mode, the dtype and both routes)."""
-    source, destination = tensor.carrier, output.carrier
+    (the native side checked grad mode, the dtype and both routes, and hands over the
+    tensor's carrier and layout and the destination, which it has already read)."""
     # The pair's route, which the native side checked is its built-in pair's default (a pair
     # of plain CPU subclasses moves as (CPU, CPU)), and the reverse route backward takes.
     operation_class, reverse = _node_parts(type(source), type(destination))
     op = operation_class()
-    op._sw_move = _MoveState(source, destination, tensor.layout, reverse)
+    op._sw_move = _MoveState(source, destination, layout, reverse)
     _autograd.record_unary(op, tensor, output)
     return op
 

@@ -21,6 +21,7 @@ use strideweave_core::dlpack::DescError;
 use strideweave_core::kernels::KernelError;
 use strideweave_core::layout::plan::PlanError;
 use strideweave_core::layout::LayoutError;
+use strideweave_core::model::movement::{MoveRefusal, RefusalKind};
 use strideweave_core::storage::block::BlockError;
 use strideweave_core::tiles::SpanError;
 
@@ -60,6 +61,19 @@ pub fn layout(e: LayoutError) -> PyErr {
         | LayoutError::SublayoutIdOutOfRange { .. }
         | LayoutError::ModePathOutOfRange { .. }
         | LayoutError::EmptyOutputTree => PyValueError::new_err(msg),
+    }
+}
+
+/// A move request's refusal (the core's catalogue, `model::movement::MoveRefusal`) as its
+/// Python exception: the text is the core's, the class follows the refusal's kind.
+pub fn move_refusal(refusal: MoveRefusal) -> PyErr {
+    let msg = refusal.to_string();
+    match refusal.kind() {
+        RefusalKind::Type => PyTypeError::new_err(msg),
+        RefusalKind::Value => PyValueError::new_err(msg),
+        RefusalKind::NotImplemented => PyNotImplementedError::new_err(msg),
+        // A carrier's state, and any kind a later core adds: the spec's RuntimeError.
+        _ => PyRuntimeError::new_err(msg),
     }
 }
 

@@ -24,7 +24,7 @@
 //! first), drop both claims, clear the node, record `move_complete` and fail the handle.
 
 use parking_lot::Mutex;
-use pyo3::exceptions::{PyNotImplementedError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -32,7 +32,9 @@ use pyo3::types::{PyTuple, PyType};
 use pyo3::{PyTraverseError, PyVisit};
 
 use strideweave_core::model::movement::{validate_settled, Check, CommitSteps, Terminal};
-use strideweave_core::model::ModelError;
+use strideweave_core::model::movement::{MoveRefusal, Party};
+
+use crate::error;
 
 use crate::carrier_base::CarrierBase;
 use crate::carrier_state::{check_unclaimed, drop_claim, type_name, PyJudge};
@@ -197,36 +199,30 @@ impl<'py> Arguments<'_, 'py> {
         match row {
             Check::OneSubtensor => {
                 if self.is_tensor()? && subtensor_count(self.tensor)? != 1 {
-                    return Err(PyNotImplementedError::new_err("move is not implemented for a multi-subtensor Tensor"));
+                    return Err(error::move_refusal(MoveRefusal::MultiSubtensor));
                 }
             }
             Check::IsTensor => {
                 if !self.is_tensor()? {
-                    return Err(PyTypeError::new_err(format!(
-                        "tensor must be a Tensor, not {}",
-                        type_name(self.tensor)?
-                    )));
+                    return Err(error::move_refusal(MoveRefusal::NotATensor { found: type_name(self.tensor)? }));
                 }
                 let carrier = self.tensor.getattr(intern!(py, "carrier"))?;
                 self.source = Some(carrier.cast_into::<CarrierBase>()?);
             }
             Check::SourceLive => {
                 if self.source().get().released() {
-                    return Err(PyRuntimeError::new_err(format!(
-                        "the source {} carrier is released",
-                        type_name(self.source().as_any())?
-                    )));
+                    let carrier = type_name(self.source().as_any())?;
+                    return Err(error::move_refusal(MoveRefusal::Released { party: Party::Source, carrier }));
                 }
             }
             Check::SourceUnowned => {
                 if !self.between_tiers && !self.source().get().owner_is_none() {
                     let owner = self.source().get().state().with_owner(|o| o.map(|o| o.clone_ref(py)));
                     let owner = owner.map_or_else(|| py.None().into_bound(py), |o| o.into_bound(py));
-                    return Err(PyRuntimeError::new_err(format!(
-                        "the source {} carrier is owned by {} and cannot be moved directly",
-                        type_name(self.source().as_any())?,
-                        type_name(&owner)?
-                    )));
+                    return Err(error::move_refusal(MoveRefusal::SourceOwned {
+                        carrier: type_name(self.source().as_any())?,
+                        owner: type_name(&owner)?,
+                    }));
                 }
             }
             Check::SourceUnclaimed => self.unclaimed(self.source(), "move")?,
@@ -238,17 +234,13 @@ impl<'py> Arguments<'_, 'py> {
             }
             Check::DistinctCarriers => {
                 if self.destination.is(self.source()) {
-                    return Err(PyValueError::new_err(
-                        "destination must be a different carrier from the tensor's own carrier",
-                    ));
+                    return Err(error::move_refusal(MoveRefusal::SameCarrier));
                 }
             }
             Check::DestinationLive => {
                 if self.destination().get().released() {
-                    return Err(PyRuntimeError::new_err(format!(
-                        "the destination {} carrier is released",
-                        type_name(self.destination)?
-                    )));
+                    let carrier = type_name(self.destination)?;
+                    return Err(error::move_refusal(MoveRefusal::Released { party: Party::Destination, carrier }));
                 }
             }
             Check::DestinationMutable => {
@@ -260,10 +252,8 @@ impl<'py> Arguments<'_, 'py> {
                     self.destination.call_method0(intern!(py, "is_mutable"))?
                 };
                 if !mutable.is_truthy()? {
-                    return Err(PyRuntimeError::new_err(format!(
-                        "the destination {} carrier is not publicly mutable",
-                        type_name(self.destination)?
-                    )));
+                    let carrier = type_name(self.destination)?;
+                    return Err(error::move_refusal(MoveRefusal::DestinationNotMutable { carrier }));
                 }
             }
             Check::DestinationUnclaimed => self.unclaimed(self.destination(), "move into")?,
@@ -271,11 +261,10 @@ impl<'py> Arguments<'_, 'py> {
                 let theirs = self.destination.call_method0(intern!(py, "dtype"))?;
                 let ours = self.tensor.call_method0(intern!(py, "dtype"))?;
                 if !theirs.is(&ours) {
-                    return Err(PyTypeError::new_err(format!(
-                        "destination dtype {} does not match the tensor's dtype {}",
-                        theirs.getattr(intern!(py, "name"))?,
-                        ours.getattr(intern!(py, "name"))?
-                    )));
+                    return Err(error::move_refusal(MoveRefusal::DTypeMismatch {
+                        found: theirs.getattr(intern!(py, "name"))?.str()?.to_string(),
+                        expected: ours.getattr(intern!(py, "name"))?.str()?.to_string(),
+                    }));
                 }
             }
             Check::PinnedClasses | Check::Room | Check::RoutePermitted => {
@@ -322,18 +311,18 @@ impl Route<'_, '_> {
                 if operation.is_none() {
                     return Ok(());
                 }
-                for (pin, carrier, role) in [
-                    (intern!(py, "source_class"), source, "source"),
-                    (intern!(py, "destination_class"), destination, "destination"),
+                for (pin, carrier, party) in [
+                    (intern!(py, "source_class"), source, Party::Source),
+                    (intern!(py, "destination_class"), destination, Party::Destination),
                 ] {
                     let pinned = operation.getattr(pin)?;
                     if !pinned.is_none() && !carrier.get_type().is(&pinned) {
-                        return Err(PyTypeError::new_err(format!(
-                            "{} requires a {} {role} carrier, not {}",
-                            operation.getattr(intern!(py, "__name__"))?,
-                            pinned.getattr(intern!(py, "__name__"))?,
-                            type_name(carrier)?
-                        )));
+                        return Err(error::move_refusal(MoveRefusal::PinnedClass {
+                            operation: operation.getattr(intern!(py, "__name__"))?.str()?.to_string(),
+                            pinned: pinned.getattr(intern!(py, "__name__"))?.str()?.to_string(),
+                            party,
+                            found: type_name(carrier)?,
+                        }));
                     }
                 }
             }
@@ -345,12 +334,11 @@ impl Route<'_, '_> {
                     if size == 0 && self.hooks.grows_when_empty.bind(py).call1((destination,))?.is_truthy()? {
                         self.grow = true;
                     } else {
-                        let refusal = ModelError::TooSmall {
+                        return Err(error::move_refusal(MoveRefusal::TooSmall {
                             carrier: type_name(destination)?,
                             size: usize::try_from(size).unwrap_or(0),
                             needed: usize::try_from(cosize).unwrap_or(0),
-                        };
-                        return Err(PyValueError::new_err(refusal.to_string()));
+                        }));
                     }
                 }
             }

@@ -3,7 +3,7 @@
 //! Variants say *why* an operation failed, not which Python exception it becomes; the
 //! binding crate maps causes to exception classes in one place. For reference, the
 //! specification's classes are: `Released`, `Owned`, `Claimed`, `NotMutable` →
-//! RuntimeError; `DTypeMismatch` → TypeError; `SameCarrier`, `TooSmall`, `WindowOutOfRange`,
+//! RuntimeError; `Move` by its [`kind`](MoveRefusal::kind); `WindowOutOfRange`,
 //! `Layout`, `NoSubtensors`, `SubtensorShapesDiffer` → ValueError; `SlotOutOfRange` → IndexError; `NotExportable` → BufferError;
 //! `NoRoute` → NotImplementedError.
 
@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use thiserror::Error;
 
+use super::movement::MoveRefusal;
 use crate::copy::LayoutCopyError;
 use crate::layout::{LayoutError, Shape};
 use crate::storage::{ElemKind, Scalar};
@@ -91,16 +92,6 @@ pub enum ModelError {
     /// A layout copy refused its operands (the move checked them first, so a defect).
     #[error(transparent)]
     LayoutCopy(#[from] LayoutCopyError),
-    /// The destination's element kind differs from the tensor's dtype.
-    #[error("destination {carrier} carrier holds {found:?} but the tensor's dtype is {expected:?}")]
-    DTypeMismatch {
-        /// The destination's class name.
-        carrier: String,
-        /// The tensor's dtype.
-        expected: ElemKind,
-        /// The destination's element kind.
-        found: ElemKind,
-    },
     /// An operation defined for single-subtensor tensors got a multi-subtensor one.
     #[error("{operation} needs a single-subtensor tensor; this one has {count} subtensors")]
     MultiSubtensor {
@@ -109,19 +100,25 @@ pub enum ModelError {
         /// The tensor's number of subtensors.
         count: usize,
     },
-    /// The move's destination is the tensor's own carrier.
-    #[error("destination is the tensor's own carrier")]
-    SameCarrier,
-    /// The destination holds fewer slots than the layout's cosize and cannot allocate.
-    /// (The one text of this refusal: the Python binding raises it too.)
-    #[error("destination {carrier} is too small: {size} slots for a layout cosize of {needed}")]
-    TooSmall {
-        /// The destination's class name.
-        carrier: String,
-        /// Its size.
-        size: usize,
-        /// The layout's cosize.
-        needed: usize,
+    /// A move request refused before any effect: the catalogue of the validation table's
+    /// refusals, shared with the Python binding.
+    #[error(transparent)]
+    Move(#[from] MoveRefusal),
+    /// A composite built over one carrier as both tiers (the Python composites' words).
+    #[error("{composite} primary and secondary must be distinct carrier objects")]
+    TiersNotDistinct {
+        /// The composite's class name.
+        composite: &'static str,
+    },
+    /// A composite built over tiers of different element kinds.
+    #[error("{composite} tier dtypes must be identical: primary is {primary}, secondary is {secondary}")]
+    TierDTypesDiffer {
+        /// The composite's class name.
+        composite: &'static str,
+        /// The primary's dtype name.
+        primary: &'static str,
+        /// The secondary's dtype name.
+        secondary: &'static str,
     },
     /// `allocate` on a carrier that cannot grow.
     #[error("{carrier} carrier cannot allocate")]

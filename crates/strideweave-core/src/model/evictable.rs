@@ -34,6 +34,7 @@ use parking_lot::Mutex;
 
 use super::carrier::{Carrier, CarrierExt, HookToken, IntoCarrier, HOOK};
 use super::error::{ModelError, Result};
+use super::movement::MoveRefusal;
 use super::state::{CarrierState, OwnerToken};
 use crate::storage::ElemKind;
 
@@ -83,14 +84,14 @@ impl Evictable {
     pub fn new(primary: impl IntoCarrier, secondary: impl IntoCarrier) -> Result<Arc<Self>> {
         let (primary, secondary) = (primary.into_carrier(), secondary.into_carrier());
         if super::carrier::same_carrier(&primary, &secondary) {
-            return Err(ModelError::SameCarrier);
+            return Err(ModelError::TiersNotDistinct { composite: "Evictable" });
         }
         let kind = primary.elem_kind();
         if secondary.elem_kind() != kind {
-            return Err(ModelError::DTypeMismatch {
-                carrier: secondary.state(HOOK).class_name().to_string(),
-                expected: kind,
-                found: secondary.elem_kind(),
+            return Err(ModelError::TierDTypesDiffer {
+                composite: "Evictable",
+                primary: kind.dtype_name(),
+                secondary: secondary.elem_kind().dtype_name(),
             });
         }
         let owner = OwnerToken::fresh();
@@ -153,11 +154,12 @@ fn copy_tier(from: &dyn Carrier, to: &dyn Carrier) -> Result<()> {
     let grew = to.size() < n;
     if grew {
         if !(to.size() == 0 && to.can_allocate()) {
-            return Err(ModelError::TooSmall {
+            return Err(MoveRefusal::TooSmall {
                 carrier: to.state(HOOK).class_name().to_string(),
                 size: to.size(),
                 needed: n,
-            });
+            }
+            .into());
         }
         to.allocate(HOOK, n)?;
     }

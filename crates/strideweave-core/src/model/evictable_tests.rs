@@ -8,7 +8,7 @@ fn a_failed_evict_leaves_values_tiers_and_version_as_they_were() {
     let host = HostCarrier::from_f32(&[1.0, 2.0, 3.0]);
     let small = HostCarrier::zeros(ElemKind::F32, 2).unwrap(); // too small, cannot grow
     let e = Evictable::new(&host, &small).unwrap();
-    assert!(matches!(e.evict(), Err(ModelError::TooSmall { .. })));
+    assert!(matches!(e.evict(), Err(ModelError::Move(crate::model::movement::MoveRefusal::TooSmall { .. }))));
     assert_eq!(e.resident(), Tier::Primary);
     assert_eq!((e.version(), small.size()), (0, 2));
     let t = Tensor::canonical(&e, &[3]).unwrap();

@@ -3,6 +3,7 @@
 //! specified error, values are exact, and no claim is left behind.
 
 use super::carrier::HOOK;
+use super::movement::{MoveRefusal, Party};
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
@@ -80,7 +81,10 @@ fn values(c: &Arc<dyn Carrier>) -> Vec<f32> {
 }
 
 fn is_runtime_refusal(e: &ModelError) -> bool {
-    matches!(e, ModelError::Claimed { .. } | ModelError::Released { .. })
+    matches!(
+        e,
+        ModelError::Claimed { .. } | ModelError::Released { .. } | ModelError::Move(MoveRefusal::Released { .. })
+    )
 }
 
 /// Moves, releases and writes race on one idle source. Either one move wins (every other
@@ -222,7 +226,8 @@ fn a_slow_release_hook_racing_a_move() {
         let outcomes = race(&[Op::Release, Op::Move], &t);
         gate.open();
         match (&outcomes[0], &outcomes[1]) {
-            (Outcome::Done, Outcome::Refused(ModelError::Released { .. })) => {}
+            (Outcome::Done, Outcome::Refused(ModelError::Move(MoveRefusal::Released { party: Party::Source, .. }))) => {
+            }
             (Outcome::Refused(ModelError::Claimed { .. }), Outcome::Moved(h, dst)) => {
                 h.wait().unwrap();
                 assert_eq!(values(dst), VALUES);

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 
+use super::movement::{MoveRefusal, Party};
 use super::test_support::VecCarrier;
 use super::*;
 use crate::layout::{Layout, Shape, Stride};
@@ -111,24 +112,30 @@ fn move_validation_follows_the_table_order_and_changes_nothing() {
         assert!(!dst.state(HOOK).is_claimed());
         assert_eq!((dst.version(), dst.size()), (dv, dsize));
     };
-    check(&src, &|e| matches!(e, ModelError::SameCarrier));
+    check(&src, &|e| matches!(e, ModelError::Move(MoveRefusal::SameCarrier)));
     let released = host(&[0.0; 3]);
     released.release().unwrap();
-    check(&released, &|e| matches!(e, ModelError::Released { .. }));
+    check(&released, &|e| matches!(e, ModelError::Move(MoveRefusal::Released { party: Party::Destination, .. })));
     let frozen: Arc<dyn Carrier> = HostCarrier::with_mutability(ElemKind::F32, 3, false).unwrap();
-    check(&frozen, &|e| matches!(e, ModelError::NotMutable { .. }));
+    check(&frozen, &|e| matches!(e, ModelError::Move(MoveRefusal::DestinationNotMutable { .. })));
     let ints: Arc<dyn Carrier> = HostCarrier::zeros(ElemKind::I32, 3).unwrap();
-    check(&ints, &|e| matches!(e, ModelError::DTypeMismatch { expected: ElemKind::F32, found: ElemKind::I32, .. }));
+    check(
+        &ints,
+        &|e| matches!(e, ModelError::Move(MoveRefusal::DTypeMismatch { expected, found }) if expected == "Float32" && found == "Int32"),
+    );
     let small = host(&[0.0; 2]);
-    check(&small, &|e| matches!(e, ModelError::TooSmall { size: 2, needed: 3, .. }));
+    check(&small, &|e| matches!(e, ModelError::Move(MoveRefusal::TooSmall { size: 2, needed: 3, .. })));
     // Earlier rows win: an immutable destination of another dtype reports immutability.
     let frozen_ints: Arc<dyn Carrier> = HostCarrier::with_mutability(ElemKind::I32, 1, false).unwrap();
-    check(&frozen_ints, &|e| matches!(e, ModelError::NotMutable { .. }));
+    check(&frozen_ints, &|e| matches!(e, ModelError::Move(MoveRefusal::DestinationNotMutable { .. })));
     // A released source is reported before anything about the destination.
     let gone = host(&[1.0]);
     let tg = Tensor::canonical(gone.clone(), &[1]).unwrap();
     gone.release().unwrap();
-    assert!(matches!(move_tensor(&tg, &gone), Err(ModelError::Released { .. })));
+    assert!(matches!(
+        move_tensor(&tg, &gone),
+        Err(ModelError::Move(MoveRefusal::Released { party: Party::Source, .. }))
+    ));
 }
 
 #[test]
@@ -140,13 +147,13 @@ fn claim_rows_sit_in_the_table_order() {
     let claim = held.state(HOOK).try_claim(&held, ClaimId::fresh(), Role::Destination).unwrap();
     assert!(matches!(move_tensor(&t, &held), Err(ModelError::Claimed { action: "move into", .. })));
     drop(claim);
-    assert!(matches!(move_tensor(&t, &held), Err(ModelError::DTypeMismatch { .. })));
+    assert!(matches!(move_tensor(&t, &held), Err(ModelError::Move(MoveRefusal::DTypeMismatch { .. }))));
     // A claimed source reports its claim before the same carrier in both roles.
     let src = t.single("move").unwrap().carrier().clone();
     let claim = src.state(HOOK).try_claim(&src, ClaimId::fresh(), Role::Source).unwrap();
     assert!(matches!(move_tensor(&t, &src), Err(ModelError::Claimed { action: "move", .. })));
     drop(claim);
-    assert!(matches!(move_tensor(&t, &src), Err(ModelError::SameCarrier)));
+    assert!(matches!(move_tensor(&t, &src), Err(ModelError::Move(MoveRefusal::SameCarrier))));
 }
 
 #[test]
@@ -390,7 +397,7 @@ fn other_pairs_with_a_block_carrier_are_refused_before_any_effect() {
     // The validation table still comes first: a too-small fixed destination is TooSmall.
     let tb = Tensor::canonical(BlockCarrier::zeros(&dev, 4).unwrap(), &[4]).unwrap();
     let (_, tiny) = vec_carrier(VecCarrier::new(&[0.0]));
-    assert!(matches!(move_tensor(&tb, &tiny), Err(ModelError::TooSmall { .. })));
+    assert!(matches!(move_tensor(&tb, &tiny), Err(ModelError::Move(MoveRefusal::TooSmall { .. }))));
     let (_, roomy) = vec_carrier(VecCarrier::new(&[0.0; 4]));
     assert!(matches!(move_tensor(&tb, &roomy), Err(ModelError::NoRoute { .. })));
     assert!(!tb.carrier().is_released() && !tb.carrier().state(HOOK).is_claimed());

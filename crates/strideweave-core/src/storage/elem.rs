@@ -46,6 +46,17 @@ impl ElemKind {
         }
     }
 
+    /// The specification's dtype name (`"Float32"`, `"Float64"`, `"Int32"`, `"Bool"`), as
+    /// refusals print it.
+    pub fn dtype_name(self) -> &'static str {
+        match self {
+            ElemKind::F32 => "Float32",
+            ElemKind::F64 => "Float64",
+            ElemKind::I32 => "Int32",
+            ElemKind::Bool => "Bool",
+        }
+    }
+
     /// The kind [`name`](Self::name) returns, if `name` is one.
     pub fn from_name(name: &str) -> Option<Self> {
         Some(match name {

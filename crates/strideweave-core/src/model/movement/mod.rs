@@ -12,6 +12,7 @@
 //! claims. A pending move refuses every conflicting write, release and move of its carriers
 //! with [`ModelError::Claimed`].
 
+mod refusal;
 mod request;
 pub mod route;
 mod table;
@@ -25,6 +26,7 @@ use super::error::{ModelError, Result};
 use super::tensor::Tensor;
 use crate::engine::{pool, Completion};
 
+pub use refusal::{MoveRefusal, Party, RefusalKind};
 pub use route::{route_kind, RouteKind};
 pub use table::{validate, validate_rows, validate_settled, Check, VALIDATION_ORDER};
 pub use terminal::{CommitSteps, Terminal};

@@ -9,6 +9,7 @@ use super::super::carrier::{same_carrier, Carrier, CarrierExt};
 use super::super::error::{ModelError, Result};
 use super::super::state::{ClaimGuard, ClaimId, Role};
 use super::super::tensor::Tensor;
+use super::refusal::{MoveRefusal, Party};
 use super::route::{self, Job, Route, RouteKind};
 use super::table::{validate_rows, Check};
 use super::terminal::{CommitSteps, Terminal};
@@ -41,23 +42,23 @@ pub(crate) fn initiate(tensor: &Tensor, destination: &Arc<dyn Carrier>) -> Resul
     let cosize = layout.cosize() as usize;
     validate_rows(Check::IsTensor, Check::RoutePermitted, &mut |row| match row {
         Check::OneSubtensor | Check::IsTensor | Check::IsCarrier | Check::PinnedClasses => Ok(()),
-        Check::SourceLive => live(&**source),
+        Check::SourceLive => live(&**source, Party::Source),
         Check::SourceUnowned if source.is_owned() => Err(ModelError::Owned { carrier: name(&**source) }),
         Check::SourceUnowned => Ok(()),
         Check::SourceUnclaimed => unclaimed(&**source, "move"),
-        Check::DistinctCarriers if same_carrier(source, destination) => Err(ModelError::SameCarrier),
+        Check::DistinctCarriers if same_carrier(source, destination) => Err(MoveRefusal::SameCarrier.into()),
         Check::DistinctCarriers => Ok(()),
-        Check::DestinationLive => live(&**destination),
+        Check::DestinationLive => live(&**destination, Party::Destination),
         Check::DestinationMutable if !destination.is_mutable() => {
-            Err(ModelError::NotMutable { carrier: name(&**destination) })
+            Err(MoveRefusal::DestinationNotMutable { carrier: name(&**destination) }.into())
         }
         Check::DestinationMutable => Ok(()),
         Check::DestinationUnclaimed => unclaimed(&**destination, "move into"),
-        Check::SameDType if destination.elem_kind() != tensor.dtype() => Err(ModelError::DTypeMismatch {
-            carrier: name(&**destination),
-            expected: tensor.dtype(),
-            found: destination.elem_kind(),
-        }),
+        Check::SameDType if destination.elem_kind() != tensor.dtype() => Err(MoveRefusal::DTypeMismatch {
+            found: destination.elem_kind().dtype_name().into(),
+            expected: tensor.dtype().dtype_name().into(),
+        }
+        .into()),
         Check::SameDType => Ok(()),
         Check::Room => check_room(&**destination, cosize).map(drop),
         // A pair without a transfer is refused after the validation table, before any effect.
@@ -92,9 +93,9 @@ pub(crate) fn initiate(tensor: &Tensor, destination: &Arc<dyn Carrier>) -> Resul
     Ok(Pending { src_claim, dst_claim, route, offset: sub.offset(), output, grew })
 }
 
-fn live(carrier: &dyn Carrier) -> Result<()> {
+fn live(carrier: &dyn Carrier, party: Party) -> Result<()> {
     if carrier.is_released() {
-        return Err(ModelError::Released { carrier: name(carrier) });
+        return Err(MoveRefusal::Released { party, carrier: name(carrier) }.into());
     }
     Ok(())
 }
@@ -118,7 +119,7 @@ fn check_room(destination: &dyn Carrier, cosize: usize) -> Result<Room> {
     } else if size == 0 && destination.can_allocate() {
         Ok(Room::Grow)
     } else {
-        Err(ModelError::TooSmall { carrier: name(destination), size, needed: cosize })
+        Err(MoveRefusal::TooSmall { carrier: name(destination), size, needed: cosize }.into())
     }
 }
 

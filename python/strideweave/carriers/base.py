@@ -104,20 +104,6 @@ def claimed_resize_admitted(carrier: "Carrier") -> bool:
     return entry is not None and entry[0] is carrier and entry[1] is carrier._sw_claim
 
 
-class _OwnerWrite(threading.local):
-    """The `(carrier, owner)` whose owner write runs on this thread (`_sw_write_as_owner`).
-
-    An owned carrier refuses public writes; its owner writes through the ordinary checked
-    path, admitted by this record rather than by clearing the owner field for the duration,
-    which every other thread would see as the carrier being unowned (free to release, move
-    or write). The core's `WriteGate::as_owner` admits the owner token the same way.
-    """
-
-    write: tuple[object, object] | None = None
-
-
-OWNER_WRITE = _OwnerWrite()
-
 # Each carrier state transition is atomic on its own: the carrier's state cell (the core's
 # `StateCell`, see crates/strideweave-py/src/carrier_state.rs) checks and changes the state in
 # one step, and it is the only lock of carrier state. A public write whose store is a Python
@@ -400,8 +386,7 @@ class Carrier(_native._CarrierBase):
                 raise RuntimeError(f"{type(self).__name__} carrier is not mutable")
             return
         owner = self._sw_owner
-        admitted = OWNER_WRITE.write
-        if owner is not None and not (admitted is not None and admitted[0] is self and admitted[1] is owner):
+        if owner is not None:
             raise RuntimeError(f"{type(self).__name__} carrier is not mutable: owned by "
                                f"{type(owner).__name__}")
         if not self._is_mutable():
@@ -424,16 +409,13 @@ class Carrier(_native._CarrierBase):
             self._sw_close_write(stored)
 
     def _sw_open_public_write(self) -> None:
-        """Opens a public write in the state cell with the admissions `_sw_check_writable`
-        granted: the claiming move's provider during its own submit() (whatever the owner),
-        or the owner writing its own tier."""
+        """Opens a public write in the state cell with the admission `_sw_check_writable`
+        granted: the claiming move's provider during its own submit() (whatever the owner)."""
         claim = self._sw_claim
         if claim is not None and in_submit_window(self):
             self._sw_open_write(claim, RELEASING, None, True)
             return
-        admitted = OWNER_WRITE.write
-        owner = admitted[1] if admitted is not None and admitted[0] is self else None
-        self._sw_open_write(None, RELEASING, owner)
+        self._sw_open_write(None, RELEASING)
 
     def _sw_allocate_claimed(self, claim: object, size: int) -> None:
         """`_allocate(size)` as the act of `claim`, which must hold this carrier: a move growing
@@ -478,17 +460,27 @@ class Carrier(_native._CarrierBase):
         self.set_value(i, v)
 
     def _sw_write_as_owner(self, owner: object, i: int, v: Any) -> None:
-        """A write by the owning composite (Evictable, TiledEvictable): the public write, the
-        owner admitted by `OWNER_WRITE` while the carrier stays owned throughout, so no other
-        thread ever sees it unowned (the state cell admits only that owner when the write
-        opens)."""
+        """A write by the owning composite (Evictable, TiledEvictable), the owner its
+        capability: the public write's checks with the owner admitted, the write opened in
+        the state cell as that owner's (so the carrier stays owned throughout and no other
+        thread ever sees it unowned), the store, counted. Nothing is admitted by thread: a
+        hook that the store runs and that writes this carrier itself is a public write, which
+        the owner refuses."""
         if owner is not self._sw_owner:
             raise RuntimeError("only the owning carrier may write through this path")
-        saved, OWNER_WRITE.write = OWNER_WRITE.write, (self, owner)
+        index = check_index(self, i)
+        if not self._is_mutable():
+            raise RuntimeError(f"{type(self).__name__} carrier is not mutable")
+        self._sw_check_unclaimed("write to")
+        self._sw_open_write(None, RELEASING, owner)
+        stored = False
         try:
-            self[i] = v
+            # The store of the public write (`set_value` of a Python carrier, the storage's
+            # own for a built-in), counted when the write closes.
+            self._sw_fill(index, v)
+            stored = True
         finally:
-            OWNER_WRITE.write = saved
+            self._sw_close_write(stored)
 
     # ----- pickling ---------------------------------------------------------------------------
     _SW_NATIVE_STATE = ("_sw_version", "_sw_released", "_sw_owner", "_sw_claim", "_storage", "_dtype",

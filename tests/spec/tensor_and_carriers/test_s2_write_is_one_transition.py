@@ -129,3 +129,24 @@ def test_writes_with_hooks_racing_moves_and_releases():
                 assert result[k] == (float(k + 1) if k in landed else 0.0)
         for d in destinations:
             assert unclaimed(d)
+
+
+def test_an_owner_write_admits_the_owner_not_the_thread():
+    """An Evictable writing its primary tier admits itself as the tier's owner; a `set_value`
+    hook that the store runs and that writes the same tier is a public write, refused while
+    the tier is owned (nothing is lifted for the writing thread), and the Evictable's write
+    fails whole."""
+    primary = Hooked(2)
+    evictable = sw.Evictable(primary, Hooked(0))
+    evictable[0] = 1.0  # an ordinary owner write goes through
+    assert evictable[0] == 1.0
+    before = (evictable.version, primary.version)
+    primary.during = lambda c: c.__setitem__(1, 9.0)
+    with pytest.raises(RuntimeError, match="Hooked carrier is not mutable: owned by Evictable"):
+        evictable[0] = 2.0
+    primary.during = None
+    assert (evictable[0], evictable[1]) == (1.0, 0.0)
+    assert (evictable.version, primary.version) == before
+    # Nothing was left claimed or open: the Evictable (and with it its tiers) releases.
+    evictable.release()
+    assert primary.is_released()

@@ -651,7 +651,12 @@ def test_a_failure_whose_traceback_refers_to_the_handle_is_collectable():
 
 def test_a_blocked_wait_is_interruptible_from_the_main_thread():
     import _thread
+    import signal
 
+    # `interrupt_main` does nothing while SIGINT is ignored or at its OS default, which an
+    # earlier test of the session (or a library it started) may have left so: Python's own
+    # handler for this test's duration.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     h = pending()
     # If wait() ignored signals, this commit would end it and the test would fail, not hang.
     rescue = threading.Timer(BOUND, lambda: h._succeed("not interrupted"))
@@ -664,6 +669,7 @@ def test_a_blocked_wait_is_interruptible_from_the_main_thread():
     finally:
         rescue.cancel()
         interrupt.join()
+        signal.signal(signal.SIGINT, previous)
     assert h.done is False
 
 

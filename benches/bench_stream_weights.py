@@ -17,8 +17,12 @@ the others so all see the same machine load; min of `passes`:
 One BLAS thread (OPENBLAS_NUM_THREADS=1 unless set). Printed: ms per pass and the ratio ÷ in RAM (goal for clean+async: ≤ 1.15 and ahead of the
 reader thread).
 
-The larger-than-memory variant (a cgroup v2 memory limit on a child process) is not built
-yet: the bench prints that, and what the host offers for it.
+The larger-than-memory variant runs np.memmap and clean+async in a child process inside a
+memory cgroup of its own (v2 `memory.max`, or v1 `memory.limit_in_bytes`; as root), whose
+limit is what the child uses once imported plus half the weights: the weights cannot all be
+resident, in memory or in page cache, and every pass reads from the file system again. It
+prints ms per pass, the ratio clean+async ÷ np.memmap (goal ≤ 1.0), and the cgroup's peak
+beside its limit; where no cgroup can be made it prints why and skips.
 `--quick`: 16 layers of 512² (a few seconds).
 """
 from __future__ import annotations
@@ -169,23 +173,175 @@ def main() -> None:
         best = min(times[name])
         print(f"{name:24} {best * 1000:9.1f} {best / base:9.2f}")
     print("goal: clean+async ≤ 1.15 × in RAM and ahead of the reader thread")
-    print(f"larger-than-memory variant: skipped: {cgroup_variant_skip_reason()}")
+    larger_than_memory(layers, size, args.batch, args.passes)
 
 
-def cgroup_variant_skip_reason() -> str:
-    """Why the larger-than-memory variant does not run here (it is not built yet; this says
-    what a host would need as well)."""
-    controllers = "/sys/fs/cgroup/cgroup.controllers"
-    if os.geteuid() != 0:
-        host = "not root"
-    elif not os.path.exists(controllers):
-        host = "no cgroup v2 hierarchy at /sys/fs/cgroup"
-    else:
-        with open(controllers, encoding="utf-8") as f:
-            host = ("cgroup v2 memory controller available" if "memory" in f.read().split()
-                    else "no memory controller in the cgroup v2 hierarchy")
-    return f"not built in this bench yet ({host})"
+# ----- larger than memory ---------------------------------------------------------------------
+
+class MemoryCgroup:
+    """A memory cgroup of this bench's own (v2, else v1), removed on exit; `None` from
+    `make` with the reason when none can be made here."""
+
+    def __init__(self, path: str, limit_file: str, peak_file: str, usage_file: str) -> None:
+        self.path, self.limit_file, self.peak_file, self.usage_file = path, limit_file, peak_file, usage_file
+
+    @staticmethod
+    def make() -> "tuple[MemoryCgroup | None, str]":
+        if os.geteuid() != 0:
+            return None, "not root"
+        name = f"strideweave-bench-{os.getpid()}"
+        v2 = "/sys/fs/cgroup/cgroup.controllers"
+        if os.path.exists(v2):
+            with open(v2, encoding="utf-8") as f:
+                if "memory" not in f.read().split():
+                    return None, "no memory controller in the cgroup v2 hierarchy"
+            parent, limit, peak, usage = "/sys/fs/cgroup", "memory.max", "memory.peak", "memory.current"
+        else:
+            # v1: the memory hierarchy, under this process's own memory cgroup.
+            own = ""
+            with open("/proc/self/cgroup", encoding="utf-8") as f:
+                for line in f:
+                    _, controllers, where = line.rstrip("\n").split(":", 2)
+                    if "memory" in controllers.split(","):
+                        own = where
+            root = "/sys/fs/cgroup/memory"
+            if not os.path.isdir(root):
+                return None, "no cgroup v2 hierarchy and no v1 memory hierarchy at /sys/fs/cgroup/memory"
+            parent, limit, peak, usage = (root + own, "memory.limit_in_bytes", "memory.max_usage_in_bytes",
+                                          "memory.usage_in_bytes")
+        path = os.path.join(parent, name)
+        try:
+            os.mkdir(path)
+        except OSError as e:
+            return None, f"cannot make a cgroup under {parent}: {e.strerror}"
+        return MemoryCgroup(path, limit, peak, usage), ""
+
+    def read(self, file: str) -> int:
+        with open(os.path.join(self.path, file), encoding="utf-8") as f:
+            return int(f.read().split()[0])
+
+    def remove(self) -> None:
+        try:
+            os.rmdir(self.path)
+        except OSError:
+            pass  # a straggler still inside: the kernel frees it when it exits
+
+
+def larger_than_memory(layers: int, size: int, batch: int, passes: int) -> None:
+    cgroup, why = MemoryCgroup.make()
+    if cgroup is None:
+        print(f"larger-than-memory variant: skipped: {why}")
+        return
+    import json
+    import subprocess
+    import sys
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-stream-ltm-") as tmp:
+            procs = os.path.join(cgroup.path, "cgroup.procs")
+
+            def join_cgroup() -> None:  # in the child before it execs: all its memory is charged
+                with open(procs, "w", encoding="utf-8") as f:
+                    f.write(str(os.getpid()))
+            child = subprocess.run(
+                [sys.executable, os.path.abspath(__file__), "--ltm-child", cgroup.path, cgroup.limit_file,
+                 cgroup.usage_file, cgroup.peak_file, tmp, str(layers), str(size), str(batch), str(passes)],
+                capture_output=True, text=True, timeout=1800, preexec_fn=join_cgroup)
+            if child.returncode != 0:
+                print(f"larger-than-memory variant: failed: {child.stderr.strip()[-800:]}")
+                return
+            got = json.loads(child.stdout.strip().splitlines()[-1])
+            peak = cgroup.read(cgroup.peak_file)
+    finally:
+        cgroup.remove()
+    weights = layers * size * size * 4
+    print(f"larger than memory: {weights >> 20} MiB of weights under a cgroup limit of {got['limit'] >> 20} MiB "
+          f"({got['baseline'] >> 20} MiB charged to the child once set up + half the weights); min of {passes} passes")
+    for name in ("np.memmap", "clean+async Evictable"):
+        print(f"  {name:22} {got[name] * 1000:9.1f} ms/pass")
+    ratio = got["clean+async Evictable"] / got["np.memmap"]
+    print(f"  clean+async ÷ np.memmap {ratio:5.2f} (goal <= 1.0); cgroup peak {peak >> 20} MiB of "
+          f"{got['limit'] >> 20} MiB limit")
+
+
+def ltm_child(cgroup: str, limit_file: str, usage_file: str, peak_file: str, tmp: str, layers: int, size: int,
+              batch: int, passes: int) -> None:
+    """The larger-than-memory passes, in the cgroup (joined before exec): files written and
+    dropped from the page cache first, then the limit set to what the cgroup is charged now
+    plus half the weights, and its peak reset where the kernel allows."""
+    import json
+
+    def cgroup_file(name: str, value: int | None = None) -> int:
+        if value is not None:
+            with open(os.path.join(cgroup, name), "w", encoding="utf-8") as f:
+                f.write(str(value))
+            return value
+        with open(os.path.join(cgroup, name), encoding="utf-8") as f:
+            return int(f.read().split()[0])
+    n = size * size
+    rng = np.random.default_rng(0)
+    x0 = rng.standard_normal((batch, size), dtype=np.float32)
+    paths = [os.path.join(tmp, f"layer{k}.bin") for k in range(layers)]
+    stack = []
+    for path in paths:
+        w = rng.standard_normal((size, size), dtype=np.float32) / np.float32(np.sqrt(size))
+        w.tofile(path)
+        primary = sw.CPU(n, dtype=F32)
+        flat_view(primary, n)[:] = w.reshape(-1)
+        ev = sw.Evictable(primary, sw.FileBacked(dtype=F32), retain_clean=True)
+        ev.evict()
+        stack.append(ev)
+        del w
+    # Nothing of the weights stays cached: written back, then dropped from the page cache.
+    os.sync()
+    for path in paths + [str(ev.secondary.path) for ev in stack]:
+        fd = os.open(path, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+    baseline = cgroup_file(usage_file)
+    limit = cgroup_file(limit_file, baseline + layers * n * 4 // 2)
+    try:
+        cgroup_file(peak_file, 0)  # v1 resets its peak; a v2 kernel that cannot keeps the setup's
+    except OSError:
+        pass
+    maps = [np.memmap(p, dtype=np.float32, mode="r", shape=(size, size)) for p in paths]
+
+    def pass_memmap() -> np.ndarray:
+        x = x0
+        for w in maps:
+            x = np.tanh(x @ w)
+        return x
+
+    def pass_clean_async() -> np.ndarray:
+        x = x0
+        pending = stack[0].promote_async()
+        for k, ev in enumerate(stack):
+            pending.wait()
+            if k + 1 < layers:
+                pending = stack[k + 1].promote_async()
+            w = flat_view(ev.primary, n).reshape(size, size)
+            x = np.tanh(x @ w)
+            del w
+            ev.evict()
+        return x
+
+    ways = {"np.memmap": pass_memmap, "clean+async Evictable": pass_clean_async}
+    expected = pass_memmap()
+    assert np.allclose(pass_clean_async(), expected, rtol=1e-4, atol=1e-5)
+    best = {name: float("inf") for name in ways}
+    for _ in range(passes):
+        for name, run in ways.items():
+            start = time.perf_counter()
+            run()
+            best[name] = min(best[name], time.perf_counter() - start)
+    for ev in stack:
+        ev.release()
+    print(json.dumps({**best, "limit": limit, "baseline": baseline}))
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+    if len(sys.argv) > 1 and sys.argv[1] == "--ltm-child":
+        c, lf, uf, pf, t, *rest = sys.argv[2:]
+        ltm_child(c, lf, uf, pf, t, *(int(v) for v in rest))
+    else:
+        main()

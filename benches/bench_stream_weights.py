@@ -281,19 +281,21 @@ def ltm_child(cgroup: str, limit_file: str, usage_file: str, peak_file: str, tmp
     rng = np.random.default_rng(0)
     x0 = rng.standard_normal((batch, size), dtype=np.float32)
     paths = [os.path.join(tmp, f"layer{k}.bin") for k in range(layers)]
-    stack = []
+    stack, tier_paths = [], []
     for path in paths:
         w = rng.standard_normal((size, size), dtype=np.float32) / np.float32(np.sqrt(size))
         w.tofile(path)
         primary = sw.CPU(n, dtype=F32)
         flat_view(primary, n)[:] = w.reshape(-1)
-        ev = sw.Evictable(primary, sw.FileBacked(dtype=F32), retain_clean=True)
+        secondary = sw.FileBacked(dtype=F32)
+        tier_paths.append(str(secondary.path))
+        ev = sw.Evictable(primary, secondary, retain_clean=True)
         ev.evict()
         stack.append(ev)
         del w
     # Nothing of the weights stays cached: written back, then dropped from the page cache.
     os.sync()
-    for path in paths + [str(ev.secondary.path) for ev in stack]:
+    for path in paths + tier_paths:
         fd = os.open(path, os.O_RDONLY)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         os.close(fd)

@@ -33,7 +33,7 @@ import queue
 import tempfile
 import threading
 import time
-from typing import Callable
+from typing import Callable, cast
 
 # One BLAS thread unless the caller says otherwise: on a small shared machine OpenBLAS's own
 # spinning threads fight every other thread (the reader, the engine) and the figures become
@@ -281,20 +281,20 @@ def ltm_child(cgroup: str, limit_file: str, usage_file: str, peak_file: str, tmp
     rng = np.random.default_rng(0)
     x0 = rng.standard_normal((batch, size), dtype=np.float32)
     paths = [os.path.join(tmp, f"layer{k}.bin") for k in range(layers)]
-    stack, tier_paths = [], []
+    stack: list[sw.Evictable] = []
     for path in paths:
         w = rng.standard_normal((size, size), dtype=np.float32) / np.float32(np.sqrt(size))
         w.tofile(path)
         primary = sw.CPU(n, dtype=F32)
         flat_view(primary, n)[:] = w.reshape(-1)
-        secondary = sw.FileBacked(dtype=F32)
-        tier_paths.append(str(secondary.path))
-        ev = sw.Evictable(primary, secondary, retain_clean=True)
+        ev = sw.Evictable(primary, sw.FileBacked(dtype=F32), retain_clean=True)
         ev.evict()
         stack.append(ev)
         del w
     # Nothing of the weights stays cached: written back, then dropped from the page cache.
     os.sync()
+    # (The secondary an eviction leaves is the FileBacked file the layer now lives in.)
+    tier_paths = [str(cast(sw.FileBacked, ev.secondary).path) for ev in stack]
     for path in paths + tier_paths:
         fd = os.open(path, os.O_RDONLY)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)

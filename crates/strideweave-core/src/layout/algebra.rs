@@ -280,6 +280,7 @@ fn product_cute(a: &Cute, b: &Cute) -> Result<Cute, LayoutError> {
 
 /// A tiler: one layout for the whole layout, or one per leading mode.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub enum Tiler {
     /// One layout applied to the whole layout (a composition with it).
     Layout(Layout),

@@ -92,6 +92,8 @@ impl PyLayout {
         match to_tiler(other, "compose other")? {
             Tiler::Layout(b) => wrap(self.core().compose(&b)),
             Tiler::Modes(ts) => wrap(self.core().compose_modes(&ts)),
+            // `to_tiler` builds only the two kinds above.
+            _ => Err(PyTypeError::new_err("compose other: unsupported tiler")),
         }
     }
 

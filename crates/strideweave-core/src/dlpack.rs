@@ -37,6 +37,7 @@ pub const FLAG_READ_ONLY: u64 = dlpark::ffi::DLPACK_FLAG_BITMASK_READ_ONLY as u6
 
 /// The only element types strideweave exports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ExportDType {
     /// IEEE binary32: DLPack float code, 32 bits, one lane.
     Float32,
@@ -71,6 +72,7 @@ impl ExportDType {
 
 /// Why a buffer description cannot become a managed tensor.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum DescError {
     /// `shape` and `strides` have different lengths.
     #[error("layout has {shape} leaf extents but {strides} leaf strides")]

@@ -200,8 +200,9 @@ pub(crate) fn drop_claim(carrier: &CarrierBase, claim: &Bound<'_, PyAny>) {
 pub(crate) fn check_unclaimed(carrier: &Bound<'_, CarrierBase>, action: &str, judge: &PyJudge<'_, '_>) -> PyResult<()> {
     let held = carrier.get().state().with_claim(|held| {
         held.and_then(|held| match judge.judge(held) {
-            Verdict::Passes => None,
             Verdict::Blocks(why) => Some(why),
+            // `PyJudge` gives only these two verdicts; any other lets the claim pass.
+            _ => None,
         })
     });
     match held {
@@ -246,6 +247,7 @@ pub(crate) fn begin_release(
         // Only the active move's claim lets a release of a claimed carrier begin.
         Ok(ReleaseStart::Began { marked: false }) => Ok((true, judge.active.map(|a| a.clone().unbind()))),
         Err(why) => Err(release_refused(carrier, why)?),
+        Ok(other) => Err(PyRuntimeError::new_err(format!("internal error: unexpected release start {other:?}"))),
     }
 }
 

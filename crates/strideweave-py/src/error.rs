@@ -61,6 +61,8 @@ pub fn layout(e: LayoutError) -> PyErr {
         | LayoutError::SublayoutIdOutOfRange { .. }
         | LayoutError::ModePathOutOfRange { .. }
         | LayoutError::EmptyOutputTree => PyValueError::new_err(msg),
+        // A refusal the core adds later (the enum is non-exhaustive): a ValueError, as most are.
+        _ => PyValueError::new_err(msg),
     }
 }
 
@@ -102,6 +104,8 @@ pub fn span(e: SpanError) -> PyErr {
         | SpanError::OutOfRange { .. }
         | SpanError::Overlap { .. }
         | SpanError::Geometry(_) => PyValueError::new_err(e.to_string()),
+        // A refusal the core adds later (the enum is non-exhaustive).
+        _ => PyValueError::new_err(e.to_string()),
     }
 }
 
@@ -141,6 +145,8 @@ pub fn block(e: BlockError, path: &str) -> PyErr {
         },
         BlockError::ZeroTransfer { .. } | BlockError::Closed | BlockError::Faulted(_) => PyRuntimeError::new_err(msg),
         BlockError::NoSpace { .. } => PyMemoryError::new_err(msg),
+        // A cause the core adds later (the enum is non-exhaustive): the device refused.
+        _ => PyRuntimeError::new_err(msg),
     }
 }
 

@@ -72,6 +72,7 @@ pub fn scalar_from_py(kind: ElemKind, value: &Bound<'_, PyAny>) -> PyResult<Scal
                 .map(Scalar::I32)
                 .map_err(|_| PyOverflowError::new_err(format!("{wide} is out of Int32 range")))
         }
+        other => Err(PyTypeError::new_err(format!("no Python value converts to a {other:?} slot"))),
     }
 }
 
@@ -103,6 +104,7 @@ pub fn scalar_to_py(py: Python<'_>, value: Scalar) -> PyResult<Py<PyAny>> {
         Scalar::F64(v) => v.into_pyobject(py)?.into_any().unbind(),
         Scalar::I32(v) => v.into_pyobject(py)?.into_any().unbind(),
         Scalar::Bool(v) => PyBool::new(py, v).to_owned().into_any().unbind(),
+        other => return Err(PyTypeError::new_err(format!("no Python value for the slot value {other:?}"))),
     })
 }
 

@@ -197,6 +197,7 @@ fn bounce_copy(src: &File, src_off: u64, dst: &File, dst_off: u64, bytes: u64, c
 
 /// Why a layout copy was refused before touching memory.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum LayoutCopyError {
     /// The loop planner refused the modes (rank mismatch, negative extent, overflow).
     #[error(transparent)]

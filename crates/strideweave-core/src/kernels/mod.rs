@@ -32,6 +32,7 @@ use crate::layout::plan::LoopPlan;
 
 /// Why a kernel refused to run. Nothing has been written when one is returned.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum KernelError {
     /// An operand's strides do not have one entry per leaf extent.
     #[error("{operand}: {got} strides for {expected} leaf extents")]
@@ -81,6 +82,7 @@ impl<'a> Operand<'a> {
 
 /// The elementwise binary operations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum BinaryOp {
     /// `a + b`.
     Add,
@@ -520,6 +522,7 @@ pub fn scatter_add_f32(
 
 /// The one-input kernels, for callers that choose one at run time (the Python binding).
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum UnaryOp {
     /// [`copy_f32`].
     Copy,

@@ -281,6 +281,7 @@ fn product_cute(a: &Cute, b: &Cute) -> Result<Cute, LayoutError> {
 /// A tiler: one layout for the whole layout, or one tiler per leading mode, nested as deep
 /// as the layout's modes are (CuTe's tuple tilers; `None` keeps that mode as it is).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Tiler {
     /// One layout applied to the whole layout (or mode) it meets.
     Layout(Layout),

@@ -9,6 +9,7 @@ use super::{checked_product, Coord, KeyNode, KeySeq, KeyView, LayoutError, Shape
 /// One marker of [`Layout::profile`]; the discriminants are the Python `Node` values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
+#[non_exhaustive]
 pub enum ProfileNode {
     /// An integer mode.
     Leaf = 1,

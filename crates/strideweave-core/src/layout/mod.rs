@@ -35,6 +35,7 @@ pub use tree::{IntTree, Mode, Nested};
 /// them in one place (`strideweave-py/src/error.rs`). The last four variants are reported by
 /// a [`KeyNode`] while it reads a key (the binding's Python keys), the rest by the algebra.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum LayoutError {
     /// A Shape leaf below 1.
     #[error("extent must be >= 1, got {0}")]
@@ -369,6 +370,7 @@ fn decode_mode(mode: &Mode, rest: &mut i64) -> Coord {
 /// A hierarchical coordinate owned by Rust: an int (possibly standing for a whole subtree)
 /// or a sequence of coordinates.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Coord {
     /// A leaf coordinate, or an ordinal that expands inside the subtree it replaces.
     Int(i64),
@@ -378,6 +380,7 @@ pub enum Coord {
 
 /// What one node of a key is: an integer, or a sequence of child keys.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum KeyView<S> {
     /// An integer component.
     Int(i64),

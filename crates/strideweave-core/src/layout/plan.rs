@@ -21,6 +21,7 @@ use thiserror::Error;
 
 /// Why a walk was refused before touching memory.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum PlanError {
     /// A stride list's length differs from the number of leaf extents.
     #[error("leaf_strides has {strides} entries but leaf_extents has {extents}")]

@@ -12,6 +12,7 @@ use super::{Layout, LayoutError};
 /// The hierarchy `rearrange` builds: the output of Python's `Tree(...)`, `Node.id(n)` and
 /// `Node.Leaf`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum OutputTree {
     /// The n-th extracted sublayout, whole (a nested sublayout stays one nested mode).
     Id(usize),

@@ -13,6 +13,7 @@ use super::LayoutError;
 
 /// One mode of a hierarchical tree: a leaf integer or a non-empty nested sequence.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Mode {
     /// An integer leaf (an extent in a `Shape`, a stride in a `Stride`).
     Leaf(i64),

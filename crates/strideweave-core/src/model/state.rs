@@ -49,6 +49,7 @@ impl OwnerToken {
 
 /// Which side of a move a claim is for; the checks differ.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Role {
     /// The tensor's carrier: must be live and not owned.
     Source,

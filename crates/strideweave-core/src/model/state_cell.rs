@@ -29,6 +29,7 @@ const CLAIMED: u8 = 2;
 
 /// What a [`ClaimJudge`] says of the claim a carrier holds already.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Verdict<B> {
     /// The claim does not stand in the way (it is the caller's own, say).
     Passes,
@@ -71,6 +72,7 @@ impl<O, C> ClaimJudge<O, C> for Strict {
 
 /// Why a transition was refused; nothing changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Refusal<B, W> {
     /// The carrier is released.
     Released,
@@ -105,6 +107,7 @@ impl ClaimRule {
 
 /// How [`StateCell::begin_release`] started.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ReleaseStart {
     /// Released already: nothing to do (release is idempotent).
     AlreadyReleased,

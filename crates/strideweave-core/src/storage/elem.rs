@@ -2,6 +2,7 @@
 
 /// The native encoding of one storage slot.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ElemKind {
     /// 32-bit IEEE float.
     F32,
@@ -15,6 +16,7 @@ pub enum ElemKind {
 
 /// A decoded slot value.
 #[derive(Copy, Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum Scalar {
     /// A 32-bit float.
     F32(f32),

@@ -33,6 +33,7 @@ pub use blocks::{check_blocks, run_blocks, Block, BlockGeometry};
 
 /// One end of a span: a host buffer or a file, borrowed for the request.
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub enum Store<'a> {
     /// A host buffer.
     Host(&'a HostBuffer),
@@ -72,6 +73,7 @@ pub struct Span {
 
 /// Why a request was refused before anything was written, or failed while running.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum SpanError {
     /// A span names a store index the request does not have.
     #[error("span {span} names store {index}, which the request does not have")]

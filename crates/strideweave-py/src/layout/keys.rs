@@ -138,5 +138,6 @@ pub(super) fn coord_to_py<'py>(py: Python<'py>, c: &Coord) -> PyResult<Bound<'py
             let items = s.iter().map(|c| coord_to_py(py, c)).collect::<PyResult<Vec<_>>>()?;
             Ok(PyTuple::new(py, items)?.into_any())
         }
+        _ => Err(PyValueError::new_err("unsupported coordinate node")),
     }
 }

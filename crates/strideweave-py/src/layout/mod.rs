@@ -148,6 +148,8 @@ impl PyLayout {
             ProfileNode::Leaf => leaf.bind(py),
             ProfileNode::Push => push.bind(py),
             ProfileNode::Pop => pop.bind(py),
+            // The core's profile has only the three markers above.
+            _ => unreachable!("a profile holds Leaf, Push and Pop only"),
         });
         PyList::new(py, items)
     }

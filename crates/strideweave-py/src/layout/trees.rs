@@ -18,6 +18,7 @@ pub(super) fn modes_to_py<'py>(py: Python<'py>, modes: &[Mode]) -> PyResult<Boun
         .map(|m| match m {
             Mode::Leaf(v) => Ok(v.into_pyobject(py)?.into_any()),
             Mode::Nested(n) => Ok(modes_to_py(py, n.children())?.into_any()),
+            _ => Err(PyValueError::new_err("unsupported mode node")),
         })
         .collect::<PyResult<Vec<_>>>()?;
     PyTuple::new(py, items)

@@ -32,6 +32,7 @@ pub enum RefusalKind {
 
 /// Which carrier of the move a refusal is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Party {
     /// The tensor's own carrier.
     Source,

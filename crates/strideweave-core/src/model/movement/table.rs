@@ -25,6 +25,7 @@
 
 /// One check of a move request, in the order of [`VALIDATION_ORDER`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Check {
     /// A Tensor of several subtensors: moving one is not implemented.
     OneSubtensor,

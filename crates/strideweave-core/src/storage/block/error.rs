@@ -7,6 +7,7 @@ use thiserror::Error;
 /// Errors of the block-device layer. The binding maps each variant to the Python exception
 /// type the spec names (see `strideweave-py/src/error.rs`).
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum BlockError {
     /// Block devices are only implemented on Linux.
     #[error("block devices are only supported on Linux")]

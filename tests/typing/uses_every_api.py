@@ -161,6 +161,12 @@ def tiles() -> None:
         projection: sw.AwaitProjection = facet.project(tiled, full, selection)
     compact: sw.Tensor = projection.wait()
     assert compact.size() == 8 and tiled.grid_shape == (2, 2) and len(tiled.primary_tiles) == 4
+    policy = sw.ResidencyPolicy(budget=2 * 4 * 4)
+    budgeted = sw.TiledEvictable(sw.CPU(0, dtype=F32), sw.FileBacked(dtype=F32).new_like([0.0] * 16, dtype=F32),
+                                 (2, 2), (2, 2), residency_policy=policy)
+    plan: sw.ResidencyPlan = budgeted.residency_plan([sw.TileSet([(0, 0)]), selection])
+    steps: list[sw.TileSet] = list(plan)
+    assert len(steps) == 2 and budgeted.residency_policy == policy and policy.budget == 32
 
 
 def arrays_and_handles() -> None:

@@ -24,6 +24,7 @@ the batched Rust data path in `tiled_bulk.py`.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence, cast, final
@@ -38,7 +39,7 @@ from strideweave.carriers.extension import (CarrierDefinition, CarrierFacet, Sto
                                             TransferProvider, TransferRoute,
                                             _register_shipped_definition)
 from strideweave.layout import Layout, Shape
-from strideweave.carriers.tiled_types import (PRIMARY, SECONDARY, AwaitProjection, AwaitResidency,
+from strideweave.carriers.tiled_types import (PRIMARY, SECONDARY, AwaitProjection, AwaitResidency, ResidencyPolicy,
                                               TileSelection, TileSet, TileState, _check_shape,
                                               _consume_ints, _Ownership, _release_quietly)
 
@@ -46,10 +47,10 @@ if TYPE_CHECKING:  # annotations only (imported lazily where it is used)
     from strideweave.tensor import Tensor
 
 __all__ = ["TiledEvictable", "TileSet", "TileSelection", "AwaitProjection", "AwaitResidency",
-           "TiledResidencyFacet"]
+           "TiledResidencyFacet", "ResidencyPolicy", "ResidencyPlan"]
 
 # The value types' documented home is this module.
-for _public in (TileSet, TileSelection, AwaitProjection, AwaitResidency, TileState):
+for _public in (TileSet, TileSelection, AwaitProjection, AwaitResidency, TileState, ResidencyPolicy):
     _public.__module__ = __name__
 
 
@@ -83,8 +84,12 @@ class TiledEvictable(TwoTiered, Carrier):
         raise TypeError("TiledEvictable is final and cannot be subclassed")
 
     def __init__(self, primary: Carrier, secondary: Carrier, grid_shape: Iterable[int],
-                 tile_shape: Iterable[int], *, retain_clean: bool = False) -> None:
+                 tile_shape: Iterable[int], *, retain_clean: bool = False,
+                 residency_policy: ResidencyPolicy | None = None) -> None:
         retain_clean = check_bool_argument(retain_clean, "retain_clean")
+        if residency_policy is not None and not isinstance(residency_policy, ResidencyPolicy):
+            raise TypeError(f"residency_policy must be a ResidencyPolicy or None, not "
+                            f"{type(residency_policy).__name__}")
         for name, tier in (("primary", primary), ("secondary", secondary)):
             if not isinstance(tier, Carrier) or isinstance(tier, (TiledEvictable, Evictable)):
                 raise not_a_carrier(f"TiledEvictable {name} tier", tier,
@@ -114,9 +119,18 @@ class TiledEvictable(TwoTiered, Carrier):
             if not tier.supports_storage_dtype(dtype):
                 raise TypeError(f"TiledEvictable {name} tier ({type(tier).__name__}) cannot store "
                                 f"{dtype.name}")
-        from strideweave.carriers.move import _resolve
+        from strideweave.carriers.move import _resolve, _slot_bytes
         _resolve(type(primary), type(secondary))
         _resolve(type(secondary), type(primary))
+        tile_bytes = math.prod(tile) * _slot_bytes(dtype)
+        if residency_policy is not None:
+            if residency_policy.budget < tile_bytes:
+                raise ValueError(f"residency_policy budget {residency_policy.budget} bytes is below one "
+                                 f"tile's {tile_bytes} bytes")
+            if sizes[0] == full and full // math.prod(tile) * tile_bytes > residency_policy.budget:
+                raise ValueError(f"residency_policy budget {residency_policy.budget} bytes is below the "
+                                 f"{full // math.prod(tile) * tile_bytes} bytes of the primary tier that "
+                                 "seeds the tiles: seed from the secondary tier")
 
         # Read by the storage provider during Carrier.__init__ (allocate builds the tiles).
         self._primary = primary
@@ -153,6 +167,14 @@ class TiledEvictable(TwoTiered, Carrier):
         # that copy current again instead of writing a new one. A write drops the copy.
         self._retain_clean = retain_clean
         self._clean_copies: dict[int, tiled_tiles.Tile] = {}
+        # residency_policy: the budget in tiles, the tiles a pending promote is bringing in
+        # (they count against it), and each tile's last use (a tick) for least-recently-used.
+        self._policy = residency_policy
+        self._tile_bytes = tile_bytes
+        self._budget_tiles = residency_policy.budget // tile_bytes if residency_policy is not None else 0
+        self._promoting: set[int] = set()
+        self._last_use: dict[int, int] = {}
+        self._ticks = itertools.count(1)
         self._pending = 0
         self._state_lock = threading.RLock()
         self._ownership = _Ownership()
@@ -234,6 +256,23 @@ class TiledEvictable(TwoTiered, Carrier):
         return True
 
     # ----- state ---------------------------------------------------------------------------
+    @property
+    def residency_policy(self) -> ResidencyPolicy | None:
+        """The residency policy given at construction, or None."""
+        return self._policy
+
+    def _touch(self, indices: Iterable[int]) -> None:
+        """Record a use of these tiles (least-recently-used order of the policy's evictions)."""
+        tick = next(self._ticks)
+        last = self._last_use
+        for i in indices:
+            last[i] = tick
+
+    def residency_plan(self, steps: Iterable["TileSet | TileSelection"]) -> "ResidencyPlan":
+        """A plan that iterates `steps` with each step's tiles on primary, prefetching the
+        next step's tiles while the caller works on this one (see `ResidencyPlan`)."""
+        return ResidencyPlan(self, steps)
+
     @property
     def retain_clean(self) -> bool:
         """Whether a promote keeps each tile's secondary copy while the tile stays clean."""
@@ -397,6 +436,8 @@ def _tiles_of_live(c: TiledEvictable) -> "list[tiled_tiles.Tile]":
 
 def _provider_read(c: TiledEvictable, i: int) -> Any:
     tile, k = c._locate(i)
+    if c._policy is not None:
+        c._touch((tile,))
     # Under the lock a commit swaps tiles with: a reader never holds a tile that the commit
     # has just released.
     with c._state_lock:
@@ -405,6 +446,8 @@ def _provider_read(c: TiledEvictable, i: int) -> Any:
 
 def _provider_write(c: TiledEvictable, i: int, v: Any) -> None:
     tile, k = c._locate(i)
+    if c._policy is not None:
+        c._touch((tile,))
     with c._state_lock:
         if c._pins[tile]:
             raise RuntimeError(f"cannot write to tile {c._coordinate_of(tile)} of a TiledEvictable: "
@@ -415,6 +458,73 @@ def _provider_write(c: TiledEvictable, i: int, v: Any) -> None:
     if copy is not None:
         tiled_tiles.release_tiles([copy], c._ownership)
     return None
+
+
+# ===== the plan ===================================================================================
+
+@final
+class ResidencyPlan:
+    """Iterating it yields each step (a TileSet) once that step's tiles are all on primary;
+    before yielding step k it starts promoting step k + 1 (its prefetch), so the I/O of the
+    next step overlaps the caller's work on this one. Under a residency policy the prefetch
+    never evicts the tiles of the step being yielded: when the two steps do not fit the
+    budget together, step k + 1 is promoted only once the caller asks for it. A step that
+    alone exceeds the budget raises ValueError when it is reached. Built by
+    `TiledEvictable.residency_plan(steps)`; the steps are checked (type, rank, range) when the
+    plan is built, before anything moves."""
+
+    __slots__ = ("_carrier", "_steps")
+
+    def __init__(self, carrier: TiledEvictable, steps: Iterable["TileSet | TileSelection"]) -> None:
+        if not isinstance(carrier, TiledEvictable):
+            raise TypeError(f"ResidencyPlan carrier must be a TiledEvictable, not {type(carrier).__name__}")
+        try:
+            items = list(steps)
+        except TypeError:
+            raise TypeError(f"ResidencyPlan steps must be iterable, not {type(steps).__name__}") from None
+        checked = []
+        for k, step in enumerate(items):
+            if isinstance(step, TileSelection):
+                step = step.tile_set
+            if not isinstance(step, TileSet):
+                raise TypeError(f"ResidencyPlan step {k} must be a TileSet or TileSelection, not "
+                                f"{type(step).__name__}")
+            for coord in step.coordinates:
+                carrier._coordinate_index(coord)  # ValueError for a rank or range mismatch
+            checked.append(step)
+        self._carrier = carrier
+        self._steps = tuple(checked)
+
+    @property
+    def steps(self) -> tuple[TileSet, ...]:
+        return self._steps
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+    def __iter__(self) -> Iterator[TileSet]:
+        c, steps = self._carrier, self._steps
+        if not steps:
+            return
+        pending: AwaitResidency | None = c.promote_async(steps[0])
+        for k, step in enumerate(steps):
+            if pending is None:
+                pending = c.promote_async(step)
+            pending.wait()
+            pending = None
+            if k + 1 < len(steps) and _fits_with(c, step, steps[k + 1]):
+                protect = [c._coordinate_index(coord) for coord in step.coordinates]
+                pending = tiled_residency.residency(c, steps[k + 1], PRIMARY, protect)
+            yield step
+        if pending is not None:
+            pending.wait()
+
+
+def _fits_with(c: TiledEvictable, step: TileSet, following: TileSet) -> bool:
+    """Whether `following` can be prefetched while `step` stays resident."""
+    if c._policy is None:
+        return True
+    return len(set(step.coordinates) | set(following.coordinates)) <= c._budget_tiles
 
 
 # ===== the facet ==================================================================================

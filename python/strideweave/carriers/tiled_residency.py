@@ -27,7 +27,7 @@ from strideweave.carriers.dtype import DType
 from strideweave.carriers.extension import PreparedTransfer, Unsupported, is_definition_backed
 from strideweave.carriers.move import AwaitResult, _slot_bytes
 from strideweave.carriers.tiled_tiles import Tile
-from strideweave.carriers.tiled_types import (PRIMARY, AwaitProjection, AwaitResidency, TileSelection,
+from strideweave.carriers.tiled_types import (PRIMARY, SECONDARY, AwaitProjection, AwaitResidency, TileSelection,
                                               TileSet, _release_quietly)
 from strideweave.layout import Layout, Shape
 
@@ -108,8 +108,37 @@ def _flat(carrier: Carrier, size: int) -> Any:
 
 # ===== residency ================================================================================
 
-def residency(c: Any, tiles: Any, target: str) -> AwaitResidency:
-    """Start moving `tiles` (a TileSet or TileSelection) into the `target` tier."""
+def _make_room(c: Any, requested: list[int], moving: list[int], protect: Iterable[int]) -> list[int]:
+    """The primary tiles a promote of `moving` must evict first to stay within the carrier's
+    residency policy (the caller holds `c._state_lock`): none if it fits; else unpinned
+    primary tiles outside the request and `protect`, clean before dirty, least recently used
+    first. ValueError when the request alone exceeds the budget, RuntimeError when pinned
+    tiles leave too little to evict; either before any effect."""
+    budget = c._budget_tiles
+    if len(requested) > budget:
+        raise ValueError(f"cannot promote {len(requested)} tiles of a TiledEvictable: they need "
+                         f"{len(requested) * c._tile_bytes} bytes, over its residency_policy budget of "
+                         f"{c._policy.budget}")
+    resident = sum(1 for w in c._where if w == PRIMARY) + len(c._promoting)
+    excess = resident + len(moving) - budget
+    if excess <= 0:
+        return []
+    keep = set(requested) | set(protect)
+    candidates = [i for i, w in enumerate(c._where)
+                  if w == PRIMARY and not c._pins[i] and i not in keep and i not in c._promoting]
+    if len(candidates) < excess:
+        raise RuntimeError(f"cannot promote tiles of a TiledEvictable within its residency_policy budget: "
+                           f"{excess} tiles must leave the primary tier first and only {len(candidates)} "
+                           "are neither pinned nor in use")
+    last, clean = c._last_use, c._clean_copies
+    candidates.sort(key=lambda i: (i not in clean, last.get(i, 0)))
+    return candidates[:excess]
+
+
+def residency(c: Any, tiles: Any, target: str, protect: Iterable[int] = ()) -> AwaitResidency:
+    """Start moving `tiles` (a TileSet or TileSelection) into the `target` tier. Under a
+    residency policy a promote first evicts what `_make_room` picks (never a tile of
+    `protect`), in the same engine job."""
     action = "promote tiles of" if target == PRIMARY else "evict tiles of"
     c._check_live(action)
     if isinstance(tiles, TileSelection):
@@ -129,48 +158,80 @@ def residency(c: Any, tiles: Any, target: str) -> AwaitResidency:
             raise RuntimeError(f"cannot {action} a TiledEvictable: tile {c._coordinate_of(pinned[0])} "
                                "is pinned by a pending residency request or projection")
         moving = [i for i in requested if c._where[i] != target]
+        policy = c._policy is not None and target == PRIMARY
+        if policy:
+            c._touch(requested)
         if not moving:
             handle._succeed(None)
             return handle
-        _pin(c, requested)
+        victims = _make_room(c, requested, moving, protect) if policy else []
+        pinned_here = requested + victims
+        _pin(c, pinned_here)
+        if policy:
+            c._promoting.update(moving)
         # Evicting clean tiles: their retained copies become current, nothing is copied. The
         # pins keep every write (which would drop a copy) out until the commit.
-        reused = ({i: c._clean_copies[i] for i in moving if i in c._clean_copies}
-                  if target != PRIMARY else {})
-    copying = [i for i in moving if i not in reused]
-    prototype = c._primary if target == PRIMARY else c._secondary
-    source_tier = c._secondary if target == PRIMARY else c._primary
-    native = (tiled_bulk.native_pair(type(source_tier), type(prototype))
-              and tiled_bulk.native_storage(prototype) is not None
-              and tiled_bulk.native_storage(source_tier) is not None)
-
-    nbytes = len(copying) * c._tile_size * _slot_bytes(c.dtype())
+        phases = [_Phase(c, victims, SECONDARY), _Phase(c, moving, target)] if victims else [_Phase(c, moving, target)]
 
     def job() -> None:
-        staged: list[Tile] = []
-        copies: list[Carrier] = []
-        start = time.perf_counter_ns()
         try:
-            if copying and not (native and _stage_native(c, copying, c._makers[target], staged)):
-                _stage_moves(c, copying, prototype, source_tier, staged, copies)
-            _commit(c, moving, staged, target, reused)
-        except BaseException as exc:  # noqa: BLE001 - the request's terminal failure
-            tiled_tiles.release_tiles(staged, c._ownership)
-            for copy in copies:
-                _release_quietly(copy)
-            _move_log.residency(source_tier, prototype, nbytes, start, exc)
-            _finish(c, requested, handle, exc)
-            return
-        # One residency change: the tiles copied (clean tiles evicted without a copy count 0).
-        _move_log.residency(source_tier, prototype, nbytes, start, None)
-        _finish(c, requested, handle, None)
+            for phase in phases:
+                error = phase.run(c)
+                if error is not None:
+                    # The room a policy made stays made (values unchanged); the request fails.
+                    _finish(c, pinned_here, handle, error)
+                    return
+            _finish(c, pinned_here, handle, None)
+        finally:
+            if policy:
+                with c._state_lock:
+                    c._promoting.difference_update(moving)
 
     try:
         _native.submit_python(handle, job)
     except BaseException:
-        _unpin(c, requested)
+        if policy:
+            with c._state_lock:
+                c._promoting.difference_update(moving)
+        _unpin(c, pinned_here)
         raise
     return handle
+
+
+class _Phase:
+    """One tier change of a residency request: `moving` into `target`, made under
+    `c._state_lock` at construction (which clean copies an eviction reuses)."""
+
+    def __init__(self, c: Any, moving: list[int], target: str) -> None:
+        self.moving, self.target = moving, target
+        self.reused = ({i: c._clean_copies[i] for i in moving if i in c._clean_copies}
+                       if target != PRIMARY else {})
+        self.copying = [i for i in moving if i not in self.reused]
+        self.prototype = c._primary if target == PRIMARY else c._secondary
+        self.source_tier = c._secondary if target == PRIMARY else c._primary
+        self.native = (tiled_bulk.native_pair(type(self.source_tier), type(self.prototype))
+                       and tiled_bulk.native_storage(self.prototype) is not None
+                       and tiled_bulk.native_storage(self.source_tier) is not None)
+        self.nbytes = len(self.copying) * c._tile_size * _slot_bytes(c.dtype())
+
+    def run(self, c: Any) -> BaseException | None:
+        """Stage and commit; the failure (nothing of this phase changed), or None."""
+        staged: list[Tile] = []
+        copies: list[Carrier] = []
+        start = time.perf_counter_ns()
+        try:
+            if self.copying and not (self.native and _stage_native(c, self.copying, c._makers[self.target], staged)):
+                _stage_moves(c, self.copying, self.prototype, self.source_tier, staged, copies)
+            _commit(c, self.moving, staged, self.target, self.reused)
+        except BaseException as exc:  # noqa: BLE001 - the request's terminal failure
+            tiled_tiles.release_tiles(staged, c._ownership)
+            for copy in copies:
+                _release_quietly(copy)
+            _move_log.residency(self.source_tier, self.prototype, self.nbytes, start, exc)
+            return exc
+        # One residency change: the tiles copied (clean tiles evicted without a copy count 0).
+        _move_log.residency(self.source_tier, self.prototype, self.nbytes, start, None)
+        return None
 
 
 def _stage_native(c: Any, moving: list[int], maker: tiled_tiles.TierTiles, staged: list[Tile]) -> bool:
@@ -290,6 +351,8 @@ def project(c: Any, tensor: Any, selection: Any, destination: Carrier | None) ->
     with c._state_lock:
         c._check_live("project")
         _pin(c, selected, reading=True)
+        if c._policy is not None:
+            c._touch(selected)
     owned_destination = destination is None
     claim = _ProjectionClaim()
     claimed: Carrier | None = None

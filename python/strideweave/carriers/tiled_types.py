@@ -18,7 +18,7 @@ from strideweave.carriers.move import AwaitResult
 if TYPE_CHECKING:  # annotations only: the projection's result type
     from strideweave.tensor import Tensor
 
-__all__ = ["TileSet", "TileSelection", "AwaitProjection", "AwaitResidency", "TileState"]
+__all__ = ["TileSet", "TileSelection", "AwaitProjection", "AwaitResidency", "TileState", "ResidencyPolicy"]
 
 
 # ===== value types ==============================================================================
@@ -177,6 +177,29 @@ class AwaitProjection(AwaitResult["Tensor"]):
     object every time) or raises the gather's failure. Only the framework creates these."""
 
     __slots__ = ()
+
+
+class ResidencyPolicy(KeyedValue):
+    """A TiledEvictable's residency policy (`residency_policy=`): at most `budget` bytes of
+    tiles on the primary tier at any time, counting tiles a pending promote is bringing in.
+    A promote that would pass it first evicts unpinned primary tiles outside the request,
+    clean ones first (they cost no write), least recently used first among equals.
+
+    `budget` is an int ≥ 1 (a bool or another type: TypeError; below 1: ValueError)."""
+
+    __slots__ = ("budget",)
+    _sw_key_field = "budget"
+    budget: int
+
+    def __init__(self, budget: int) -> None:
+        if type(budget) is not int:
+            raise TypeError(f"ResidencyPolicy budget must be an int, not {type(budget).__name__}")
+        if budget < 1:
+            raise ValueError(f"ResidencyPolicy budget must be >= 1 byte, got {budget}")
+        self._sw_set(budget=budget)
+
+    def __repr__(self) -> str:
+        return f"ResidencyPolicy(budget={self.budget})"
 
 
 class TileState(FrozenValue):

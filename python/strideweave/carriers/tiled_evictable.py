@@ -40,6 +40,7 @@ from strideweave.carriers.extension import (CarrierDefinition, CarrierFacet, Sto
                                             _register_shipped_definition)
 from strideweave.layout import Layout, Shape
 from strideweave.carriers.tiled_types import (PRIMARY, SECONDARY, AwaitProjection, AwaitResidency, ResidencyPolicy,
+                                              as_tile_set,
                                               TileSelection, TileSet, TileState, _check_shape,
                                               _consume_ints, _Ownership, _release_quietly)
 
@@ -483,12 +484,8 @@ class ResidencyPlan:
         except TypeError:
             raise TypeError(f"ResidencyPlan steps must be iterable, not {type(steps).__name__}") from None
         checked = []
-        for k, step in enumerate(items):
-            if isinstance(step, TileSelection):
-                step = step.tile_set
-            if not isinstance(step, TileSet):
-                raise TypeError(f"ResidencyPlan step {k} must be a TileSet or TileSelection, not "
-                                f"{type(step).__name__}")
+        for k, item in enumerate(items):
+            step = as_tile_set(item, f"ResidencyPlan step {k}")
             for coord in step.coordinates:
                 carrier._coordinate_index(coord)  # ValueError for a rank or range mismatch
             checked.append(step)

@@ -27,7 +27,7 @@ from strideweave.carriers.dtype import DType
 from strideweave.carriers.extension import PreparedTransfer, Unsupported, is_definition_backed
 from strideweave.carriers.move import AwaitResult, _slot_bytes
 from strideweave.carriers.tiled_tiles import Tile
-from strideweave.carriers.tiled_types import (PRIMARY, SECONDARY, AwaitProjection, AwaitResidency, TileSelection,
+from strideweave.carriers.tiled_types import (PRIMARY, SECONDARY, as_tile_set, AwaitProjection, AwaitResidency, TileSelection,
                                               TileSet, _release_quietly)
 from strideweave.layout import Layout, Shape
 
@@ -141,10 +141,7 @@ def residency(c: Any, tiles: Any, target: str, protect: Iterable[int] = ()) -> A
     `protect`), in the same engine job."""
     action = "promote tiles of" if target == PRIMARY else "evict tiles of"
     c._check_live(action)
-    if isinstance(tiles, TileSelection):
-        tiles = tiles.tile_set
-    elif not isinstance(tiles, TileSet):
-        raise TypeError(f"tiles must be a TileSet or TileSelection, not {type(tiles).__name__}")
+    tiles = as_tile_set(tiles, "tiles")
     index_of = c._index_of
     try:
         requested = [index_of[coord] for coord in tiles.coordinates]

@@ -179,6 +179,16 @@ class AwaitProjection(AwaitResult["Tensor"]):
     __slots__ = ()
 
 
+def as_tile_set(tiles: Any, what: str) -> "TileSet":
+    """`tiles` as a TileSet (a TileSelection gives its `tile_set`); TypeError naming `what`
+    for any other type."""
+    if isinstance(tiles, TileSelection):
+        return tiles.tile_set
+    if not isinstance(tiles, TileSet):
+        raise TypeError(f"{what} must be a TileSet or TileSelection, not {type(tiles).__name__}")
+    return tiles
+
+
 class ResidencyPolicy(KeyedValue):
     """A TiledEvictable's residency policy (`residency_policy=`): at most `budget` bytes of
     tiles on the primary tier at any time, counting tiles a pending promote is bringing in.

@@ -211,6 +211,17 @@ impl Layout {
         }
     }
 
+    /// The stride `s` with which ordinal `k` has index `k * s` for every ordinal (1 for a
+    /// layout compact in ordinal order), if there is one; `None` when the index needs the
+    /// mixed-radix decode.
+    pub(crate) fn ordinal_stride(&self) -> Option<i64> {
+        match self.ordinal {
+            OrdinalMap::Identity => Some(1),
+            OrdinalMap::Single(stride) => Some(stride),
+            OrdinalMap::Radix => None,
+        }
+    }
+
     /// [`Layout::index_of_int`] with the range check (`IntegerKeyOutOfRange` outside
     /// `[0, size)`).
     #[inline]

@@ -135,6 +135,12 @@ pub enum ModelError {
         /// Why, in words.
         reason: &'static str,
     },
+    /// The tensor's elements cannot be lent as a typed host view.
+    #[error("no host view of this tensor: {reason}")]
+    NoHostView {
+        /// Why, in words.
+        reason: &'static str,
+    },
     /// The tensor cannot be exported through DLPack.
     #[error("DLPack export refused: {reason}")]
     NotExportable {

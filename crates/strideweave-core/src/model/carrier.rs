@@ -225,6 +225,7 @@ pub trait CarrierExt: Carrier {
     }
 
     /// `carrier[i]`: released → `Released`; outside `[0, size)` → `SlotOutOfRange`.
+    #[inline]
     fn get(&self, i: i64) -> Result<Scalar> {
         self.state(HOOK).check_live()?;
         let slot = checked_slot(i, self.size())?;
@@ -234,6 +235,7 @@ pub trait CarrierExt: Carrier {
     /// `carrier[i] = v`: released, range, then owned / not mutable → `NotMutable`, claimed
     /// by a pending move → `Claimed`, a value of another kind → `ValueKind`. On success the
     /// version rises by one; on failure nothing changes.
+    #[inline]
     fn set(&self, i: i64, v: Scalar) -> Result<()> {
         write_checked(self, None, i, v)
     }
@@ -257,13 +259,20 @@ pub trait CarrierExt: Carrier {
 impl<C: Carrier + ?Sized> CarrierExt for C {}
 
 /// `i` as a slot index of a carrier with `size` slots.
+#[inline]
 pub(crate) fn checked_slot(i: i64, size: usize) -> Result<usize> {
     match usize::try_from(i) {
         Ok(slot) if slot < size => Ok(slot),
-        _ => Err(ModelError::SlotOutOfRange { index: i, size }),
+        _ => Err(slot_out_of_range(i, size)),
     }
 }
 
+#[cold]
+fn slot_out_of_range(index: i64, size: usize) -> ModelError {
+    ModelError::SlotOutOfRange { index, size }
+}
+
+#[inline]
 fn write_checked<C: Carrier + ?Sized>(c: &C, owner: Option<OwnerToken>, i: i64, v: Scalar) -> Result<()> {
     let mut gate = c.state(HOOK).begin_write()?;
     let slot = checked_slot(i, c.size())?;
@@ -281,6 +290,7 @@ fn write_checked<C: Carrier + ?Sized>(c: &C, owner: Option<OwnerToken>, i: i64, 
 }
 
 /// The element kind a scalar encodes to.
+#[inline]
 pub fn scalar_kind(v: Scalar) -> ElemKind {
     match v {
         Scalar::F32(_) => ElemKind::F32,

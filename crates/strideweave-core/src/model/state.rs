@@ -135,6 +135,7 @@ impl CarrierState {
     }
 
     /// `Released` unless live.
+    #[inline]
     pub fn check_live(&self) -> Result<()> {
         if self.cell.is_released() {
             Err(self.released_err())
@@ -146,6 +147,7 @@ impl CarrierState {
     /// Begin a public write: fails with `Released` now; the caller then checks the index and
     /// calls [`WriteGate::check_writable`]. The state stays locked until the gate drops, so
     /// a claim or a release cannot slip in between the checks and the write.
+    #[inline]
     pub fn begin_write(&self) -> Result<WriteGate<'_>> {
         let gate = self.cell.begin_write().map_err(|_| self.released_err())?;
         Ok(WriteGate { state: self, gate, owner_ok: None })
@@ -210,6 +212,7 @@ impl WriteGate<'_> {
 
     /// The write checks after the index check: owned by someone else or not mutable →
     /// `NotMutable`; claimed by a pending move → `Claimed`.
+    #[inline]
     pub fn check_writable(&self, mutable_hook: bool) -> Result<()> {
         let name = || self.state.name.to_string();
         let owner = self.gate.owner().copied();
@@ -226,6 +229,7 @@ impl WriteGate<'_> {
     }
 
     /// Count the successful write: the version rises by exactly one.
+    #[inline]
     pub fn commit(self) {
         self.gate.commit();
     }

@@ -15,6 +15,21 @@
 //! contract is that whoever holds the managed tensor calls the deleter exactly once; the Rust
 //! side expresses that with [`Exported`], an owning handle whose `Drop` calls the deleter
 //! and whose [`Exported::into_raw`] hands the obligation to someone else (a capsule).
+//!
+//! ```
+//! use strideweave_core::dlpack::{export_versioned, DLDevice, DLDeviceType, ExportDType, TensorDesc, FLAG_READ_ONLY};
+//!
+//! let data = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+//! let cpu = DLDevice { device_type: DLDeviceType::CPU, device_id: 0 };
+//! let desc = TensorDesc::new(data.as_ptr() as usize, cpu, ExportDType::Float32, vec![2, 3], vec![3, 1], 0).unwrap();
+//! let exported = export_versioned(desc, FLAG_READ_ONLY, ());
+//! let t = exported.dl_tensor();
+//! assert_eq!((t.ndim, exported.managed().flags), (2, FLAG_READ_ONLY));
+//! // SAFETY: the export owns its two-entry shape array until its deleter runs.
+//! let shape = unsafe { std::slice::from_raw_parts(t.shape, 2) };
+//! assert_eq!(shape, &[2, 3]);
+//! drop(exported); // runs the deleter once
+//! ```
 
 use std::ffi::c_void;
 use std::marker::PhantomData;

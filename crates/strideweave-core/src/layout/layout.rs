@@ -1,4 +1,12 @@
 //! `Layout`: a congruent `Shape` and `Stride`, mapping coordinates to scalar indices.
+//!
+//! ```
+//! use strideweave_core::layout::{Layout, Shape, Stride};
+//!
+//! let l = Layout::new(Shape::flat(&[2, 3]).unwrap(), Stride::flat(&[3, 1]).unwrap()).unwrap();
+//! assert_eq!((l.size(), l.cosize(), l.rank()), (6, 6, 2));
+//! assert_eq!(l.index_of_int(1), 3); // ordinal 1 is coordinate (1, 0)
+//! ```
 
 use std::fmt;
 use std::hash::{Hash, Hasher};

@@ -7,6 +7,16 @@
 //! the specification orders (released, index range, mutability, ownership, claims) and the
 //! version counting live in [`CarrierExt`], which is implemented for every carrier and
 //! cannot be overridden, so no carrier can forget a check or count a write twice.
+//!
+//! ```
+//! use strideweave_core::model::{CarrierExt, HostCarrier};
+//! use strideweave_core::storage::Scalar;
+//!
+//! let c = HostCarrier::from_f32(&[1.0]);
+//! assert!(c.set(1, Scalar::F32(0.0)).is_err()); // out of range: refused, nothing counted
+//! c.set(0, Scalar::F32(2.0)).unwrap();
+//! assert_eq!((c.get(0).unwrap(), c.version()), (Scalar::F32(2.0), 1));
+//! ```
 
 use std::any::TypeId;
 use std::sync::Arc;

@@ -6,6 +6,14 @@
 //! RuntimeError; `DTypeMismatch` → TypeError; `SameCarrier`, `TooSmall`, `WindowOutOfRange`,
 //! `Layout`, `NoSubtensors`, `SubtensorShapesDiffer` → ValueError; `SlotOutOfRange` → IndexError; `NotExportable` → BufferError;
 //! `NoRoute` → NotImplementedError.
+//!
+//! ```
+//! use strideweave_core::model::{HostCarrier, ModelError, Tensor};
+//!
+//! let t = Tensor::canonical(HostCarrier::from_f32(&[1.0]), &[1]).unwrap();
+//! assert!(matches!(t.get::<i32>(0), Err(ModelError::ValueKind { .. })));
+//! assert!(matches!(t.get::<f32>(1), Err(ModelError::Layout(_))));
+//! ```
 
 use std::sync::Arc;
 

@@ -6,6 +6,15 @@
 //! destination's write lock for the copy — so every access the Rust side makes is free of
 //! data races, whatever threads do. (Memory handed to a DLPack consumer is outside Rust's
 //! control; the consumer's accesses are its own responsibility, as with any raw pointer.)
+//!
+//! ```
+//! use strideweave_core::model::{CarrierExt, HostCarrier};
+//! use strideweave_core::storage::{ElemKind, Scalar};
+//!
+//! let c = HostCarrier::zeros(ElemKind::I32, 3).unwrap();
+//! c.set(2, Scalar::I32(7)).unwrap();
+//! assert_eq!(c.get(2).unwrap(), Scalar::I32(7));
+//! ```
 
 use super::carrier::HookToken;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -8,6 +8,15 @@
 //! claims a carrier and a `release()` of it cannot both succeed, nor can two moves of one
 //! source. A claim is an RAII [`ClaimGuard`]: dropping it without a commit gives the claim
 //! back, so no failure path (an error, an early return, a panic) leaves a carrier claimed.
+//!
+//! ```
+//! use strideweave_core::model::{CarrierExt, HostCarrier};
+//!
+//! let c = HostCarrier::from_f32(&[1.0]);
+//! c.release().unwrap();
+//! c.release().unwrap(); // idempotent
+//! assert!(c.is_released() && c.get(0).is_err());
+//! ```
 
 use super::carrier::HOOK;
 use std::num::NonZeroU64;

@@ -3,6 +3,9 @@
 //! a host tensor ≤ 3× a slice read/write; a 4 KiB host→host `move_async(..).await` ≤ 20×
 //! `copy_from_slice` plus the allocation it replaces). Asserts nothing about time.
 //!
+//! `Tensor::get`/`set` make every check on every call; a `HostView`/`HostViewMut` makes them
+//! once when lent and holds the store's lock, so both paths are measured.
+//!
 //! `cargo bench -p strideweave-bench --bench model_api [-- --quick]`
 
 use std::future::Future;
@@ -40,6 +43,15 @@ fn element_access(c: &mut Criterion) {
             black_box(t.get::<f32>(black_box(k)).unwrap())
         })
     });
+    {
+        let view = t.host_view::<f32>().unwrap();
+        g.bench_function("HostView::get", |b| {
+            b.iter(|| {
+                k = (k + 517) % N;
+                black_box(*view.get(black_box(k)).unwrap())
+            })
+        });
+    }
     g.bench_function("slice read", |b| {
         b.iter(|| {
             k = (k + 517) % N;
@@ -52,6 +64,15 @@ fn element_access(c: &mut Criterion) {
             t.set(black_box(k), black_box(1.5f32)).unwrap()
         })
     });
+    {
+        let mut view = t.host_view_mut::<f32>().unwrap();
+        g.bench_function("HostViewMut::set", |b| {
+            b.iter(|| {
+                k = (k + 517) % N;
+                view.set(black_box(k), black_box(1.5f32)).unwrap()
+            })
+        });
+    }
     g.bench_function("slice write", |b| {
         b.iter(|| {
             k = (k + 517) % N;
@@ -112,7 +133,11 @@ fn main() {
     small_move(&mut c);
     c.final_summary();
     println!("\nratios of this run:");
+    // Checked on every call (carrier state, locks, window, kind, mutability, claims):
     ratio("f32 element", "Tensor::get", "slice read", 3.0);
     ratio("f32 element", "Tensor::set", "slice write", 3.0);
+    // The same checks made once, when the typed view is lent:
+    ratio("f32 element", "HostView::get", "slice read", 3.0);
+    ratio("f32 element", "HostViewMut::set", "slice write", 3.0);
     ratio("4 KiB host to host", "move_async await", "alloc + copy_from_slice", 20.0);
 }

@@ -15,17 +15,171 @@
 //! contract is that whoever holds the managed tensor calls the deleter exactly once; the Rust
 //! side expresses that with [`Exported`], an owning handle whose `Drop` calls the deleter
 //! and whose [`Exported::into_raw`] hands the obligation to someone else (a capsule).
+//!
+//! ```
+//! use strideweave_core::dlpack::{export_versioned, DLDevice, DLDeviceType, ExportDType, TensorDesc, FLAG_READ_ONLY};
+//!
+//! let data = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+//! let cpu = DLDevice { device_type: DLDeviceType::CPU, device_id: 0 };
+//! let desc = TensorDesc::new(data.as_ptr() as usize, cpu, ExportDType::Float32, vec![2, 3], vec![3, 1], 0).unwrap();
+//! let exported = export_versioned(desc, FLAG_READ_ONLY, ());
+//! let t = exported.dl_tensor();
+//! assert_eq!((t.ndim, exported.managed().flags), (2, FLAG_READ_ONLY));
+//! // SAFETY: the export owns its two-entry shape array until its deleter runs.
+//! let shape = unsafe { std::slice::from_raw_parts(t.shape, 2) };
+//! assert_eq!(shape, &[2, 3]);
+//! drop(exported); // runs the deleter once
+//! ```
 
 use std::ffi::c_void;
 use std::marker::PhantomData;
 use std::ptr::{self, NonNull};
 
-pub use dlpark::ffi::{
-    DLDataType, DLDataTypeCode, DLDevice, DLDeviceType, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion,
-    DLTensor,
-};
-use dlpark::DlpackFlags;
 use thiserror::Error;
+
+// The DLPack 1.0 ABI (`dlpack.h`), defined here so that no type of another crate appears in
+// this crate's public API: the structures are `repr(C)` with the header's field order and
+// widths, and the enumerations are transparent integers with the header's values as
+// associated constants (a consumer may hand over a value this crate has no name for).
+
+/// `DLPackVersion`: the protocol version a versioned managed tensor advertises.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DLPackVersion {
+    /// Major version; a consumer refuses a major version it does not know.
+    pub major: u32,
+    /// Minor version.
+    pub minor: u32,
+}
+
+/// `DLDeviceType`: the kind of device the data lives on (the header's `kDL…` values).
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DLDeviceType(pub u32);
+
+impl DLDeviceType {
+    /// `kDLCPU`: host memory.
+    pub const CPU: DLDeviceType = DLDeviceType(1);
+    /// `kDLCUDA`: CUDA device memory.
+    pub const CUDA: DLDeviceType = DLDeviceType(2);
+    /// `kDLCUDAHost`: pinned host memory allocated through CUDA.
+    pub const CUDA_HOST: DLDeviceType = DLDeviceType(3);
+    /// `kDLOpenCL`.
+    pub const OPENCL: DLDeviceType = DLDeviceType(4);
+    /// `kDLVulkan`.
+    pub const VULKAN: DLDeviceType = DLDeviceType(7);
+    /// `kDLMetal`.
+    pub const METAL: DLDeviceType = DLDeviceType(8);
+    /// `kDLVPI`.
+    pub const VPI: DLDeviceType = DLDeviceType(9);
+    /// `kDLROCM`.
+    pub const ROCM: DLDeviceType = DLDeviceType(10);
+    /// `kDLROCMHost`.
+    pub const ROCM_HOST: DLDeviceType = DLDeviceType(11);
+    /// `kDLExtDev`: reserved for extension devices.
+    pub const EXT_DEV: DLDeviceType = DLDeviceType(12);
+    /// `kDLCUDAManaged`: CUDA managed (unified) memory.
+    pub const CUDA_MANAGED: DLDeviceType = DLDeviceType(13);
+    /// `kDLOneAPI`.
+    pub const ONE_API: DLDeviceType = DLDeviceType(14);
+    /// `kDLWebGPU`.
+    pub const WEBGPU: DLDeviceType = DLDeviceType(15);
+    /// `kDLHexagon`.
+    pub const HEXAGON: DLDeviceType = DLDeviceType(16);
+}
+
+/// `DLDevice`: a device type and the device's ordinal.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DLDevice {
+    /// The kind of device.
+    pub device_type: DLDeviceType,
+    /// Which device of that kind (0 for the host).
+    pub device_id: i32,
+}
+
+/// `DLDataTypeCode`: the class of an element type (the header's `kDL…` values).
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DLDataTypeCode(pub u8);
+
+impl DLDataTypeCode {
+    /// `kDLInt`: signed two's-complement integers.
+    pub const INT: DLDataTypeCode = DLDataTypeCode(0);
+    /// `kDLUInt`: unsigned integers.
+    pub const UINT: DLDataTypeCode = DLDataTypeCode(1);
+    /// `kDLFloat`: IEEE floating point.
+    pub const FLOAT: DLDataTypeCode = DLDataTypeCode(2);
+    /// `kDLOpaqueHandle`.
+    pub const OPAQUE_HANDLE: DLDataTypeCode = DLDataTypeCode(3);
+    /// `kDLBfloat`: bfloat16.
+    pub const BFLOAT: DLDataTypeCode = DLDataTypeCode(4);
+    /// `kDLComplex`.
+    pub const COMPLEX: DLDataTypeCode = DLDataTypeCode(5);
+    /// `kDLBool`.
+    pub const BOOL: DLDataTypeCode = DLDataTypeCode(6);
+}
+
+/// `DLDataType`: an element type as class, bit width and lane count.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DLDataType {
+    /// The class.
+    pub code: DLDataTypeCode,
+    /// Bits per lane.
+    pub bits: u8,
+    /// Lanes per element (1 for scalars).
+    pub lanes: u16,
+}
+
+/// `DLTensor`: a strided view of memory, described by raw pointers the producer keeps
+/// valid until the managed tensor's deleter runs.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct DLTensor {
+    /// The data's base address (the element at `byte_offset` from it is the first).
+    pub data: *mut c_void,
+    /// Where the data lives.
+    pub device: DLDevice,
+    /// Number of dimensions.
+    pub ndim: i32,
+    /// The element type.
+    pub dtype: DLDataType,
+    /// `ndim` extents.
+    pub shape: *mut i64,
+    /// `ndim` strides in elements (null: compact row-major).
+    pub strides: *mut i64,
+    /// Bytes from `data` to the first element.
+    pub byte_offset: u64,
+}
+
+/// `DLManagedTensor`: the legacy (unversioned) managed tensor.
+#[repr(C)]
+#[derive(Debug)]
+pub struct DLManagedTensor {
+    /// The tensor.
+    pub dl_tensor: DLTensor,
+    /// The producer's context (for this crate's exports: their heap block).
+    pub manager_ctx: *mut c_void,
+    /// Frees the tensor; called exactly once by its final holder.
+    pub deleter: Option<unsafe extern "C" fn(*mut DLManagedTensor)>,
+}
+
+/// `DLManagedTensorVersioned`: the DLPack 1.x managed tensor, with a version and flags.
+#[repr(C)]
+#[derive(Debug)]
+pub struct DLManagedTensorVersioned {
+    /// The protocol version of this structure.
+    pub version: DLPackVersion,
+    /// The producer's context (for this crate's exports: their heap block).
+    pub manager_ctx: *mut c_void,
+    /// Frees the tensor; called exactly once by its final holder.
+    pub deleter: Option<unsafe extern "C" fn(*mut DLManagedTensorVersioned)>,
+    /// Bit flags ([`FLAG_READ_ONLY`], …).
+    pub flags: u64,
+    /// The tensor.
+    pub dl_tensor: DLTensor,
+}
 
 /// The protocol version every versioned export advertises. The producer caps itself at 1.0
 /// whatever ceiling the consumer offers (interop-movement: "version field is exactly major 1,
@@ -33,7 +187,7 @@ use thiserror::Error;
 pub const EXPORT_VERSION: DLPackVersion = DLPackVersion { major: 1, minor: 0 };
 
 /// DLPack's read-only bit of the versioned `flags` word (`DLPACK_FLAG_BITMASK_READ_ONLY`).
-pub const FLAG_READ_ONLY: u64 = dlpark::ffi::DLPACK_FLAG_BITMASK_READ_ONLY as u64;
+pub const FLAG_READ_ONLY: u64 = 1;
 
 /// The only element types strideweave exports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -426,7 +580,7 @@ pub fn export_versioned<O: Send + 'static>(
         version: EXPORT_VERSION,
         manager_ctx: ptr::null_mut(),
         deleter: Some(delete_holder::<DLManagedTensorVersioned, O>),
-        flags: DlpackFlags::from_bits_retain(flags),
+        flags,
         dl_tensor,
     };
     leak_holder(managed, dims, owner)
@@ -464,6 +618,42 @@ mod tests {
         unsafe { (std::slice::from_raw_parts(t.shape, n).to_vec(), std::slice::from_raw_parts(t.strides, n).to_vec()) }
     }
 
+    /// The structures have the header's sizes and field offsets on a 64-bit target, so a C
+    /// consumer reads what this crate writes.
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn abi_matches_the_dlpack_header() {
+        use std::mem::{offset_of, size_of};
+        assert_eq!((size_of::<DLPackVersion>(), size_of::<DLDevice>(), size_of::<DLDataType>()), (8, 8, 4));
+        assert_eq!(size_of::<DLTensor>(), 48);
+        assert_eq!(
+            [
+                offset_of!(DLTensor, device),
+                offset_of!(DLTensor, ndim),
+                offset_of!(DLTensor, dtype),
+                offset_of!(DLTensor, shape),
+                offset_of!(DLTensor, strides),
+                offset_of!(DLTensor, byte_offset)
+            ],
+            [8, 16, 20, 24, 32, 40]
+        );
+        assert_eq!(offset_of!(DLDataType, bits), 1);
+        assert_eq!(offset_of!(DLDataType, lanes), 2);
+        assert_eq!((size_of::<DLManagedTensor>(), offset_of!(DLManagedTensor, manager_ctx)), (64, 48));
+        assert_eq!(offset_of!(DLManagedTensor, deleter), 56);
+        assert_eq!(size_of::<DLManagedTensorVersioned>(), 80);
+        assert_eq!(
+            [
+                offset_of!(DLManagedTensorVersioned, manager_ctx),
+                offset_of!(DLManagedTensorVersioned, deleter),
+                offset_of!(DLManagedTensorVersioned, flags),
+                offset_of!(DLManagedTensorVersioned, dl_tensor)
+            ],
+            [8, 16, 24, 32]
+        );
+        assert_eq!((DLDeviceType::CPU.0, DLDataTypeCode::FLOAT.0, DLDataTypeCode::INT.0, FLAG_READ_ONLY), (1, 2, 0, 1));
+    }
+
     #[test]
     fn legacy_fields_and_single_owner_drop() {
         let drops = Arc::new(AtomicUsize::new(0));
@@ -487,11 +677,11 @@ mod tests {
         let exp = export_versioned(desc(vec![4], vec![1], 0), FLAG_READ_ONLY, Probe(drops.clone()));
         let m = exp.managed();
         assert_eq!((m.version.major, m.version.minor), (1, 0));
-        assert_eq!(m.flags.bits(), FLAG_READ_ONLY);
+        assert_eq!(m.flags, FLAG_READ_ONLY);
         assert_eq!(dims(&m.dl_tensor), (vec![4], vec![1]));
         drop(exp);
         let exp = export_versioned(desc(vec![4], vec![1], 0), 0, Probe(drops.clone()));
-        assert_eq!(exp.managed().flags.bits(), 0);
+        assert_eq!(exp.managed().flags, 0);
         drop(exp);
         assert_eq!(drops.load(Ordering::SeqCst), 2);
     }

@@ -11,6 +11,19 @@
 //!   extents and strides (first leaf fastest), copied from `src_offset + index` to
 //!   `dst_offset + index` — the elementwise fallback, where the moved result keeps the same
 //!   Layout at offset 0 in the destination.
+//!
+//! ```
+//! use std::fs::OpenOptions;
+//! use strideweave_core::copy::{file_read_into_host, file_write_from_host};
+//!
+//! let path = std::env::temp_dir().join(format!("strideweave-copy-doc-{}", std::process::id()));
+//! let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
+//! file_write_from_host(&file, 16, b"strideweave").unwrap();
+//! let mut back = [0u8; 11];
+//! file_read_into_host(&file, 16, &mut back).unwrap();
+//! assert_eq!(&back, b"strideweave");
+//! std::fs::remove_file(&path).unwrap();
+//! ```
 
 use std::fs::File;
 use std::io;

@@ -4,6 +4,16 @@
 //! exactly once (later attempts are rejected, not overwritten), every observer sees that same
 //! value, waiting blocks only until it is recorded, and each registered callback runs exactly
 //! once — on the committing thread, or at once on the registering thread if already done.
+//!
+//! ```
+//! use strideweave_core::engine::Completion;
+//!
+//! let c = Completion::new();
+//! assert!(c.get().is_none());
+//! assert!(c.try_commit("first").is_ok());
+//! assert_eq!(c.try_commit("second"), Err("second")); // one terminal outcome
+//! assert_eq!(c.wait(), &"first");
+//! ```
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};

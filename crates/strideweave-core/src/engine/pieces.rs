@@ -14,6 +14,21 @@
 //! job cannot deadlock even when every lane thread does the same. Helpers hold the shared
 //! state weakly: once the caller returns, a helper still queued finds nothing and keeps
 //! nothing (the storages the pieces hold are not kept alive by it).
+//!
+//! ```
+//! use std::sync::atomic::{AtomicUsize, Ordering};
+//! use std::sync::Arc;
+//! use strideweave_core::engine::run_pieces;
+//!
+//! let sum = Arc::new(AtomicUsize::new(0));
+//! let s = sum.clone();
+//! run_pieces::<(), _>(10, move |k| {
+//!     s.fetch_add(k, Ordering::Relaxed);
+//!     Ok(())
+//! })
+//! .unwrap();
+//! assert_eq!(sum.load(Ordering::Relaxed), 45); // every piece ran once
+//! ```
 
 use std::any::Any;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};

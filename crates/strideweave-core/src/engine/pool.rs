@@ -15,6 +15,15 @@
 //!
 //! The only way to stall the engine is more than `WAIT_WORKERS_MAX` simultaneous waits each
 //! waiting for a later one to start; that is documented, not silently absorbed by growing.
+//!
+//! ```
+//! use std::sync::mpsc;
+//! use strideweave_core::engine::pool::submit;
+//!
+//! let (tx, rx) = mpsc::channel();
+//! submit(move || tx.send(2 + 2).unwrap());
+//! assert_eq!(rx.recv().unwrap(), 4);
+//! ```
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicPtr, Ordering};

@@ -25,6 +25,17 @@
 //! `f64`, so the only rounding before the final one is the `f64` addition error, about
 //! 2^-29 of the `f32` ulp per element: for any realistic element count the result is the
 //! correctly rounded `f32` sum or one ulp from it, far better than naive `f32` accumulation.
+//!
+//! ```
+//! use strideweave_core::kernels::{copy_f32, Operand};
+//!
+//! // Extents [2, 3], first fastest: element (i, j) is read at 3 i + j (row-major) and written
+//! // at i + 2 j (column-major), a transposing copy.
+//! let a = [0.0f32, 1.0, 2.0, 3.0, 4.0, 5.0];
+//! let mut out = [0.0f32; 6];
+//! copy_f32(&[2, 3], Operand::new(&a, 0, &[3, 1]), &mut out, &[1, 2]).unwrap();
+//! assert_eq!(out, [0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+//! ```
 
 use thiserror::Error;
 

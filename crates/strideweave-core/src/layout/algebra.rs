@@ -11,6 +11,19 @@
 //! injective layout for a complement or a left inverse, a tiler no longer than the layout),
 //! an unmet one is a [`LayoutError`] naming it; every arithmetic step is checked, so no
 //! input panics.
+//!
+//! ```
+//! use strideweave_core::layout;
+//!
+//! let a = layout!([4, 2] : [2, 1]).unwrap();
+//! // Coalescing keeps the function of every ordinal.
+//! let c = a.coalesce().unwrap();
+//! assert!((0..8).all(|k| c.index_of_int(k) == a.index_of_int(k)));
+//! // Composition: (a ∘ b)(k) = a(b(k)).
+//! let b = layout!([2] : [2]).unwrap();
+//! let ab = a.compose(&b).unwrap();
+//! assert!((0..2).all(|k| ab.index_of_int(k) == a.index_of_int(b.index_of_int(k))));
+//! ```
 
 use super::tree::{IntTree, Mode};
 use super::{Layout, LayoutError, Shape, Stride};

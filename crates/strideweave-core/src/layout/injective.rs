@@ -3,6 +3,14 @@
 //! Steps 1–4 are O(m²) in the number `m` of leaves with extent > 1 and never enumerate, so
 //! a layout such as `[10**9,10**9]:[0,1]` answers at once. Only step 5 enumerates, and it
 //! stops at the first repeated index.
+//!
+//! ```
+//! use strideweave_core::layout;
+//! use strideweave_core::layout::injective::is_injective;
+//!
+//! assert!(is_injective(&layout!([2, 3] : [3, 1]).unwrap()));
+//! assert!(!is_injective(&layout!([2, 3] : [0, 1]).unwrap())); // a broadcast mode
+//! ```
 
 use std::collections::HashSet;
 

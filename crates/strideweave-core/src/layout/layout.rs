@@ -1,4 +1,12 @@
 //! `Layout`: a congruent `Shape` and `Stride`, mapping coordinates to scalar indices.
+//!
+//! ```
+//! use strideweave_core::layout::{Layout, Shape, Stride};
+//!
+//! let l = Layout::new(Shape::flat(&[2, 3]).unwrap(), Stride::flat(&[3, 1]).unwrap()).unwrap();
+//! assert_eq!((l.size(), l.cosize(), l.rank()), (6, 6, 2));
+//! assert_eq!(l.index_of_int(1), 3); // ordinal 1 is coordinate (1, 0)
+//! ```
 
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -30,6 +38,46 @@ pub struct Layout {
     stride: Stride,
     size: i64,
     cosize: i64,
+    /// How an ordinal becomes an index, decided once at construction.
+    ordinal: OrdinalMap,
+}
+
+/// The shortcut [`Layout::index_of_int`] takes: most layouts element access meets are
+/// compact in ordinal order or have a single non-trivial leaf, and neither needs the
+/// mixed-radix decode (two divisions per leaf).
+#[derive(Clone, Copy, Debug)]
+enum OrdinalMap {
+    /// Every leaf of extent > 1 has the product of the extents before it as its stride: the
+    /// index is the ordinal.
+    Identity,
+    /// One leaf of extent > 1, with this stride (not 1): the index is `k * stride`.
+    Single(i64),
+    /// Anything else: the mixed-radix decode.
+    Radix,
+}
+
+impl OrdinalMap {
+    fn of(extents: &[i64], strides: &[i64]) -> OrdinalMap {
+        let mut running = 1i64;
+        let mut dense = true;
+        let mut wide = None;
+        let mut wide_count = 0;
+        for (&e, &s) in extents.iter().zip(strides) {
+            if e == 1 {
+                continue;
+            }
+            dense &= s == running;
+            // Cannot overflow: the running product never exceeds the layout's size.
+            running *= e;
+            wide = Some(s);
+            wide_count += 1;
+        }
+        match (dense, wide_count, wide) {
+            (true, _, _) => OrdinalMap::Identity,
+            (false, 1, Some(s)) => OrdinalMap::Single(s),
+            _ => OrdinalMap::Radix,
+        }
+    }
 }
 
 impl PartialEq for Layout {
@@ -72,7 +120,8 @@ impl Layout {
             .zip(stride.leaves())
             .try_fold(1i64, |acc, (&e, &s)| (e - 1).checked_mul(s).and_then(|t| acc.checked_add(t)))
             .ok_or(LayoutError::CosizeOverflow)?;
-        Ok(Layout { shape, stride, size, cosize })
+        let ordinal = OrdinalMap::of(shape.leaves(), stride.leaves());
+        Ok(Layout { shape, stride, size, cosize, ordinal })
     }
 
     /// The canonical injective layout of `shape` (§6): each leaf's stride is the product
@@ -87,7 +136,7 @@ impl Layout {
             running *= e;
         }
         let stride = Stride::from_tree_unchecked(shape.tree().with_leaves(&strides));
-        Ok(Layout { shape: shape.clone(), stride, size, cosize: size })
+        Ok(Layout { shape: shape.clone(), stride, size, cosize: size, ordinal: OrdinalMap::Identity })
     }
 
     /// A rank-1 layout `extent:stride`.
@@ -163,11 +212,27 @@ impl Layout {
     #[inline]
     pub fn index_of_int(&self, k: i64) -> i64 {
         debug_assert!((0..self.size).contains(&k), "ordinal {k} outside [0, {})", self.size);
-        radix_index(self.leaf_extents(), self.leaf_strides(), k)
+        match self.ordinal {
+            OrdinalMap::Identity => k,
+            OrdinalMap::Single(stride) => k * stride,
+            OrdinalMap::Radix => radix_index(self.leaf_extents(), self.leaf_strides(), k),
+        }
+    }
+
+    /// The stride `s` with which ordinal `k` has index `k * s` for every ordinal (1 for a
+    /// layout compact in ordinal order), if there is one; `None` when the index needs the
+    /// mixed-radix decode.
+    pub(crate) fn ordinal_stride(&self) -> Option<i64> {
+        match self.ordinal {
+            OrdinalMap::Identity => Some(1),
+            OrdinalMap::Single(stride) => Some(stride),
+            OrdinalMap::Radix => None,
+        }
     }
 
     /// [`Layout::index_of_int`] with the range check (`IntegerKeyOutOfRange` outside
     /// `[0, size)`).
+    #[inline]
     pub fn try_index_of_int(&self, k: i64) -> Result<i64, LayoutError> {
         if !(0..self.size).contains(&k) {
             return Err(LayoutError::IntegerKeyOutOfRange { key: k, size: self.size });
@@ -372,6 +437,29 @@ mod tests {
     fn spec_l() -> Layout {
         Layout::new(shape(vec![l(2), nested(vec![l(3), l(4)])]), stride(vec![l(1), nested(vec![l(10), l(100)])]))
             .unwrap()
+    }
+
+    /// The ordinal shortcuts agree with the mixed-radix decode on every ordinal, and each
+    /// layout takes the shortcut meant for it.
+    #[test]
+    fn ordinal_shortcuts_agree_with_the_radix_decode() {
+        let cases: Vec<(Vec<Mode>, Vec<Mode>, &str)> = vec![
+            (vec![l(2), nested(vec![l(3), l(4)])], vec![l(1), nested(vec![l(2), l(6)])], "Identity"),
+            (vec![l(1), l(5), l(1)], vec![l(7), l(1), l(9)], "Identity"),
+            (vec![l(6)], vec![l(3)], "Single"),
+            (vec![l(1), nested(vec![l(4), l(1)])], vec![l(0), nested(vec![l(0), l(2)])], "Single"),
+            (vec![l(2), l(3)], vec![l(3), l(1)], "Radix"),
+            (vec![l(2), nested(vec![l(3), l(4)])], vec![l(1), nested(vec![l(10), l(100)])], "Radix"),
+        ];
+        for (sh, st, expected) in cases {
+            let lay = Layout::new(shape(sh), stride(st)).unwrap();
+            assert!(format!("{:?}", lay.ordinal).starts_with(expected), "{lay}: {:?}", lay.ordinal);
+            for k in 0..lay.size() {
+                assert_eq!(lay.index_of_int(k), radix_index(lay.leaf_extents(), lay.leaf_strides(), k), "{lay} at {k}");
+            }
+        }
+        let canonical = Layout::canonical(&shape(vec![l(3), l(2)])).unwrap();
+        assert!(matches!(canonical.ordinal, OrdinalMap::Identity));
     }
 
     #[test]

@@ -7,6 +7,17 @@
 //! * [`plan`]: the one loop planner (filter, order, coalesce, bounds) every strided walk uses.
 //! * Keys: [`Coord`] for Rust callers, and the [`KeyNode`] / [`KeySeq`] traits so that the
 //!   Python binding can walk a Python key in place without first converting it.
+//!
+//! ```
+//! use strideweave_core::layout::{Coord, Layout, Shape};
+//!
+//! // The canonical layout of a 2 x 3 shape: first mode fastest.
+//! let l = Layout::canonical(&Shape::flat(&[2, 3]).unwrap()).unwrap();
+//! assert_eq!((l.size(), l.cosize(), l.index_of_int(4)), (6, 6, 4));
+//! let coord = Coord::Seq(vec![Coord::Int(1), Coord::Int(2)]);
+//! assert_eq!(l.index_of_coord(&coord).unwrap(), 5);
+//! assert!(l.try_index_of_int(6).is_err());
+//! ```
 
 pub mod algebra;
 pub mod injective;

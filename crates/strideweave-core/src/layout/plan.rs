@@ -16,6 +16,14 @@
 //!
 //! [`addressed_range`] is the bounds half: the lowest and highest slot a layout reaches, from
 //! which every caller checks its buffers before the first element is touched.
+//!
+//! ```
+//! use strideweave_core::layout::plan::{addressed_range, single_run};
+//!
+//! assert_eq!(single_run(&[2, 3], &[1, 2]), Some(6)); // one span of six slots
+//! assert_eq!(single_run(&[2, 3], &[1, 3]), None); // holes at 2 and 5
+//! assert_eq!(addressed_range(&[2, 3], &[1, 3]).unwrap(), Some((0, 7)));
+//! ```
 
 use thiserror::Error;
 

@@ -5,6 +5,13 @@
 //! (docs/spec/layout-and-dtype.md §2). The depth-first sequence of leaves is cached when the tree is
 //! built because every hot path (integer indexing, copy and compute kernels) walks leaves,
 //! not the hierarchy.
+//!
+//! ```
+//! use strideweave_core::layout::{IntTree, Mode};
+//!
+//! let t = IntTree::new(vec![Mode::Leaf(2), Mode::nested(vec![Mode::Leaf(3), Mode::Leaf(4)]).unwrap()]);
+//! assert_eq!((t.leaves(), t.depth()), (&[2, 3, 4][..], 2));
+//! ```
 
 use std::fmt;
 use std::hash::{Hash, Hasher};

@@ -4,6 +4,19 @@
 //! slot access and transfers share it by `Arc`. Only host carriers move to or from a block
 //! carrier (in bulk); every other pair is refused with [`ModelError::NoRoute`] after
 //! validation and before any effect, as the specification decides for BlockDeviceCarrier.
+//!
+//! On a real device (a loop device, say; needs the rights to open it):
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use strideweave_core::model::{move_tensor, BlockCarrier, HostCarrier, Tensor};
+//! use strideweave_core::storage::block::BlockDevice;
+//!
+//! let dev = Arc::new(BlockDevice::open("/dev/loop0").unwrap());
+//! let t = Tensor::canonical(HostCarrier::from_f32(&[1.0, 2.0]), &[2]).unwrap();
+//! let on_device = move_tensor(&t, BlockCarrier::empty(&dev)).unwrap();
+//! assert_eq!(on_device.get::<f32>(1).unwrap(), 2.0);
+//! ```
 
 use super::carrier::{HookToken, HOOK};
 use std::sync::Arc;

@@ -7,6 +7,16 @@
 //! the specification orders (released, index range, mutability, ownership, claims) and the
 //! version counting live in [`CarrierExt`], which is implemented for every carrier and
 //! cannot be overridden, so no carrier can forget a check or count a write twice.
+//!
+//! ```
+//! use strideweave_core::model::{CarrierExt, HostCarrier};
+//! use strideweave_core::storage::Scalar;
+//!
+//! let c = HostCarrier::from_f32(&[1.0]);
+//! assert!(c.set(1, Scalar::F32(0.0)).is_err()); // out of range: refused, nothing counted
+//! c.set(0, Scalar::F32(2.0)).unwrap();
+//! assert_eq!((c.get(0).unwrap(), c.version()), (Scalar::F32(2.0), 1));
+//! ```
 
 use std::any::TypeId;
 use std::sync::Arc;
@@ -225,6 +235,7 @@ pub trait CarrierExt: Carrier {
     }
 
     /// `carrier[i]`: released → `Released`; outside `[0, size)` → `SlotOutOfRange`.
+    #[inline]
     fn get(&self, i: i64) -> Result<Scalar> {
         self.state(HOOK).check_live()?;
         let slot = checked_slot(i, self.size())?;
@@ -234,6 +245,7 @@ pub trait CarrierExt: Carrier {
     /// `carrier[i] = v`: released, range, then owned / not mutable → `NotMutable`, claimed
     /// by a pending move → `Claimed`, a value of another kind → `ValueKind`. On success the
     /// version rises by one; on failure nothing changes.
+    #[inline]
     fn set(&self, i: i64, v: Scalar) -> Result<()> {
         write_checked(self, None, i, v)
     }
@@ -257,13 +269,20 @@ pub trait CarrierExt: Carrier {
 impl<C: Carrier + ?Sized> CarrierExt for C {}
 
 /// `i` as a slot index of a carrier with `size` slots.
+#[inline]
 pub(crate) fn checked_slot(i: i64, size: usize) -> Result<usize> {
     match usize::try_from(i) {
         Ok(slot) if slot < size => Ok(slot),
-        _ => Err(ModelError::SlotOutOfRange { index: i, size }),
+        _ => Err(slot_out_of_range(i, size)),
     }
 }
 
+#[cold]
+fn slot_out_of_range(index: i64, size: usize) -> ModelError {
+    ModelError::SlotOutOfRange { index, size }
+}
+
+#[inline]
 fn write_checked<C: Carrier + ?Sized>(c: &C, owner: Option<OwnerToken>, i: i64, v: Scalar) -> Result<()> {
     let mut gate = c.state(HOOK).begin_write()?;
     let slot = checked_slot(i, c.size())?;
@@ -281,6 +300,7 @@ fn write_checked<C: Carrier + ?Sized>(c: &C, owner: Option<OwnerToken>, i: i64, 
 }
 
 /// The element kind a scalar encodes to.
+#[inline]
 pub fn scalar_kind(v: Scalar) -> ElemKind {
     match v {
         Scalar::F32(_) => ElemKind::F32,

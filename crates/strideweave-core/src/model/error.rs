@@ -6,6 +6,14 @@
 //! RuntimeError; `Move` by its [`kind`](MoveRefusal::kind); `WindowOutOfRange`,
 //! `Layout`, `NoSubtensors`, `SubtensorShapesDiffer` → ValueError; `SlotOutOfRange` → IndexError; `NotExportable` → BufferError;
 //! `NoRoute` → NotImplementedError.
+//!
+//! ```
+//! use strideweave_core::model::{HostCarrier, ModelError, Tensor};
+//!
+//! let t = Tensor::canonical(HostCarrier::from_f32(&[1.0]), &[1]).unwrap();
+//! assert!(matches!(t.get::<i32>(0), Err(ModelError::ValueKind { .. })));
+//! assert!(matches!(t.get::<f32>(1), Err(ModelError::Layout(_))));
+//! ```
 
 use std::sync::Arc;
 
@@ -129,6 +137,12 @@ pub enum ModelError {
     /// The tensor's elements cannot be lent as a slice.
     #[error("no slice of this tensor: {reason}")]
     NoSlice {
+        /// Why, in words.
+        reason: &'static str,
+    },
+    /// The tensor's elements cannot be lent as a typed host view.
+    #[error("no host view of this tensor: {reason}")]
+    NoHostView {
         /// Why, in words.
         reason: &'static str,
     },

@@ -5,6 +5,14 @@
 //! the consumer holds the managed tensor, even if the carrier is released meanwhile. The
 //! layout's flattened leaf modes become the DLPack shape and strides, the offset the byte
 //! offset. Only `f32` and `i32` tensors export, as Float32 and Int32.
+//!
+//! ```
+//! use strideweave_core::model::{HostCarrier, Tensor};
+//!
+//! let t = Tensor::canonical(HostCarrier::from_f32(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]), &[2, 3]).unwrap();
+//! let exported = t.to_dlpack().unwrap();
+//! assert_eq!(exported.dl_tensor().ndim, 2);
+//! ```
 
 use super::carrier::HOOK;
 use super::carrier::{BulkStorage, CarrierExt};

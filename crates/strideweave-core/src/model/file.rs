@@ -3,6 +3,15 @@
 //! Positioned I/O needs no shared cursor, so element access and transfers share the store
 //! by `Arc` without a lock. A file carrier starts empty and can allocate, so a move into it
 //! sizes it to the layout's cosize (and shrinks it back to empty if the move fails).
+//!
+//! ```
+//! use strideweave_core::model::{move_tensor, FileCarrier, HostCarrier, Tensor};
+//! use strideweave_core::storage::ElemKind;
+//!
+//! let t = Tensor::canonical(HostCarrier::from_f32(&[1.0, 2.0]), &[2]).unwrap();
+//! let on_file = move_tensor(&t, FileCarrier::temp(ElemKind::F32).unwrap()).unwrap();
+//! assert_eq!(on_file.get::<f32>(1).unwrap(), 2.0);
+//! ```
 
 use super::carrier::{HookToken, HOOK};
 use std::path::{Path, PathBuf};

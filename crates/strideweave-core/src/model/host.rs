@@ -6,6 +6,15 @@
 //! destination's write lock for the copy — so every access the Rust side makes is free of
 //! data races, whatever threads do. (Memory handed to a DLPack consumer is outside Rust's
 //! control; the consumer's accesses are its own responsibility, as with any raw pointer.)
+//!
+//! ```
+//! use strideweave_core::model::{CarrierExt, HostCarrier};
+//! use strideweave_core::storage::{ElemKind, Scalar};
+//!
+//! let c = HostCarrier::zeros(ElemKind::I32, 3).unwrap();
+//! c.set(2, Scalar::I32(7)).unwrap();
+//! assert_eq!(c.get(2).unwrap(), Scalar::I32(7));
+//! ```
 
 use super::carrier::HookToken;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -176,29 +185,33 @@ impl Carrier for HostCarrier {
     }
 
     // The slot hooks borrow the store under the carrier's read lock instead of cloning its
-    // `Arc`: two atomic operations fewer on the element path.
+    // `Arc` (two atomic operations fewer on the element path), address the slot's bytes in
+    // place (no copy through a scratch buffer), and build an error only when there is one.
     #[inline]
     fn read_slot(&self, _: &HookToken, i: usize) -> Result<Scalar> {
         let guard = self.store.read();
-        let store = guard.as_ref().ok_or_else(|| ModelError::Released { carrier: "HostCarrier".into() })?;
+        let Some(store) = guard.as_ref() else { return Err(released()) };
         let size = self.kind.size();
-        let mut bytes = [0u8; 8];
-        store
-            .read()
-            .read(i * size, &mut bytes[..size])
-            .ok_or(ModelError::SlotOutOfRange { index: i as i64, size: store.len_bytes() / size })?;
-        Ok(self.kind.decode(&bytes[..size]))
+        let buf = store.read();
+        match slot_range(i, size).and_then(|range| buf.as_slice().get(range)) {
+            Some(bytes) => Ok(self.kind.decode(bytes)),
+            None => Err(slot_out_of_range(i, store.len_bytes() / size)),
+        }
     }
 
     #[inline]
     fn write_slot(&self, _: &HookToken, i: usize, v: Scalar) -> Result<()> {
         let guard = self.store.read();
-        let store = guard.as_ref().ok_or_else(|| ModelError::Released { carrier: "HostCarrier".into() })?;
+        let Some(store) = guard.as_ref() else { return Err(released()) };
         let size = self.kind.size();
-        let mut bytes = [0u8; 8];
-        self.kind.encode(v, &mut bytes);
-        let written = store.write().write_mut(i * size, &bytes[..size]);
-        written.ok_or(ModelError::SlotOutOfRange { index: i as i64, size: store.len_bytes() / size })
+        let mut buf = store.write();
+        match slot_range(i, size).and_then(|range| buf.as_mut_slice().get_mut(range)) {
+            Some(bytes) => {
+                self.kind.encode(v, bytes);
+                Ok(())
+            }
+            None => Err(slot_out_of_range(i, store.len_bytes() / size)),
+        }
     }
 
     fn is_mutable_hook(&self) -> bool {
@@ -215,4 +228,21 @@ impl Carrier for HostCarrier {
         self.slots.store(0, Ordering::Release);
         drop(self.store.write().take());
     }
+}
+
+/// The bytes of slot `i` of `size`-byte slots.
+#[inline]
+fn slot_range(i: usize, size: usize) -> Option<std::ops::Range<usize>> {
+    let start = i.checked_mul(size)?;
+    Some(start..start.checked_add(size)?)
+}
+
+#[cold]
+fn released() -> ModelError {
+    ModelError::Released { carrier: "HostCarrier".into() }
+}
+
+#[cold]
+fn slot_out_of_range(i: usize, size: usize) -> ModelError {
+    ModelError::SlotOutOfRange { index: i as i64, size }
 }

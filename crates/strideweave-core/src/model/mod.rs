@@ -10,6 +10,8 @@
 //! * [`host`], [`mod@file`], [`block`]: the built-in [`HostCarrier`], [`FileCarrier`] and
 //!   [`BlockCarrier`].
 //! * [`tensor`]: [`Tensor`] and [`Subtensor`].
+//! * [`element`], [`slices`], [`views`]: typed element access, host slices, and typed
+//!   [`HostView`]s by ordinal or coordinate.
 //! * [`movement`]: [`move_tensor`], [`move_async`] and [`MoveHandle`].
 //! * [`export`]: DLPack export with [`Tensor::to_dlpack`].
 //! * [`error`]: [`ModelError`], one variant per cause.
@@ -44,6 +46,7 @@ pub mod slices;
 pub mod state;
 pub mod state_cell;
 pub mod tensor;
+pub mod views;
 
 #[cfg(test)]
 mod evictable_tests;
@@ -69,3 +72,4 @@ pub use slices::{HostSlice, HostSliceMut};
 pub use state::{CarrierState, ClaimGuard, ClaimId, OwnerToken, Role};
 pub use state_cell::{ClaimJudge, ClaimRule, Refusal, ReleaseStart, StateCell, Strict, Verdict};
 pub use tensor::{Subtensor, Tensor};
+pub use views::{HostView, HostViewMut};

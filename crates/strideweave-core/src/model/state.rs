@@ -8,6 +8,15 @@
 //! claims a carrier and a `release()` of it cannot both succeed, nor can two moves of one
 //! source. A claim is an RAII [`ClaimGuard`]: dropping it without a commit gives the claim
 //! back, so no failure path (an error, an early return, a panic) leaves a carrier claimed.
+//!
+//! ```
+//! use strideweave_core::model::{CarrierExt, HostCarrier};
+//!
+//! let c = HostCarrier::from_f32(&[1.0]);
+//! c.release().unwrap();
+//! c.release().unwrap(); // idempotent
+//! assert!(c.is_released() && c.get(0).is_err());
+//! ```
 
 use super::carrier::HOOK;
 use std::num::NonZeroU64;
@@ -135,6 +144,7 @@ impl CarrierState {
     }
 
     /// `Released` unless live.
+    #[inline]
     pub fn check_live(&self) -> Result<()> {
         if self.cell.is_released() {
             Err(self.released_err())
@@ -146,6 +156,7 @@ impl CarrierState {
     /// Begin a public write: fails with `Released` now; the caller then checks the index and
     /// calls [`WriteGate::check_writable`]. The state stays locked until the gate drops, so
     /// a claim or a release cannot slip in between the checks and the write.
+    #[inline]
     pub fn begin_write(&self) -> Result<WriteGate<'_>> {
         let gate = self.cell.begin_write().map_err(|_| self.released_err())?;
         Ok(WriteGate { state: self, gate, owner_ok: None })
@@ -210,6 +221,7 @@ impl WriteGate<'_> {
 
     /// The write checks after the index check: owned by someone else or not mutable →
     /// `NotMutable`; claimed by a pending move → `Claimed`.
+    #[inline]
     pub fn check_writable(&self, mutable_hook: bool) -> Result<()> {
         let name = || self.state.name.to_string();
         let owner = self.gate.owner().copied();
@@ -226,6 +238,7 @@ impl WriteGate<'_> {
     }
 
     /// Count the successful write: the version rises by exactly one.
+    #[inline]
     pub fn commit(self) {
         self.gate.commit();
     }

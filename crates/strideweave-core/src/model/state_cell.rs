@@ -16,6 +16,15 @@
 //! The fast paths read without the lock: `version`, `released` and whether the carrier is
 //! owned or claimed are atomics, changed only inside the critical section (the version also
 //! by [`StateCell::bump_version`]), so a lock-free read sees a state some transition left.
+//!
+//! ```
+//! use strideweave_core::model::{ClaimRule, Refusal, StateCell, Strict};
+//!
+//! let cell: StateCell<&str, u32> = StateCell::new();
+//! cell.try_claim(1, ClaimRule::FREE, &Strict).unwrap();
+//! assert_eq!(cell.try_claim(2, ClaimRule::FREE, &Strict), Err((2, Refusal::Claimed(()))));
+//! assert!(cell.is_claimed());
+//! ```
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 

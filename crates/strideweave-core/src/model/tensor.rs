@@ -3,6 +3,14 @@
 //! Element `k` of a single-subtensor tensor is slot `offset + layout(k)` of its carrier.
 //! Tensors are cheap handles (`Clone` shares the subtensors); values live in carriers, whose
 //! state decides who may read, write, release or move them.
+//!
+//! ```
+//! use strideweave_core::model::{HostCarrier, Tensor};
+//!
+//! let t = Tensor::canonical(HostCarrier::from_f32(&[1.0, 2.0, 3.0, 4.0]), &[2, 2]).unwrap();
+//! t.set(3, 8.0f32).unwrap();
+//! assert_eq!((t.size(), t.get::<f32>(3).unwrap()), (4, 8.0));
+//! ```
 
 use super::carrier::HOOK;
 use std::sync::Arc;

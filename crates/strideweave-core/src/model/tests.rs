@@ -275,7 +275,7 @@ fn dlpack_export_describes_leaf_modes_offset_and_mutability() {
         unsafe { (std::slice::from_raw_parts(dl.shape, 2), std::slice::from_raw_parts(dl.strides, 2)) };
     assert_eq!((shape, strides), (&[2i64, 3][..], &[1i64, 2][..]));
     assert_eq!(dl.byte_offset, 4);
-    assert_eq!(m.managed().flags.bits(), 0);
+    assert_eq!(m.managed().flags, 0);
     // The managed tensor keeps the bytes alive after the carrier is released.
     c.release().unwrap();
     // SAFETY: data + byte_offset addresses the 6 slots of the window, kept alive by `m`.
@@ -285,7 +285,7 @@ fn dlpack_export_describes_leaf_modes_offset_and_mutability() {
 
     let frozen = HostCarrier::with_mutability(ElemKind::I32, 2, false).unwrap();
     let t = Tensor::canonical(frozen, &[2]).unwrap();
-    assert_eq!(t.to_dlpack().unwrap().managed().flags.bits(), crate::dlpack::FLAG_READ_ONLY);
+    assert_eq!(t.to_dlpack().unwrap().managed().flags, crate::dlpack::FLAG_READ_ONLY);
     assert_eq!(t.to_dlpack_legacy().unwrap().dl_tensor().ndim, 1);
 }
 

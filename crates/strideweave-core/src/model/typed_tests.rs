@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::layout::{Layout, Shape, Stride};
+use crate::layout::{Layout, LayoutError, Shape, Stride};
 use crate::storage::{ElemKind, Scalar};
 
 #[test]
@@ -56,4 +56,124 @@ fn a_slice_outlives_a_release_without_dangling() {
     let s = t.as_slice::<f32>().unwrap();
     c.release().unwrap();
     assert_eq!(&*s, &[1.0, 2.0]); // the guard holds the store
+}
+
+/// Every ordinal and every coordinate of a view reads the element `Tensor::get` and
+/// `Tensor::get_coord` read, through compact, strided, transposed and nested layouts.
+#[test]
+fn views_read_what_the_checked_path_reads() {
+    use crate::layout::{Coord, IntTree, Mode};
+    let values: Vec<f32> = (0..40).map(|v| v as f32).collect();
+    let c = HostCarrier::from_f32(&values);
+    let nested = |m: Vec<Mode>| Mode::nested(m).unwrap();
+    let layouts = [
+        (Layout::canonical(&Shape::flat(&[4, 5]).unwrap()).unwrap(), 3),
+        (Layout::leaf(6, 3).unwrap(), 1),
+        (Layout::new(Shape::flat(&[3, 4]).unwrap(), Stride::flat(&[4, 1]).unwrap()).unwrap(), 0),
+        (
+            Layout::new(
+                Shape::new(IntTree::new(vec![Mode::Leaf(2), nested(vec![Mode::Leaf(3), Mode::Leaf(2)])])).unwrap(),
+                Stride::new(IntTree::new(vec![Mode::Leaf(1), nested(vec![Mode::Leaf(2), Mode::Leaf(12)])])).unwrap(),
+            )
+            .unwrap(),
+            2,
+        ),
+    ];
+    for (layout, offset) in layouts {
+        let t = Tensor::new(c.clone(), offset, layout.clone()).unwrap();
+        let v = t.host_view::<f32>().unwrap();
+        assert_eq!(v.len(), t.size());
+        for k in 0..t.size() {
+            assert_eq!(v[k], t.get::<f32>(k).unwrap(), "{layout} at {k}");
+            assert_eq!(v.get(k), Some(&t.get::<f32>(k).unwrap()));
+        }
+        assert_eq!(v.get(t.size()), None);
+        if layout.rank() == 2 {
+            let (m0, m1) = (layout.mode(0).size() as usize, layout.mode(1).size() as usize);
+            for i in 0..m0 {
+                for j in 0..m1 {
+                    let coord = Coord::Seq(vec![Coord::Int(i as i64), Coord::Int(j as i64)]);
+                    assert_eq!(v[(i, j)], t.get_coord::<f32>(&coord).unwrap(), "{layout} at ({i}, {j})");
+                    assert_eq!(v[[i, j]], v[(i, j)]);
+                }
+            }
+            assert_eq!(v.get_coord([m0, 0]), None);
+            assert_eq!(v.get_coord([0, m1]), None);
+            assert_eq!(v.get_coord([0]), None); // wrong rank
+            assert_eq!(v.get_coord([0, 0, 0]), None);
+        }
+    }
+}
+
+#[test]
+fn a_mutable_view_is_one_checked_write() {
+    let c = HostCarrier::from_f32(&[0.0; 6]);
+    let t =
+        Tensor::new(c.clone(), 0, Layout::new(Shape::flat(&[2, 3]).unwrap(), Stride::flat(&[3, 1]).unwrap()).unwrap())
+            .unwrap();
+    {
+        let mut v = t.host_view_mut::<f32>().unwrap();
+        v[(1, 2)] = 5.0;
+        v[[0, 1]] = 1.0;
+        v.set(1, 3.0).unwrap(); // ordinal 1 is (1, 0): slot 3
+        *v.get_mut(4).unwrap() = 2.0; // (0, 2): slot 2
+        assert!(matches!(
+            v.set(6, 9.0),
+            Err(ModelError::Layout(LayoutError::IntegerKeyOutOfRange { key: 6, size: 6 }))
+        ));
+        assert!(v.get_mut(6).is_none() && v.get_coord_mut([2, 0]).is_none());
+    }
+    assert_eq!(
+        (Tensor::canonical(&c, &[6]).unwrap().values_f32().unwrap(), c.version()),
+        (vec![0.0, 1.0, 2.0, 3.0, 0.0, 5.0], 1)
+    );
+}
+
+#[test]
+fn views_refuse_what_the_checked_path_refuses() {
+    // Another dtype, another carrier, several subtensors.
+    let c = HostCarrier::from_f32(&[1.0, 2.0]);
+    let t = Tensor::canonical(&c, &[2]).unwrap();
+    assert!(matches!(t.host_view::<i32>(), Err(ModelError::NoHostView { .. })));
+    assert!(matches!(t.host_view_mut::<f64>(), Err(ModelError::NoHostView { .. })));
+    let file: Arc<FileCarrier> = FileCarrier::temp_zeros(ElemKind::F32, 2).unwrap();
+    assert!(matches!(Tensor::canonical(&file, &[2]).unwrap().host_view::<f32>(), Err(ModelError::NoHostView { .. })));
+    let s = t.subtensors()[0].clone();
+    let two = Tensor::from_subtensors(ElemKind::F32, vec![s.clone(), s]).unwrap();
+    assert!(matches!(two.host_view::<f32>(), Err(ModelError::MultiSubtensor { .. })));
+    // Immutable, owned and claimed carriers refuse a writable view and keep their version.
+    let frozen = HostCarrier::with_mutability(ElemKind::F32, 2, false).unwrap();
+    let ft = Tensor::canonical(&frozen, &[2]).unwrap();
+    assert!(matches!(ft.host_view_mut::<f32>(), Err(ModelError::NotMutable { .. })));
+    assert!(ft.host_view::<f32>().is_ok());
+    let owner = OwnerToken::fresh();
+    c.state(carrier::HOOK).adopt(owner).unwrap();
+    assert!(matches!(t.host_view_mut::<f32>(), Err(ModelError::NotMutable { .. })));
+    assert!(c.state(carrier::HOOK).disown(owner));
+    let dyn_c: Arc<dyn Carrier> = c.clone();
+    let claim = c.state(carrier::HOOK).try_claim(&dyn_c, ClaimId::fresh(), Role::Source).unwrap();
+    assert!(matches!(t.host_view_mut::<f32>(), Err(ModelError::Claimed { action: "write to", .. })));
+    drop(claim);
+    assert_eq!((frozen.version(), c.version()), (0, 0));
+    // Released.
+    c.release().unwrap();
+    assert!(matches!(t.host_view::<f32>(), Err(ModelError::Released { .. })));
+    assert!(matches!(t.host_view_mut::<f32>(), Err(ModelError::Released { .. })));
+}
+
+#[test]
+fn a_view_outlives_a_release_without_dangling() {
+    let c = HostCarrier::from_f32(&[1.0, 2.0]);
+    let t = Tensor::canonical(&c, &[2]).unwrap();
+    let v = t.host_view::<f32>().unwrap();
+    c.release().unwrap();
+    assert_eq!((v[0], v[1]), (1.0, 2.0)); // the guard holds the store
+}
+
+#[test]
+#[should_panic(expected = "outside the view")]
+fn indexing_a_view_out_of_range_panics() {
+    let t = Tensor::canonical(HostCarrier::from_f32(&[1.0, 2.0, 3.0, 4.0]), &[2, 2]).unwrap();
+    let v = t.host_view::<f32>().unwrap();
+    let _ = v[(2, 0)];
 }

@@ -30,6 +30,7 @@ pub enum Scalar {
 
 impl ElemKind {
     /// Bytes one slot occupies.
+    #[inline]
     pub const fn size(self) -> usize {
         match self {
             ElemKind::F32 | ElemKind::I32 => 4,
@@ -71,6 +72,7 @@ impl ElemKind {
     }
 
     /// Decode one slot from its native-endian bytes (`bytes.len() == self.size()`).
+    #[inline]
     pub fn decode(self, bytes: &[u8]) -> Scalar {
         match self {
             ElemKind::F32 => Scalar::F32(f32::from_ne_bytes(bytes[..4].try_into().unwrap())),
@@ -81,6 +83,7 @@ impl ElemKind {
     }
 
     /// Encode one slot; the caller has already checked that `value` suits this kind.
+    #[inline]
     pub fn encode(self, value: Scalar, out: &mut [u8]) {
         match (self, value) {
             (ElemKind::F32, Scalar::F32(v)) => out[..4].copy_from_slice(&v.to_ne_bytes()),

@@ -187,16 +187,19 @@ impl HostBuffer {
     }
 
     /// The first byte (dangling but aligned when empty).
+    #[inline]
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
 
     /// Length in bytes.
+    #[inline]
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// Whether the buffer has no bytes.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -207,6 +210,7 @@ impl HostBuffer {
     }
 
     /// Read `out.len()` bytes at `byte_off`; `None` when the range is out of bounds.
+    #[inline]
     pub fn read(&self, byte_off: usize, out: &mut [u8]) -> Option<()> {
         let end = byte_off.checked_add(out.len())?;
         if end > self.len {
@@ -225,6 +229,7 @@ impl HostBuffer {
     /// No other thread may read or write `[byte_off, byte_off + data.len())` of this buffer
     /// (through [`read`](Self::read), [`as_ptr`](Self::as_ptr) or another `write`) while the
     /// call runs. Prefer [`write_mut`](Self::write_mut), where the borrow checker proves it.
+    #[inline]
     pub unsafe fn write(&self, byte_off: usize, data: &[u8]) -> Option<()> {
         let end = byte_off.checked_add(data.len())?;
         if end > self.len {
@@ -238,12 +243,14 @@ impl HostBuffer {
 
     /// Write `data` at `byte_off`; `None` when the range is out of bounds. The exclusive
     /// borrow proves no other access to the buffer can run meanwhile.
+    #[inline]
     pub fn write_mut(&mut self, byte_off: usize, data: &[u8]) -> Option<()> {
         // SAFETY: `&mut self` is the only reference to this buffer for the call.
         unsafe { self.write(byte_off, data) }
     }
 
     /// The whole buffer as a byte slice.
+    #[inline]
     pub fn as_slice(&self) -> &[u8] {
         if self.len == 0 {
             return &[];
@@ -254,6 +261,7 @@ impl HostBuffer {
     }
 
     /// The whole buffer as a mutable byte slice.
+    #[inline]
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         if self.len == 0 {
             return &mut [];

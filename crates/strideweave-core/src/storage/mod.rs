@@ -4,6 +4,17 @@
 //! These types know bytes and element encodings only. Versions, ownership and release
 //! semantics belong to the carrier object model: `crate::model` for Rust users, the
 //! `strideweave.carriers` package for Python.
+//!
+//! ```
+//! use strideweave_core::storage::{ElemKind, HostBuffer, Scalar};
+//!
+//! let mut buf = HostBuffer::new(8, true).unwrap();
+//! let mut slot = [0u8; 4];
+//! ElemKind::F32.encode(Scalar::F32(2.5), &mut slot);
+//! buf.write_mut(4, &slot).unwrap();
+//! assert_eq!(ElemKind::F32.decode(&buf.as_slice()[4..8]), Scalar::F32(2.5));
+//! assert!(buf.write_mut(6, &slot).is_none()); // past the end: nothing written
+//! ```
 
 mod elem;
 mod file;

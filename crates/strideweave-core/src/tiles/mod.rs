@@ -17,6 +17,18 @@
 //!
 //! Stores are borrowed: the caller (the Python binding) keeps them alive, by `Arc`, for the
 //! whole request.
+//!
+//! ```
+//! use strideweave_core::storage::HostBuffer;
+//! use strideweave_core::tiles::{check_spans, Span, Store};
+//!
+//! let (a, b) = (HostBuffer::new(64, true).unwrap(), HostBuffer::new(32, true).unwrap());
+//! let stores = [Store::Host(&a), Store::Host(&b)];
+//! // Eight 4-byte slots from slot 8 of store 0 to slot 0 of store 1: exactly fits.
+//! let fits = Span { src: 0, src_off: 8, dst: 1, dst_off: 0, count: 8 };
+//! assert!(check_spans(&stores, 4, &[fits]).is_ok());
+//! assert!(check_spans(&stores, 4, &[Span { count: 9, ..fits }]).is_err()); // refused before a byte moves
+//! ```
 
 use std::io;
 

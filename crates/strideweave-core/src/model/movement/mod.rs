@@ -11,6 +11,17 @@
 //! a rollback that leaves the source live, shrinks a grown destination and frees both
 //! claims. A pending move refuses every conflicting write, release and move of its carriers
 //! with [`ModelError::Claimed`].
+//!
+//! ```
+//! use strideweave_core::model::{move_tensor, CarrierExt, HostCarrier, Tensor};
+//! use strideweave_core::storage::ElemKind;
+//!
+//! let src = HostCarrier::from_f32(&[1.0, 2.0]);
+//! let t = Tensor::canonical(&src, &[2]).unwrap();
+//! let moved = move_tensor(&t, HostCarrier::zeros(ElemKind::F32, 2).unwrap()).unwrap();
+//! assert_eq!(moved.values_f32().unwrap(), vec![1.0, 2.0]);
+//! assert!(src.is_released()); // a move releases its source
+//! ```
 
 mod refusal;
 mod request;

@@ -13,6 +13,14 @@
 //!
 //! A resolved route holds its storages by `Arc`, so the bytes stay valid for the transfer
 //! however the carriers' handles change meanwhile.
+//!
+//! ```
+//! use strideweave_core::model::{route_kind, ClassKey, FileCarrier, HostCarrier, RouteKind};
+//!
+//! let (host, file) = (ClassKey::of::<HostCarrier>(), ClassKey::of::<FileCarrier>());
+//! assert_eq!(route_kind(host, file), RouteKind::HostToFile);
+//! assert_eq!(route_kind(ClassKey::Foreign(7), host), RouteKind::Elementwise);
+//! ```
 
 use crate::model::carrier::HOOK;
 use std::sync::Arc;

@@ -15,6 +15,14 @@
 //!
 //! All state lives behind one mutex per device, which both serializes I/O (the read-modify-write
 //! of a shared block must not interleave with another writer) and keeps the allocator coherent.
+//!
+//! Opening a path that is not a block device is refused with a cause, before any I/O:
+//!
+//! ```
+//! use strideweave_core::storage::block::{BlockDevice, BlockError};
+//!
+//! assert!(matches!(BlockDevice::open("bad\0path"), Err(BlockError::InvalidPath(_))));
+//! ```
 
 // `u64::is_multiple_of` needs Rust 1.87; the workspace's MSRV is 1.85.
 #![allow(clippy::manual_is_multiple_of)]

@@ -649,3 +649,25 @@ def test_without_retain_clean_eviction_always_copies(gated):
 def test_retain_clean_must_be_a_bool():
     with pytest.raises(TypeError, match="retain_clean"):
         TiledEvictable(cpu([0.0] * 4), sw.FileBacked(dtype=F32), (2,), (2,), retain_clean=1)
+
+
+def test_a_policy_promote_that_finds_only_pinned_tiles_to_evict_is_refused(gated):
+    """Residency policy (issue 24): the tiles a pending request pins are never evicted to make
+    room; with nothing else to evict a promote raises RuntimeError before any effect."""
+    seeded = sw.move(sw.Tensor(cpu([float(i) for i in range(16)]), 0, sw.Layout.canonical(sw.Shape(16))),
+                     GFile(dtype=F32)).carrier
+    te = TiledEvictable(GCPU(0, dtype=F32), seeded, (2, 2), (2, 2),
+                        residency_policy=sw.ResidencyPolicy(2 * 4 * 4))
+    GatedMove.gate.set()  # these promotes pass the gate
+    te.promote(TileSet([(0, 0), (1, 0)]))
+    GatedMove.gate, GatedMove.entered = threading.Event(), threading.Event()
+    pending = te.evict_async(TileSet([(0, 0), (1, 0)]))  # held at the gate: both tiles pinned
+    assert GatedMove.entered.wait(TIMEOUT)
+    before = snapshot(te)
+    with pytest.raises(RuntimeError, match="within its residency_policy budget"):
+        te.promote(TileSet([(0, 1)]))
+    assert snapshot(te) == before and not te.tile_state((0, 1)).pinned
+    GatedMove.gate.set()
+    assert pending.wait() is None
+    te.promote(TileSet([(0, 1)]))  # the evicted tiles left room
+    assert te.primary_tiles == TileSet([(0, 1)]) and values(te) == [float(i) for i in range(16)]

@@ -194,6 +194,11 @@ def arrays_and_handles() -> None:
         result: sw.Tensor = handle.result(timeout=60.0)
         cancelled: bool = handle.cancel() or handle.cancelled()
         assert result is moved and not cancelled
+        # A handle is a Future to type checkers, so the standard waiting functions take it.
+        again = sw.move_async(moved, sw.CPU(4))
+        finished, pending = concurrent.futures.wait([again], timeout=60.0)
+        first: list[sw.Tensor] = [f.result() for f in concurrent.futures.as_completed([again], timeout=60.0)]
+        assert not pending and {f.result() for f in finished} == set(first)
     with tempfile.TemporaryDirectory() as directory:
         prof.export_chrome_trace(os.path.join(directory, "trace.json"))
 

@@ -415,6 +415,25 @@ impl AwaitResult {
         !self.cell.is_done()
     }
 
+    /// Refused: a handle is read-only, only the operation that made it completes it. (Declared
+    /// so that the type stubs, which present a handle as a `concurrent.futures.Future` for
+    /// `concurrent.futures.wait`/`as_completed`, describe what runs.)
+    fn set_result(&self, result: &Bound<'_, PyAny>) -> PyResult<()> {
+        let _ = result;
+        Err(read_only("set_result"))
+    }
+
+    /// Refused, as `set_result`.
+    fn set_exception(&self, exception: &Bound<'_, PyAny>) -> PyResult<()> {
+        let _ = exception;
+        Err(read_only("set_exception"))
+    }
+
+    /// Refused, as `set_result`: the operation is running from the moment its handle exists.
+    fn set_running_or_notify_cancel(&self) -> PyResult<bool> {
+        Err(read_only("set_running_or_notify_cancel"))
+    }
+
     /// The `threading.Condition` of the `concurrent.futures` waiter protocol (for
     /// `concurrent.futures.wait` and `as_completed`; not for direct use).
     #[getter]
@@ -492,6 +511,13 @@ impl AwaitResult {
         let deadline = deadline_after(timeout)?;
         self.block_until(py, deadline)
     }
+}
+
+/// The refusal of a completing call on a read-only handle.
+fn read_only(method: &str) -> PyErr {
+    PyRuntimeError::new_err(format!(
+        "{method}() refused: a completion handle is read-only; the operation that made it completes it"
+    ))
 }
 
 /// The deadline of a `timeout` argument: None waits forever; otherwise a non-negative

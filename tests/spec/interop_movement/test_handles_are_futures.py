@@ -153,3 +153,22 @@ def test_cf_wait_racing_completion_never_hangs_or_miscounts():
         t.join(120)
     assert not any(t.is_alive() for t in threads)
     assert failures == []
+
+
+@pytest.mark.parametrize("call", [
+    lambda h: h.set_result(None), lambda h: h.set_exception(OSError("forged")),
+    lambda h: h.set_running_or_notify_cancel()], ids=["set_result", "set_exception", "set_running"])
+def test_the_completing_methods_of_a_future_are_refused_and_change_nothing(call):
+    """The stubs present a handle as a Future (so type checkers accept `cf.wait([handle])`);
+    the methods a Future's producer completes it with exist, but a handle is read-only
+    (interop-movement.md: "the read-only public completion base"): RuntimeError, and the
+    pending move completes with the source's values."""
+    handle, gate = start((5.0, 6.0))
+    with pytest.raises(RuntimeError, match="read-only"):
+        call(handle)
+    assert handle.done is False and handle.running()
+    gate.set()
+    assert handle.wait(timeout=BOUND).tolist() == [5.0, 6.0]
+    with pytest.raises(RuntimeError, match="read-only"):
+        call(handle)
+    assert handle.exception(timeout=0) is None

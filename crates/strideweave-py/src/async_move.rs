@@ -34,6 +34,7 @@ use crate::engine::{new_handle, AwaitResult};
 use crate::inline_move::{carriers_accept, claim_both, config, exact_single_view, profiling, result_view, BuiltinPair};
 use crate::jobs::submit_committing;
 use crate::move_request::request_hooks;
+use crate::routes;
 use crate::tensor_base::View;
 use crate::transfer::{LayoutJob, SpanJob, TransferProgress};
 
@@ -146,9 +147,21 @@ pub(crate) fn move_async_builtin(
     let Some(slot_bytes) = cfg.slot_bytes(dtype) else {
         return Ok(None);
     };
-    if cosize <= cfg.max_slots || !pair.route_is_default() || (recording && !pair.reverse().route_is_default()) {
+    if cosize <= cfg.max_slots {
         return Ok(None);
     }
+    // The pair's cached route decision, and a recorded move's reverse (backward's route):
+    // served here only while both are the built-in pair's default.
+    let Some(route) = routes::native_route(py, &source.get_type(), &destination.get_type()) else {
+        return Ok(None);
+    };
+    let reverse = match recording {
+        true => match routes::native_route(py, &destination.get_type(), &source.get_type()) {
+            Some(reverse) => Some(reverse),
+            None => return Ok(None),
+        },
+        false => None,
+    };
     let (Ok(src), Ok(dst)) = (source.cast::<CarrierBase>(), destination.cast::<CarrierBase>()) else {
         return Ok(None);
     };
@@ -192,7 +205,7 @@ pub(crate) fn move_async_builtin(
     // The node is attached to the result before the copy starts (nobody can reach the result
     // until the handle completes); a failure clears it (`MoveRollback`).
     let node = if recording {
-        Some(cfg.record.bind(py).call1((tensor, &output, source, dst, view.layout.bind(py)))?.unbind())
+        Some(cfg.record.bind(py).call1((tensor, &output, source, dst, view.layout.bind(py), route, reverse))?.unbind())
     } else {
         None
     };

@@ -21,20 +21,19 @@
 //! transition, then drops the destination's.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicIsize, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicIsize, Ordering};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyTuple, PyType};
 
-use parking_lot::Mutex;
-
 use strideweave_core::model::{ClaimRule, Strict};
 
 use crate::carrier_base::CarrierBase;
 use crate::carrier_state::PyStateCell;
 use crate::jobs::run_blocking;
+use crate::routes;
 use crate::storage::HostStorage;
 use crate::tensor_base::{TensorBase, View};
 use crate::transfer::LayoutJob;
@@ -82,13 +81,13 @@ pub(crate) fn config(py: Python<'_>) -> Option<&Config> {
     CONFIG.get(py)
 }
 
-/// The pairs of exact built-in classes the native moves serve, each only while the route
-/// registry resolves it to the framework's default operation.
+/// The pairs of exact built-in classes the native moves serve, each only while its cached
+/// route decision (`routes.rs`) is the framework's default operation.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum BuiltinPair {
-    CpuToCpu = 1,
-    CpuToFile = 2,
-    FileToCpu = 4,
+    CpuToCpu,
+    CpuToFile,
+    FileToCpu,
 }
 
 impl BuiltinPair {
@@ -107,35 +106,6 @@ impl BuiltinPair {
             _ => None,
         }
     }
-
-    /// The same pair the other way round (the route a recorded move's backward takes).
-    pub(crate) fn reverse(self) -> Self {
-        match self {
-            BuiltinPair::CpuToCpu => BuiltinPair::CpuToCpu,
-            BuiltinPair::CpuToFile => BuiltinPair::FileToCpu,
-            BuiltinPair::FileToCpu => BuiltinPair::CpuToFile,
-        }
-    }
-
-    /// True while the registry's route of this pair is known to be the default one.
-    pub(crate) fn route_is_default(self) -> bool {
-        DEFAULT_ROUTES.load(Ordering::SeqCst) & self as u8 != 0
-    }
-}
-
-/// One bit per `BuiltinPair` whose route is known to be the default: set when the Python path
-/// resolves the pair to it, all cleared whenever the route registry changes.
-static DEFAULT_ROUTES: AtomicU8 = AtomicU8::new(0);
-
-/// Pairs of classes other than the exact built-ins that Python resolved to the default route
-/// of (CPU, CPU): plain subclasses of CPU (`_builtin._sw_plain_move`: they override no hook a
-/// move runs through), moved exactly as CPU is. The classes are held, so an entry never
-/// outlives them; the registry's next change clears the list.
-static PLAIN_PAIRS: Mutex<Vec<(Py<PyType>, Py<PyType>)>> = Mutex::new(Vec::new());
-
-/// Whether (source, destination) is a known plain pair of (CPU, CPU) at its default route.
-fn plain_pair_is_default(source: &Bound<'_, PyType>, destination: &Bound<'_, PyType>) -> bool {
-    PLAIN_PAIRS.lock().iter().any(|(s, d)| s.as_ptr() == source.as_ptr() && d.as_ptr() == destination.as_ptr())
 }
 
 /// Active profilers in the process: while any is active, moves take the Python path, which
@@ -153,40 +123,6 @@ thread_local! {
 #[pyfunction]
 fn configure_inline_move(py: Python<'_>, config: Config) -> PyResult<()> {
     CONFIG.set(py, config).map_err(|_| PyValueError::new_err("the inline move is configured once"))
-}
-
-/// The route registry's word on one pair of exact built-in classes, when it resolves it:
-/// whether the route is the framework's default one. Other pairs are ignored.
-#[pyfunction]
-fn set_default_route(py: Python<'_>, source: &Bound<'_, PyType>, destination: &Bound<'_, PyType>, default: bool) {
-    let Some(pair) = CONFIG.get(py).and_then(|cfg| BuiltinPair::of(cfg, py, source, destination)) else {
-        // A pair of plain CPU subclasses (the Python layer tells only those).
-        let removed = {
-            let mut pairs = PLAIN_PAIRS.lock();
-            let removed: Vec<_> = pairs
-                .extract_if(.., |(s, d)| s.as_ptr() == source.as_ptr() && d.as_ptr() == destination.as_ptr())
-                .collect();
-            if default {
-                pairs.push((source.clone().unbind(), destination.clone().unbind()));
-            }
-            removed
-        };
-        drop(removed); // outside the lock: dropping a class may run Python code
-        return;
-    };
-    if default {
-        DEFAULT_ROUTES.fetch_or(pair as u8, Ordering::SeqCst);
-    } else {
-        DEFAULT_ROUTES.fetch_and(!(pair as u8), Ordering::SeqCst);
-    }
-}
-
-/// The route registry changed: no pair's route is known any more.
-#[pyfunction]
-fn forget_default_routes() {
-    DEFAULT_ROUTES.store(0, Ordering::SeqCst);
-    let forgotten = std::mem::take(&mut *PLAIN_PAIRS.lock());
-    drop(forgotten); // outside the lock: dropping a class may run Python code
 }
 
 /// A profiler became active (`+1`) or stopped being active (`-1`).
@@ -354,19 +290,29 @@ pub(crate) fn move_inline(
     let Some(view) = exact_single_view(cfg, tensor) else {
         return Ok(None);
     };
-    let cpu = cfg.cpu.bind(py);
     let source = view.carrier.bind(py);
     let recording = cfg.records(py, view.dtype.bind(py));
     let (source_type, destination_type) = (source.get_type(), destination.get_type());
-    // Exactly CPU at its default route, or a plain pair of CPU subclasses Python resolved to
-    // it (and, for a recorded move, its reverse, whose route the node's backward takes).
-    let served = if source_type.is(cpu) && destination_type.is(cpu) {
-        BuiltinPair::CpuToCpu.route_is_default()
-    } else {
-        plain_pair_is_default(&source_type, &destination_type)
-            && (!recording || plain_pair_is_default(&destination_type, &source_type))
+    // (CPU, CPU) at its default route, or a pair of plain CPU subclasses Python resolved to
+    // it (and, for a recorded move, its reverse, whose route the node's backward takes): the
+    // pair's cached route decision says so. The file pairs are `move_async_builtin`'s.
+    if matches!(
+        BuiltinPair::of(cfg, py, &source_type, &destination_type),
+        Some(BuiltinPair::CpuToFile | BuiltinPair::FileToCpu)
+    ) {
+        return Ok(None);
+    }
+    let Some(route) = routes::native_route(py, &source_type, &destination_type) else {
+        return Ok(None);
     };
-    if !served || source.is(destination) || view.layout.bind(py).get().core().cosize() > cfg.max_slots {
+    let reverse = match recording {
+        true => match routes::native_route(py, &destination_type, &source_type) {
+            Some(reverse) => Some(reverse),
+            None => return Ok(None),
+        },
+        false => None,
+    };
+    if source.is(destination) || view.layout.bind(py).get().core().cosize() > cfg.max_slots {
         return Ok(None);
     }
     let Some(claimed) = check_and_claim(cfg, view, source, destination)? else {
@@ -393,15 +339,13 @@ pub(crate) fn move_inline(
         // The node the Python request records at initiation and attaches at its commit;
         // recording reads the source's version, which the move does not change.
         let layout = view.layout.bind(py);
-        cfg.record.bind(py).call1((tensor, &output, &src, &dst, layout))?;
+        cfg.record.bind(py).call1((tensor, &output, &src, &dst, layout, route, reverse))?;
     }
     Ok(Some(output.into_any().unbind()))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(configure_inline_move, m)?)?;
-    m.add_function(wrap_pyfunction!(set_default_route, m)?)?;
-    m.add_function(wrap_pyfunction!(forget_default_routes, m)?)?;
     m.add_function(wrap_pyfunction!(count_active_profilers, m)?)?;
     m.add_function(wrap_pyfunction!(grad_enabled, m)?)?;
     m.add_function(wrap_pyfunction!(set_grad_enabled, m)?)?;

@@ -20,6 +20,7 @@ mod layout;
 mod move_entry;
 mod move_request;
 mod prefault;
+mod routes;
 mod set_once;
 mod storage;
 mod tensor_base;
@@ -45,6 +46,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     async_move::register(m)?;
     commit::register(m)?;
     move_request::register(m)?;
+    routes::register(m)?;
     move_entry::register(m)?;
     tiles::register(m)?;
     buffer_copy::register(m)?;

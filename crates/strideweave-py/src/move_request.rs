@@ -296,7 +296,7 @@ fn subtensor_count(tensor: &Bound<'_, PyAny>) -> PyResult<usize> {
     tensor.getattr(intern!(tensor.py(), "subtensors"))?.len()
 }
 
-/// The rows that need the resolved route: the route (a `move._Route`) and, for a recorded
+/// The rows that need the resolved route: the route (a `routes::Route`) and, for a recorded
 /// move, the reverse route.
 struct Route<'a, 'py> {
     hooks: &'a RequestHooks,

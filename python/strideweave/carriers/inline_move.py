@@ -9,12 +9,13 @@ so the order of imports cannot change any outcome; `import strideweave` imports 
 """
 from __future__ import annotations
 
+from typing import cast
+
 from strideweave import _autograd, _native
 from strideweave.carriers.cpu import CPU
 from strideweave.carriers.dtype import DType
 from strideweave.carriers.file_backed import FileBacked
-from strideweave.carriers.move import (INLINE_SLOTS, AwaitMove, MoveOperation, _forget_routes, _MoveState,
-                                      _node_parts, _slot_bytes)
+from strideweave.carriers.move import INLINE_SLOTS, AwaitMove, MoveOperation, _MoveState, _slot_bytes
 from strideweave.carriers.base import Carrier
 from strideweave.layout import Layout
 from strideweave.tensor import Tensor
@@ -30,15 +31,13 @@ class _InlineMoveClaim:
 
 
 def _record_native_move(tensor: Tensor, output: Tensor, source: Carrier, destination: Carrier,
-                        layout: Layout) -> MoveOperation:
+                        layout: Layout, route: _native.Route, reverse: _native.Route | None) -> MoveOperation:
     """The autograd node of a native move, attached to its result: what `_initiate` records
     and attaches for a recorded move between built-in carriers over the pair's default route
     (the native side checked grad mode, the dtype and both routes, and hands over the
-    tensor's carrier and layout and the destination, which it has already read)."""
-    # The pair's route, which the native side checked is its built-in pair's default (a pair
-    # of plain CPU subclasses moves as (CPU, CPU)), and the reverse route backward takes.
-    operation_class, reverse = _node_parts(type(source), type(destination))
-    op = operation_class()
+    tensor's carrier and layout, the destination, the pair's route decision and the reverse
+    one backward takes, all of which it has already read)."""
+    op = cast(type[MoveOperation], route.operation_class)()
     op._sw_move = _MoveState(source, destination, layout, reverse)
     _autograd.record_unary(op, tensor, output)
     return op
@@ -50,5 +49,3 @@ _native.configure_inline_move({
     "differentiable": (DType.Float32, DType.Floating), "max_slots": INLINE_SLOTS, "record": _record_native_move,
     "slot_bytes": [(d, _slot_bytes(d)) for d in (DType.Float32, DType.Floating, DType.Int32, DType.Bool)],
 })
-# A route resolved before the native side knew the classes set no flag: resolve them again.
-_forget_routes()

@@ -231,12 +231,9 @@ _NATIVE_DEFAULTS: dict[tuple[type, type], type[MoveOperation]] = {
     (CPU, FileBacked): CpuToFileBackedMoveOperation,
     (FileBacked, CPU): FileBackedToCpuMoveOperation,
 }
-# Resolved routes by exact pair. Sound because resolving seals both classes (their definition
-# state can no longer change); legacy registry edits clear it.
-_ROUTES: dict[tuple[type, type], "_Route"] = {}
-# Per pair, what a native move's autograd node needs: the route's operation class and the
-# reverse route its backward takes (`_node_parts`); dropped with the routes.
-_NODE_PARTS: dict[tuple[type, type], "tuple[type[MoveOperation], _Route]"] = {}
+# Resolved routes by exact pair live natively (`_native.cached_route`, the core's RouteCache;
+# crates/strideweave-py/src/routes.rs): sound because resolving seals both classes (their
+# definition state can no longer change); legacy registry edits forget them.
 
 
 def _check_carrier_class(value: Any, name: str) -> type:
@@ -325,22 +322,12 @@ class registered_move_operation(contextlib.AbstractContextManager["type[MoveOper
 
 # ===== routes ===================================================================================
 
-class _Route:
-    """A resolved exact-pair route: a legacy MoveOperation class, or a definition decision.
-    `refusal` is the documented refusal of a pair no operation may serve (BlockDeviceCarrier
-    with anything but CPU), raised only after the whole validation table has passed."""
-
-    __slots__ = ("operation_class", "decision", "refusal")
-
-    def __init__(self, operation_class: type | None, decision: Any = None, refusal: str | None = None) -> None:
-        self.operation_class = operation_class
-        self.decision = decision
-        self.refusal = refusal
-
-    def check_permitted(self) -> "_Route":
-        if self.refusal is not None:
-            raise NotImplementedError(self.refusal)
-        return self
+# A resolved exact-pair route is a frozen native decision (`_native.Route`): its
+# `operation_class` (a MoveOperation class), or a definition's `decision`, or the documented
+# `refusal` of a pair no operation may serve (BlockDeviceCarrier with anything but CPU),
+# raised by `check_permitted()` only after the whole validation table has passed; and whether
+# the native fast routes serve the pair (`native`).
+_Route = _native.Route
 
 
 def _resolve(source_class: type, destination_class: type) -> _Route:
@@ -349,35 +336,14 @@ def _resolve(source_class: type, destination_class: type) -> _Route:
 
 
 def _lookup_route(source_class: type, destination_class: type) -> _Route:
-    key = (source_class, destination_class)
-    route = _ROUTES.get(key)
+    """The pair's route decision: cached natively, else resolved from the registries once
+    and cached (unless a registry changed meanwhile)."""
+    route = _native.cached_route(source_class, destination_class)
     if route is None:
-        route = _resolve_uncached(source_class, destination_class)
-        with _registry_lock:
-            _ROUTES[key] = route
-            default = _NATIVE_DEFAULTS.get(key)
-            if default is None and _plain_cpu(source_class) and _plain_cpu(destination_class):
-                # A pair of plain CPU subclasses moves as (CPU, CPU) does while its route is
-                # that pair's default: the native move serves it then.
-                default = _NATIVE_DEFAULTS[(CPU, CPU)]
-            if default is not None:
-                # The native moves handle a built-in pair only while its route is the default.
-                _native.set_default_route(source_class, destination_class, route.operation_class is default
-                                          and route.decision is None and route.refusal is None)
+        generation = _native.route_generation()
+        route = _native.remember_route(source_class, destination_class,
+                                       _resolve_uncached(source_class, destination_class), generation)
     return route
-
-
-def _node_parts(source_class: type, destination_class: type) -> "tuple[type[MoveOperation], _Route]":
-    """(operation class, reverse route) of a recorded move of this pair, looked up once per
-    pair until the registry changes."""
-    key = (source_class, destination_class)
-    parts = _NODE_PARTS.get(key)
-    if parts is None:
-        operation_class = cast(type[MoveOperation], _lookup_route(source_class, destination_class).operation_class)
-        parts = (operation_class, _lookup_route(destination_class, source_class))
-        with _registry_lock:
-            _NODE_PARTS[key] = parts
-    return parts
 
 
 def _plain_cpu(cls: type) -> bool:
@@ -386,11 +352,8 @@ def _plain_cpu(cls: type) -> bool:
 
 
 def _forget_routes() -> None:
-    """The registry changed: every cached route, and the native moves', is stale."""
-    with _registry_lock:
-        _ROUTES.clear()
-        _NODE_PARTS.clear()
-        _native.forget_default_routes()
+    """The registry changed: every cached route decision is stale."""
+    _native.forget_routes()
 
 
 def _resolve_uncached(source_class: type, destination_class: type) -> _Route:
@@ -399,7 +362,15 @@ def _resolve_uncached(source_class: type, destination_class: type) -> _Route:
         return _Route(None, decision)
     with _registry_lock:
         operation_class = _REGISTRY.get((source_class, destination_class), ElementwiseMoveOperation)
-    return _operation_route(operation_class, source_class, destination_class)
+    route = _operation_route(operation_class, source_class, destination_class)
+    default = _NATIVE_DEFAULTS.get((source_class, destination_class))
+    if default is None and _plain_cpu(source_class) and _plain_cpu(destination_class):
+        # A pair of plain CPU subclasses moves as (CPU, CPU) does while its route is that
+        # pair's default: the native fast route serves it then.
+        default = _NATIVE_DEFAULTS[(CPU, CPU)]
+    if default is not None and operation_class is default and route.refusal is None:
+        return _Route(operation_class, None, None, True)
+    return route
 
 
 def _operation_route(operation_class: type, source_class: type, destination_class: type) -> _Route:

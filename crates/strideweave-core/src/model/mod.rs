@@ -67,7 +67,7 @@ pub use error::ModelError;
 pub use evictable::{Evictable, Tier};
 pub use file::FileCarrier;
 pub use host::{HostCarrier, HostStore};
-pub use movement::{move_async, move_tensor, route_kind, MoveHandle, MoveOutcome, RouteKind};
+pub use movement::{move_async, move_tensor, route_kind, MoveHandle, MoveOutcome, RouteCache, RouteKind};
 pub use slices::{HostSlice, HostSliceMut};
 pub use state::{CarrierState, ClaimGuard, ClaimId, OwnerToken, Role};
 pub use state_cell::{ClaimJudge, ClaimRule, Refusal, ReleaseStart, StateCell, Strict, Verdict};

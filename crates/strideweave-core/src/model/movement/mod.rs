@@ -26,6 +26,7 @@
 mod refusal;
 mod request;
 pub mod route;
+mod route_cache;
 mod table;
 mod terminal;
 
@@ -39,6 +40,7 @@ use crate::engine::{pool, Completion};
 
 pub use refusal::{MoveRefusal, Party, RefusalKind};
 pub use route::{route_kind, RouteKind};
+pub use route_cache::RouteCache;
 pub use table::{validate, validate_rows, validate_settled, Check, VALIDATION_ORDER};
 pub use terminal::{CommitSteps, Terminal};
 

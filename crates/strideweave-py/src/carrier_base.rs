@@ -29,7 +29,9 @@ use pyo3::types::{PyDict, PyTuple};
 use pyo3::{PyTraverseError, PyVisit};
 
 use crate::carrier_state::{self, PyJudge, PyStateCell};
+use crate::error;
 use crate::set_once::SetOnce;
+use strideweave_core::model::{Holder, StateRefusal};
 
 /// One optional object field. `take`/`put` hand the previous value back so that the caller
 /// drops it after the lock is gone.
@@ -448,7 +450,16 @@ impl CarrierBase {
     }
 }
 
+/// The RuntimeError of an `action` refused because a pending operation holds a carrier of
+/// class `carrier`, in the core's words (`model::StateRefusal`), for a composite that checks
+/// its own pending transition (`Evictable`): raise what this returns.
+#[pyfunction]
+fn pending_move_refusal(py: Python<'_>, carrier: String, action: String) -> Py<PyAny> {
+    error::state_refusal(StateRefusal::Held { carrier, action, by: Holder::PendingMove }).into_value(py).into_any()
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<CarrierBase>()?;
+    m.add_function(wrap_pyfunction!(pending_move_refusal, m)?)?;
     Ok(())
 }

@@ -9,14 +9,16 @@
 //! with its own message. No claim is lifted for a thread. The judge only
 //! compares identities and takes references, so no Python code runs inside the cell's lock;
 //! payloads a transition displaces are dropped after it (a `__del__` may read this carrier).
-//! Every message is the one the Python layer raised when it did these checks itself.
+//! Every refusal is the core's catalogue (`model::StateRefusal`), worded as the Python layer
+//! worded it when it did these checks itself, and raised through `error::state_refusal`.
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::PyType;
-use strideweave_core::model::{ClaimJudge, ClaimRule, Refusal, ReleaseStart, StateCell, Verdict};
+use strideweave_core::model::{ClaimJudge, ClaimRule, Holder, Refusal, ReleaseStart, StateCell, StateRefusal, Verdict};
 
 use crate::carrier_base::CarrierBase;
+use crate::error;
 
 /// A Python carrier's state: owner and claim payloads are Python objects.
 pub(crate) type PyStateCell = StateCell<Py<PyAny>, Py<PyAny>>;
@@ -75,17 +77,27 @@ pub(crate) fn type_name(obj: &Bound<'_, PyAny>) -> PyResult<String> {
 
 /// The error `Carrier._sw_check_unclaimed(action)` raises.
 fn claimed_error(carrier: &str, action: &str, why: Held) -> PyErr {
-    PyRuntimeError::new_err(match why {
-        Held::BeingReleased => format!("cannot {action} {carrier} carrier: it is being released"),
-        Held::Pending => format!("cannot {action} {carrier} carrier: it participates in a pending move"),
-    })
+    let by = match why {
+        Held::BeingReleased => Holder::BeingReleased,
+        Held::Pending => Holder::PendingMove,
+    };
+    error::state_refusal(StateRefusal::Held { carrier: carrier.into(), action: action.into(), by })
 }
 
 /// The error of a claim or a release refused because a write is storing through a Python hook
 /// (`Carrier._sw_write_slot`): the write began first, and the carrier's state must not change
 /// under it.
 fn being_written_error(carrier: &str, action: &str) -> PyErr {
-    PyRuntimeError::new_err(format!("cannot {action} {carrier} carrier: a write to it is in progress"))
+    error::state_refusal(StateRefusal::Held {
+        carrier: carrier.into(),
+        action: action.into(),
+        by: Holder::BeingWritten,
+    })
+}
+
+/// The class name of the owner a refusal names.
+fn owner_name(py: Python<'_>, owner: &Py<PyType>) -> PyResult<String> {
+    Ok(owner.bind(py).name()?.to_string())
 }
 
 /// After a refusal by an open write: waits, with the GIL released (a writer's store runs Python
@@ -124,7 +136,9 @@ pub(crate) fn take_claims(
             let (carrier, role, action) = &entries[n];
             let name = type_name(carrier.as_any())?;
             Err(match why {
-                Refusal::Released => PyRuntimeError::new_err(format!("the {role} {name} carrier is released")),
+                Refusal::Released => {
+                    error::state_refusal(StateRefusal::PartyReleased { role: role.clone(), carrier: name })
+                }
                 Refusal::Claimed(held) => claimed_error(&name, action, held),
                 Refusal::BeingWritten => being_written_error(&name, action),
                 other => unexpected(&other),
@@ -161,11 +175,14 @@ pub(crate) fn take_claim(
             drop(refused);
             let name = type_name(carrier.as_any())?;
             Err(match why {
-                Refusal::Released => PyRuntimeError::new_err(format!("cannot {action} a released {name} carrier")),
-                Refusal::Owned(owner) => PyRuntimeError::new_err(format!(
-                    "cannot {action} {name} carrier: it is owned by {}",
-                    owner.bind(py).name()?
-                )),
+                Refusal::Released => {
+                    error::state_refusal(StateRefusal::ActionOnReleased { action: action.into(), carrier: name })
+                }
+                Refusal::Owned(owner) => error::state_refusal(StateRefusal::ActionOnOwned {
+                    action: action.into(),
+                    carrier: name,
+                    owner: owner_name(py, &owner)?,
+                }),
                 Refusal::Claimed(held) => claimed_error(&name, action, held),
                 Refusal::BeingWritten => being_written_error(&name, action),
                 other => unexpected(&other),
@@ -216,10 +233,9 @@ fn release_refused(carrier: &Bound<'_, CarrierBase>, why: PyRefusal) -> PyResult
     let py = carrier.py();
     let name = type_name(carrier.as_any())?;
     Ok(match why {
-        Refusal::Owned(owner) => PyRuntimeError::new_err(format!(
-            "{name} carrier is owned by {} and cannot be released directly",
-            owner.bind(py).name()?
-        )),
+        Refusal::Owned(owner) => {
+            error::state_refusal(StateRefusal::ReleaseOfOwned { carrier: name, owner: owner_name(py, &owner)? })
+        }
         Refusal::Claimed(held) => claimed_error(&name, "release", held),
         Refusal::BeingWritten => being_written_error(&name, "release"),
         other => unexpected(&other),
@@ -260,7 +276,7 @@ pub(crate) fn mutate(carrier: &Bound<'_, CarrierBase>, judge: &PyJudge<'_, '_>) 
             let name = type_name(carrier.as_any())?;
             Err(match why {
                 Refusal::Owned(owner) => {
-                    PyRuntimeError::new_err(format!("{name} carrier is owned by {}", owner.bind(py).name()?))
+                    error::state_refusal(StateRefusal::Owned { carrier: name, owner: owner_name(py, &owner)? })
                 }
                 Refusal::Claimed(held) => claimed_error(&name, "mutate", held),
                 other => unexpected(&other),
@@ -287,11 +303,10 @@ pub(crate) fn open_write(
         Err(why) => {
             let name = type_name(carrier.as_any())?;
             Err(match why {
-                Refusal::Released => PyRuntimeError::new_err(format!("{name} carrier is released")),
-                Refusal::Owned(owner) => PyRuntimeError::new_err(format!(
-                    "{name} carrier is not mutable: owned by {}",
-                    owner.bind(py).name()?
-                )),
+                Refusal::Released => error::state_refusal(StateRefusal::Released { carrier: name }),
+                Refusal::Owned(owner) => {
+                    error::state_refusal(StateRefusal::WriteToOwned { carrier: name, owner: owner_name(py, &owner)? })
+                }
                 Refusal::Claimed(held) => claimed_error(&name, "write to", held),
                 other => unexpected(&other),
             })

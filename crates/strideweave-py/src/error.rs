@@ -22,6 +22,7 @@ use strideweave_core::kernels::KernelError;
 use strideweave_core::layout::plan::PlanError;
 use strideweave_core::layout::LayoutError;
 use strideweave_core::model::movement::{MoveRefusal, RefusalKind};
+use strideweave_core::model::StateRefusal;
 use strideweave_core::storage::block::BlockError;
 use strideweave_core::tiles::SpanError;
 
@@ -77,6 +78,12 @@ pub fn move_refusal(refusal: MoveRefusal) -> PyErr {
         // A carrier's state, and any kind a later core adds: the spec's RuntimeError.
         _ => PyRuntimeError::new_err(msg),
     }
+}
+
+/// A carrier state transition's refusal (the core's catalogue, `model::StateRefusal`) as its
+/// Python exception: the spec's RuntimeError, with the core's text.
+pub fn state_refusal(refusal: StateRefusal) -> PyErr {
+    PyRuntimeError::new_err(refusal.to_string())
 }
 
 /// A `Shape(...)` or `Stride(...)` constructor refusing a leaf: ValueError, its message

@@ -252,7 +252,7 @@ class Evictable(TwoTiered, Carrier):
         # A pending transition holds the Evictable's claim; reads are refused like writes, as
         # for a carrier a pending move holds (the values are between tiers).
         if isinstance(self._sw_claim, _TransitionClaim):
-            raise RuntimeError(f"cannot {action} {type(self).__name__} carrier: it participates in a pending move")
+            raise _native.pending_move_refusal(type(self).__name__, action)
 
     def _transition(self, *, evict: bool, wait: bool) -> AwaitResidency:
         action = "evict" if evict else "promote"

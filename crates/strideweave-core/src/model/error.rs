@@ -20,6 +20,7 @@ use std::sync::Arc;
 use thiserror::Error;
 
 use super::movement::MoveRefusal;
+use super::state_refusal::{held_text, Holder};
 use crate::copy::LayoutCopyError;
 use crate::layout::{LayoutError, Shape};
 use crate::storage::{ElemKind, Scalar};
@@ -44,7 +45,7 @@ pub enum ModelError {
     },
     /// A pending move holds the carrier: mutation, release and another move are refused
     /// until it reaches its terminal commit.
-    #[error("cannot {action} {carrier} carrier: it participates in a pending move")]
+    #[error("cannot {action} {carrier} carrier: {}", held_text(Holder::PendingMove))]
     Claimed {
         /// The carrier's class name.
         carrier: String,

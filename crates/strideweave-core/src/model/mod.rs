@@ -45,6 +45,7 @@ pub mod movement;
 pub mod slices;
 pub mod state;
 pub mod state_cell;
+pub mod state_refusal;
 pub mod tensor;
 pub mod views;
 
@@ -71,5 +72,6 @@ pub use movement::{move_async, move_tensor, route_kind, MoveHandle, MoveOutcome,
 pub use slices::{HostSlice, HostSliceMut};
 pub use state::{CarrierState, ClaimGuard, ClaimId, OwnerToken, Role};
 pub use state_cell::{ClaimJudge, ClaimRule, Refusal, ReleaseStart, StateCell, Strict, Verdict};
+pub use state_refusal::{Holder, StateRefusal};
 pub use tensor::{Subtensor, Tensor};
 pub use views::{HostView, HostViewMut};

@@ -13,6 +13,7 @@ mod dlpack;
 mod engine;
 mod error;
 mod file_slab;
+mod initiate;
 mod inline_move;
 mod jobs;
 mod kernels;
@@ -46,6 +47,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     async_move::register(m)?;
     commit::register(m)?;
     move_request::register(m)?;
+    initiate::register(m)?;
     routes::register(m)?;
     move_entry::register(m)?;
     tiles::register(m)?;

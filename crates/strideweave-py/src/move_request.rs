@@ -52,7 +52,7 @@ pub(crate) struct RequestHooks {
     /// `base.not_a_carrier(name, value)`: the TypeError for a non-carrier argument.
     not_a_carrier: Py<PyAny>,
     /// `base.RELEASING`, the claim of a carrier whose release hook runs.
-    releasing: Py<PyAny>,
+    pub(crate) releasing: Py<PyAny>,
     /// `move._grows_when_empty(carrier)`: whether an empty destination may grow to the span.
     grows_when_empty: Py<PyAny>,
     /// `base.Allocatable`: a destination the request grew shrinks back through its `_allocate`.
@@ -72,7 +72,7 @@ pub(crate) struct RequestHooks {
     release_for: Py<PyAny>,
     /// `Carrier._sw_allocate_claimed(destination, request, n)`: a claimed destination grown
     /// or shrunk as the request's own act.
-    allocate_claimed: Py<PyAny>,
+    pub(crate) allocate_claimed: Py<PyAny>,
     /// `base.tier_is_mutable(carrier)`: a composite's owned tier asked as its owner asks.
     tier_is_mutable: Py<PyAny>,
 }
@@ -149,7 +149,89 @@ fn cloned(py: Python<'_>, value: &Option<Py<PyAny>>) -> Option<Py<PyAny>> {
     value.as_ref().map(|v| v.clone_ref(py))
 }
 
+/// What the validation table decided about a move that passed it.
+pub(crate) struct Checked<'py> {
+    /// The pair's route (a `routes::Route`).
+    pub(crate) route: Bound<'py, PyAny>,
+    /// The reverse route a recorded move's backward takes, else None.
+    pub(crate) reverse: Bound<'py, PyAny>,
+    /// Whether the move records an autograd node.
+    pub(crate) recording: bool,
+    /// Whether an empty destination grows to the moved span.
+    pub(crate) grow: bool,
+}
+
+/// `(route, reverse_route_or_None, recording)`, asked once the arguments passed their rows.
+pub(crate) type Resolve<'a, 'py> = dyn FnMut() -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>, bool)> + 'a;
+
 impl MoveRequest {
+    /// Every check of docs/spec/interop-movement.md's table before any effect, in the core's
+    /// order (`VALIDATION_ORDER`); `resolve` is called once, before the route's rows.
+    pub(crate) fn check_rows<'py>(
+        tensor: &Bound<'py, PyAny>,
+        destination: &Bound<'py, PyAny>,
+        between_tiers: bool,
+        resolve: &mut Resolve<'_, 'py>,
+    ) -> PyResult<Checked<'py>> {
+        let hooks = hooks(tensor.py())?;
+        let mut arguments = Arguments { hooks, tensor, destination, between_tiers, source: None };
+        let mut resolved: Option<(Bound<'py, PyAny>, Bound<'py, PyAny>, bool)> = None;
+        let mut grow = false;
+        validate_settled(&mut |row| match row {
+            Check::PinnedClasses | Check::Room | Check::RoutePermitted => {
+                if resolved.is_none() {
+                    resolved = Some(resolve()?);
+                }
+                let (route, reverse, _) = resolved.as_ref().expect("resolved above");
+                let mut rows = Route { hooks, arguments: &arguments, route, reverse, grow };
+                rows.check(row)?;
+                grow = rows.grow;
+                Ok(())
+            }
+            row => arguments.check(row),
+        })?;
+        let (route, reverse, recording) = resolved.expect("the route's rows ran");
+        Ok(Checked { route, reverse, recording, grow })
+    }
+
+    /// The moved span in slots (the layout's cosize).
+    pub(crate) fn cosize(&self) -> i64 {
+        self.cosize
+    }
+
+    /// Whether this is a composite's move between its own tiers (no node, log or profiling).
+    pub(crate) fn is_between_tiers(&self) -> bool {
+        self.between_tiers
+    }
+
+    /// The request's handle.
+    pub(crate) fn handle<'py>(&self, py: Python<'py>) -> &Bound<'py, AwaitResult> {
+        self.handle.bind(py)
+    }
+
+    /// Sets the fields a request gains after its construction (see `Parts`).
+    pub(crate) fn set_parts(
+        &self,
+        prepared: Option<Bound<'_, PyAny>>,
+        output: Option<Bound<'_, PyAny>>,
+        token: Option<Bound<'_, PyAny>>,
+    ) {
+        if prepared.is_some() {
+            self.write(|p| &mut p.prepared, prepared);
+        }
+        if output.is_some() {
+            self.write(|p| &mut p.output, output);
+        }
+        if token.is_some() {
+            self.write(|p| &mut p.token, token);
+        }
+    }
+
+    /// Marks the destination as grown by this request (the commit shrinks it on failure).
+    pub(crate) fn mark_grown(&self) {
+        self.parts.lock().grown = true;
+    }
+
     fn read(&self, py: Python<'_>, field: fn(&Parts) -> &Option<Py<PyAny>>) -> Option<Py<PyAny>> {
         cloned(py, field(&self.parts.lock()))
     }
@@ -420,7 +502,11 @@ impl MoveRequest {
     /// `MoveRequest(tensor, destination, between_tiers)` for arguments `check` accepted: the
     /// request with its pending handle (an `AwaitMove` whose progress totals the moved span).
     #[new]
-    fn new(tensor: &Bound<'_, PyAny>, destination: &Bound<'_, CarrierBase>, between_tiers: bool) -> PyResult<Self> {
+    pub(crate) fn new(
+        tensor: &Bound<'_, PyAny>,
+        destination: &Bound<'_, CarrierBase>,
+        between_tiers: bool,
+    ) -> PyResult<Self> {
         let py = tensor.py();
         let hooks = hooks(py)?;
         let source = tensor.getattr(intern!(py, "carrier"))?.cast_into::<CarrierBase>()?;
@@ -459,27 +545,14 @@ impl MoveRequest {
         resolve: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let py = tensor.py();
-        let hooks = hooks(py)?;
-        let mut arguments = Arguments { hooks, tensor, destination, between_tiers, source: None };
-        let mut resolved: Option<(Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyAny>)> = None;
-        let mut grow = false;
-        validate_settled(&mut |row| match row {
-            Check::PinnedClasses | Check::Room | Check::RoutePermitted => {
-                if resolved.is_none() {
-                    let out = resolve.call0()?;
-                    let (route, reverse, recording) = out.extract()?;
-                    resolved = Some((route, reverse, recording));
-                }
-                let (route, reverse, _) = resolved.as_ref().expect("resolved above");
-                let mut rows = Route { hooks, arguments: &arguments, route, reverse, grow };
-                rows.check(row)?;
-                grow = rows.grow;
-                Ok(())
-            }
-            row => arguments.check(row),
+        let checked = Self::check_rows(tensor, destination, between_tiers, &mut || {
+            let out = resolve.call0()?;
+            let (route, reverse, recording): (Bound<'py, PyAny>, Bound<'py, PyAny>, bool) = out.extract()?;
+            Ok((route, reverse, recording))
         })?;
-        let (route, reverse, recording) = resolved.expect("the route's rows ran");
-        PyTuple::new(py, [route, reverse, recording, grow.into_pyobject(py)?.to_owned().into_any()])
+        let recording = checked.recording.into_pyobject(py)?.to_owned().into_any();
+        let grow = checked.grow.into_pyobject(py)?.to_owned().into_any();
+        PyTuple::new(py, [checked.route, checked.reverse, recording, grow])
     }
 
     /// Lets the cycle collector see what the request holds: a failure's traceback frames
@@ -533,7 +606,7 @@ impl MoveRequest {
     }
 
     #[getter]
-    fn token(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+    pub(crate) fn token(&self, py: Python<'_>) -> Option<Py<PyAny>> {
         self.read(py, |p| &p.token)
     }
 
@@ -576,7 +649,7 @@ impl MoveRequest {
     /// transfer: `error` None after a transfer that succeeded, else its exception. Later calls
     /// do nothing.
     #[pyo3(signature = (error=None))]
-    fn commit(slf: &Bound<'_, Self>, error: Option<Bound<'_, PyAny>>) -> PyResult<()> {
+    pub(crate) fn commit(slf: &Bound<'_, Self>, error: Option<Bound<'_, PyAny>>) -> PyResult<()> {
         let py = slf.py();
         let hooks = hooks(py)?;
         let request = slf.get();
@@ -617,7 +690,7 @@ impl MoveRequest {
     /// Undo a request that fails before its transfer is submitted: shrink a grown
     /// destination, drop both claims and clear the autograd node. The handle is never
     /// resolved (the caller raises instead); a later `commit` does nothing.
-    fn abandon(slf: &Bound<'_, Self>) -> PyResult<()> {
+    pub(crate) fn abandon(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let hooks = hooks(py)?;
         let request = slf.get();

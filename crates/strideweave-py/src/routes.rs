@@ -37,6 +37,18 @@ pub struct Route {
     native: bool,
 }
 
+impl Route {
+    /// The route of one `MoveOperation` class, served by the general request.
+    pub(crate) fn operation(operation_class: Bound<'_, PyAny>) -> Self {
+        Route { operation_class: Some(operation_class.unbind()), decision: None, refusal: None, native: false }
+    }
+
+    /// The route's `MoveOperation` class, if it has one.
+    pub(crate) fn operation_class(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.operation_class.as_ref().map(|class| class.clone_ref(py))
+    }
+}
+
 #[pymethods]
 impl Route {
     #[new]

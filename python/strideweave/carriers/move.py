@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import operator
 import threading
-import weakref
 from types import TracebackType
 from typing import Any, Callable, cast
 
@@ -31,8 +30,7 @@ import time
 from strideweave import _autograd, _move_log, _native, profiler
 from strideweave._autograd import Operation
 from strideweave.carriers import extension
-from strideweave.carriers.base import (RELEASING, SUBMIT_WINDOW, Allocatable, Carrier, not_a_carrier,
-                                      take_claims)
+from strideweave.carriers.base import RELEASING, SUBMIT_WINDOW, Allocatable, Carrier, not_a_carrier
 from strideweave.carriers.block_device import BlockDeviceCarrier
 from strideweave.carriers.cpu import CPU
 from strideweave.carriers.file_backed import FileBacked
@@ -430,78 +428,49 @@ _native.configure_move_request({
 })
 
 
-def _initiate(tensor: Any, destination: Any, *, between_tiers: bool = False, route: _Route | None = None,
-              operation: MoveOperation | None = None, attach: bool = True) -> _MoveRequest:
-    """Validate, resolve, claim, size and submit one move. Errors before submission raise
-    here; errors after it become the handle's terminal failure."""
+# The one initiation of the general request is native (crates/strideweave-py/src/initiate.rs):
+# the validation table, the route decision, a definition route's prepare, the claims, the
+# growth of an empty destination, `output`, the node, the submission and, past it, the one
+# terminal commit. `_initiate(tensor, destination, *, between_tiers=False, route=None,
+# operation=None, attach=True)` returns the request; what it calls back into is below.
+_initiate = _native.initiate
 
-    def resolve() -> tuple[_Route, _Route | None, bool]:
-        # Called by the checks once the arguments have passed the validation table (so
-        # `tensor` is a Tensor): the routes the remaining rows check. A sequence in either
-        # position fails the table's own rows (not a Tensor / not a Carrier) before this.
-        source_class, destination_class = type(tensor.carrier), type(destination)
-        recording = attach and not between_tiers and _autograd.is_grad_enabled() and tensor.is_differentiable()
-        reverse = _lookup_route(destination_class, source_class) if recording else None
-        if route is not None:
-            return route, reverse, recording
-        if operation is None:
-            return _lookup_route(source_class, destination_class), reverse, recording
-        return _operation_route(type(operation), source_class, destination_class), reverse, recording
 
-    chosen, reverse, recording, grow = _MoveRequest.check(tensor, destination, between_tiers, resolve)
-    source = tensor.carrier
-    prepared = transfer_request = None
-    if chosen.decision is not None:
-        prepared, transfer_request = extension.prepare_route(chosen.decision, tensor, destination)
-        if prepared is None:
-            chosen = _Route(ElementwiseMoveOperation)
-    request = _MoveRequest(tensor, destination, between_tiers)
-    if operation is not None:
-        op = operation
-    elif chosen.operation_class is not None:
-        op = chosen.operation_class()
-    else:
-        op = MoveOperation()
-    implementation = type(op) if prepared is None else type(chosen.decision.route.provider)
-    request.prepared = prepared
-    # The claims are checked and taken in one step: of two racing requests (or a request and
-    # a release) exactly one gets past here, and the other raises RuntimeError.
-    take_claims(request, ((source, "source", "move"), (destination, "destination", "move into")))
-    try:
-        if not between_tiers:
-            request.token = _move_log.begin(profiler._move_submit_begin(type(source), type(destination), implementation),
-                                            source, destination, implementation, request.cosize * _slot_bytes(tensor.dtype()))
-        if grow:
-            if extension.is_definition_backed(destination):
-                extension.allocate_destination(destination, request.cosize)
-            else:
-                destination._sw_allocate_claimed(request, request.cosize)
-            request.grown = True
-        # Valid by construction (live destination of at least cosize slots, offset 0). The
-        # claim admits writes through it (and through a provider's window below), never
-        # through the destination itself: a weak reference, so a published result does not
-        # keep its request alive.
-        grant = weakref.ref(request)
-        output = Tensor._from_subtensors(tensor.dtype(), (Subtensor(tensor.dtype(), destination, 0, tensor.layout),), ())
-        output._sw_grant = grant
-        request.output = output
-        if transfer_request is not None and prepared is not None:
-            transfer_request._sw_bind_output(_window(tensor, destination, grant))
-        if recording:
-            request.node = op
-            request.recorded = _autograd.record_inputs(op, (tensor,))
-            op._sw_move = _MoveState(source, destination, tensor.layout, reverse)
-    except BaseException:
-        request.abandon()
-        profiler._move_submit_abort(_move_log.profiler_token(request.token))
-        raise
-    try:
-        _submit(request, op, prepared)
-    except BaseException as exc:  # noqa: BLE001 - past the claims, every failure is terminal
-        request.commit(exc)
-    if not between_tiers:
-        profiler._move_submit_end(_move_log.profiler_token(request.token), request.handle)
-    return request
+def _log_begin(source: Carrier, destination: Carrier, implementation: type, nbytes: int) -> Any:
+    """The move's log record and profiler event at its initiation; its token."""
+    return _move_log.begin(profiler._move_submit_begin(type(source), type(destination), implementation),
+                           source, destination, implementation, nbytes)
+
+
+def _log_abort(token: Any) -> None:
+    """A request abandoned before its submission (token None between tiers or when the log
+    record itself failed)."""
+    profiler._move_submit_abort(_move_log.profiler_token(token))
+
+
+def _log_submitted(token: Any, handle: AwaitMove) -> None:
+    profiler._move_submit_end(_move_log.profiler_token(token), handle)
+
+
+def _output(tensor: Tensor, destination: Carrier, grant: Any) -> Tensor:
+    """The Tensor the transfer writes through: the destination at offset 0 with the tensor's
+    layout (valid by construction: live, at least cosize slots). The claim admits writes
+    through it, never through the destination itself."""
+    output = Tensor._from_subtensors(tensor.dtype(), (Subtensor(tensor.dtype(), destination, 0, tensor.layout),), ())
+    output._sw_grant = grant
+    return output
+
+
+def _bind_window(transfer_request: Any, tensor: Tensor, destination: Carrier, grant: Any) -> None:
+    transfer_request._sw_bind_output(_window(tensor, destination, grant))
+
+
+def _record(request: _MoveRequest, op: MoveOperation, tensor: Tensor, source: Carrier, destination: Carrier,
+            reverse: _Route | None) -> None:
+    """The autograd node of a recorded move, attached to the result at the commit."""
+    request.node = op
+    request.recorded = _autograd.record_inputs(op, (tensor,))
+    op._sw_move = _MoveState(source, destination, tensor.layout, reverse)
 
 
 _Blocking = Callable[..., None]
@@ -603,6 +572,15 @@ def _request_move(tensor: Tensor, destination: Carrier) -> Tensor:
     bulk native route, else the request), then the wait."""
     return cast(Tensor, move_async(tensor, destination).wait())
 
+
+_native.configure_initiate({
+    "lookup_route": _lookup_route, "operation_route": _operation_route, "prepare_route": extension.prepare_route,
+    "elementwise": ElementwiseMoveOperation, "move_operation": MoveOperation,
+    "log_begin": _log_begin, "log_abort": _log_abort, "log_submitted": _log_submitted,
+    "is_definition_backed": extension.is_definition_backed, "allocate_definition": extension.allocate_destination,
+    "output": _output, "bind_window": _bind_window, "record": _record, "submit": _submit,
+    "slot_bytes": _slot_bytes,
+})
 
 _native.configure_move_entry({
     "log_cache": _move_log._answers, "log_enabled": _move_log.enabled, "debug_level": _move_log._DEBUG,

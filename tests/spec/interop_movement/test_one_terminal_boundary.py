@@ -141,3 +141,40 @@ def test_a_full_filesystem_during_a_move_loses_nothing():
     finally:
         subprocess.run(["umount", mount_point], check=False)
         os.rmdir(mount_point)
+
+
+class _GrowthFails(FileBacked):
+    """A destination whose growth (the move's `_allocate(cosize)` of an empty carrier) fails:
+    the move is refused before its transfer is submitted, so no handle exists."""
+
+    def _allocate(self, size):
+        if size > 0:
+            raise OSError(28, "no space to grow")
+        super()._allocate(size)
+
+
+class _GrowthFailsToo(FileBacked):
+    def _allocate(self, size):
+        if size > 0:
+            raise MemoryError("cannot grow")
+        super()._allocate(size)
+
+
+@pytest.mark.parametrize("destination_class, error", [(_GrowthFails, OSError), (_GrowthFailsToo, MemoryError)])
+@pytest.mark.parametrize("entry", ["move", "move_async"])
+def test_a_failure_while_the_request_is_prepared_changes_nothing(destination_class, error, entry):
+    """Past the claims and before the submission (growth here) a failure abandons the request:
+    it raises from the call, the source stays live with its values and version, the
+    destination stays empty, and neither carrier is left claimed."""
+    source = CPU(3, dtype=D.Float32)
+    for k, v in enumerate((1.0, 2.0, 3.0)):
+        source[k] = v
+    t = Tensor(source, 0, L([3], [1]))
+    destination = destination_class(dtype=D.Float32)
+    version = source.version
+    with pytest.raises(error):
+        getattr(sw, entry)(t, destination)
+    assert not source.is_released() and t.tolist() == [1.0, 2.0, 3.0] and source.version == version
+    assert destination.size() == 0
+    assert sw.move(t, FileBacked(dtype=D.Float32)).tolist() == [1.0, 2.0, 3.0]  # the source was unclaimed
+    assert accepts_release(destination)

@@ -21,9 +21,83 @@ pub const PAGE_ALIGN_THRESHOLD: usize = 64 * 1024;
 /// is in `madvise` mode first touch of a 256 MiB tensor takes 128 faults instead of 65536.
 /// The heap recycles freed blocks, so repeated allocations of the same size (the fresh
 /// results of compute operations) do not fault their pages in again. So: zeroed buffers from
-/// 64 KiB and every buffer from 32 MiB (where glibc would map it anyway) are mappings; smaller
-/// uninitialised (`empty`) buffers come from the heap.
+/// 64 KiB and every buffer from 32 MiB (where glibc would map it anyway) are mappings;
+/// uninitialised (`empty`) buffers below [`RECYCLE_MIN`] come from the heap, and from it are
+/// mappings too, recycled (see there).
 pub const MAP_THRESHOLD: usize = 32 * 1024 * 1024;
+
+/// Uninitialised buffers from this size are mappings, served first from the few recently
+/// freed mappings of exactly their length that this module keeps ([`RECYCLE_MAX_BYTES`],
+/// [`RECYCLE_MAX_BUFFERS`]): their pages are present, so the buffer that replaces a freed one
+/// of its size (a layer promoted into memory after another was evicted, a fresh tile) neither
+/// faults its pages in nor has the kernel zero them, and no `munmap` interrupts the other
+/// threads. Why not the heap, as below this size: glibc keeps freed blocks of this size in
+/// each thread's arena with no bound (a 16 MiB tile made on one engine thread and freed on
+/// another stays resident), where this keeps a bounded few and unmaps the rest. A recycled
+/// buffer holds whatever its last owner wrote, which an uninitialised buffer may; a zeroed
+/// request is never served from it.
+pub const RECYCLE_MIN: usize = 4 * 1024 * 1024;
+
+/// The freed mappings kept for reuse hold at most this many bytes together; a larger one is
+/// unmapped at once.
+pub const RECYCLE_MAX_BYTES: usize = 64 * 1024 * 1024;
+
+/// At most this many freed mappings are kept; the oldest leaves first.
+pub const RECYCLE_MAX_BUFFERS: usize = 4;
+
+/// The freed mappings kept for reuse, as (address, length), oldest first.
+mod recycled {
+    use std::sync::Mutex;
+
+    use super::{RECYCLE_MAX_BUFFERS, RECYCLE_MAX_BYTES, RECYCLE_MIN};
+
+    static KEPT: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+
+    fn kept() -> std::sync::MutexGuard<'static, Vec<(usize, usize)>> {
+        // A panic while the lock is held leaves the list consistent (every edit is one push,
+        // remove or drain), so a poisoned lock is used as it is.
+        KEPT.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A kept mapping of exactly `len` bytes (the most recently freed), now the caller's.
+    pub(super) fn take(len: usize) -> Option<usize> {
+        let mut kept = kept();
+        let at = kept.iter().rposition(|&(_, l)| l == len)?;
+        Some(kept.remove(at).0)
+    }
+
+    /// Keep the mapping at `addr` of `len` bytes (which the caller owned and no longer uses)
+    /// for reuse; returns the mappings to unmap now: the given one when it is not kept, else
+    /// the oldest ones it pushed out.
+    pub(super) fn give(addr: usize, len: usize) -> Vec<(usize, usize)> {
+        if !(RECYCLE_MIN..=RECYCLE_MAX_BYTES).contains(&len) {
+            return vec![(addr, len)];
+        }
+        let mut kept = kept();
+        kept.push((addr, len));
+        let mut total: usize = kept.iter().map(|&(_, l)| l).sum();
+        let mut out = 0;
+        while kept.len() - out > RECYCLE_MAX_BUFFERS || total > RECYCLE_MAX_BYTES {
+            total -= kept[out].1;
+            out += 1;
+        }
+        kept.drain(..out).collect()
+    }
+
+    /// How many mappings are kept and their bytes (tests).
+    #[cfg(test)]
+    pub(super) fn held() -> (usize, usize) {
+        let kept = kept();
+        (kept.len(), kept.iter().map(|&(_, l)| l).sum())
+    }
+}
+
+/// Unmap `len` bytes at `addr`, a whole mapping made by `HostBuffer::map` that nothing uses.
+fn unmap(addr: usize, len: usize) {
+    // SAFETY: the range is exactly one mapping `map` created, owned by nobody any more (a
+    // dropped buffer's, or one the recycled list pushed out), unmapped once.
+    unsafe { libc::munmap(addr as *mut libc::c_void, len) };
+}
 
 /// Heap buffers of at least this many bytes get the huge-page advice too (NumPy's threshold).
 pub const HUGE_PAGE_THRESHOLD: usize = 4 * 1024 * 1024;
@@ -46,7 +120,7 @@ fn advise_huge_pages(start: *mut u8, len: usize) {
 }
 
 const fn wants_mapping(len: usize, zeroed: bool) -> bool {
-    len >= MAP_THRESHOLD || (zeroed && len >= PAGE_ALIGN_THRESHOLD)
+    len >= MAP_THRESHOLD || len >= RECYCLE_MIN || (zeroed && len >= PAGE_ALIGN_THRESHOLD)
 }
 
 /// The alignment of a heap buffer of `len` bytes.
@@ -129,6 +203,12 @@ impl HostBuffer {
             return Ok(Self { ptr: NonNull::<u64>::dangling().cast(), len: 0, origin: Origin::Heap { lead: 0 } });
         }
         if wants_mapping(len, zeroed) {
+            if !zeroed && len >= RECYCLE_MIN {
+                if let Some(addr) = recycled::take(len) {
+                    let ptr = NonNull::new(addr as *mut u8).ok_or_else(out_of_memory)?;
+                    return Ok(Self { ptr, len, origin: Origin::Mapped });
+                }
+            }
             return Self::map(len);
         }
         let layout = heap_layout(len).ok_or_else(out_of_memory)?;
@@ -283,8 +363,11 @@ impl Drop for HostBuffer {
             }
             Origin::Heap { .. } => {}
             Origin::Mapped => {
-                // SAFETY: mapped buffers are exactly the mapping created in `map`, unmapped once.
-                unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+                // Mapped buffers are exactly a mapping created in `map`: kept for reuse by a
+                // later uninitialised buffer of its length, or unmapped, once.
+                for (addr, len) in recycled::give(self.ptr.as_ptr() as usize, self.len) {
+                    unmap(addr, len);
+                }
             }
         }
     }
@@ -303,15 +386,17 @@ mod tests {
         assert!(out.iter().all(|&x| x == 0));
     }
 
+    /// Zeroed ones read zero; an uninitialised one may be a recycled mapping (whatever its
+    /// last owner wrote), so only its origin and alignment are checked.
     #[test]
     fn large_buffers_are_mapped_page_aligned_and_zero() {
-        for (len, zeroed) in [(MAP_THRESHOLD, false), (PAGE_ALIGN_THRESHOLD + 12345, true)] {
+        for (len, zeroed) in [(MAP_THRESHOLD, false), (PAGE_ALIGN_THRESHOLD + 12345, true), (MAP_THRESHOLD + 1, true)] {
             let mut b = HostBuffer::new(len, zeroed).unwrap();
             assert_eq!(b.origin, Origin::Mapped);
             assert_eq!(b.as_ptr() as usize % PAGE_ALIGN, 0);
             let mut out = vec![1u8; len];
             b.read(0, &mut out).unwrap();
-            assert!(out.iter().all(|&x| x == 0));
+            assert!(!zeroed || out.iter().all(|&x| x == 0));
             b.write_mut(len - 4, &[7, 7, 7, 7]).unwrap();
             assert!(b.is_owned());
         }
@@ -319,7 +404,7 @@ mod tests {
 
     #[test]
     fn mid_sized_uninitialised_buffers_come_from_the_heap_page_aligned() {
-        for len in [PAGE_ALIGN_THRESHOLD, MAP_THRESHOLD - 1] {
+        for len in [PAGE_ALIGN_THRESHOLD, RECYCLE_MIN - 1] {
             let mut b = HostBuffer::new(len, false).unwrap();
             assert!(matches!(b.origin, Origin::Heap { .. }));
             assert_eq!(b.as_ptr() as usize % PAGE_ALIGN, 0);
@@ -352,6 +437,34 @@ mod tests {
             })
             .collect();
         assert!(per_round[1..].contains(&0), "faults per round: {per_round:?}");
+    }
+
+    /// A freed mapping serves the next uninitialised buffer of its length (its bytes as the
+    /// last owner left them, its pages present), never a zeroed one, and at most
+    /// `RECYCLE_MAX_BUFFERS` are kept. Sizes of their own, so other tests do not take them.
+    #[test]
+    fn freed_mappings_serve_uninitialised_buffers_of_their_length_only() {
+        let len = RECYCLE_MIN + 3 * PAGE_ALIGN;
+        let mut first = HostBuffer::new(len, false).unwrap();
+        assert_eq!(first.origin, Origin::Mapped);
+        first.write_mut(len - 1, &[9]).unwrap();
+        let addr = first.as_ptr();
+        drop(first);
+        let zeroed = HostBuffer::new(len, true).unwrap();
+        assert_ne!(zeroed.as_ptr(), addr, "a zeroed buffer is a fresh mapping");
+        assert_eq!(zeroed.as_slice()[len - 1], 0);
+        let again = HostBuffer::new(len, false).unwrap();
+        assert_eq!((again.as_ptr(), again.origin), (addr, Origin::Mapped));
+        assert_eq!(again.as_slice()[len - 1], 9, "the recycled pages, as left");
+        let other = HostBuffer::new(len + PAGE_ALIGN, false).unwrap();
+        assert_ne!(other.as_ptr(), addr);
+        drop((zeroed, again, other));
+        let many: Vec<HostBuffer> = (0..RECYCLE_MAX_BUFFERS + 2)
+            .map(|k| HostBuffer::new(RECYCLE_MIN + (7 + k) * PAGE_ALIGN, false).unwrap())
+            .collect();
+        drop(many);
+        let (count, bytes) = recycled::held();
+        assert!(count <= RECYCLE_MAX_BUFFERS && bytes <= RECYCLE_MAX_BYTES, "{count} kept, {bytes} bytes");
     }
 
     #[test]

@@ -40,6 +40,7 @@ from strideweave.carriers.base import (Carrier, check_bool_argument, check_index
                                        not_a_carrier, take_claim)
 from strideweave.carriers.ownership import Ownership, TwoTiered, check_tier_pair
 from strideweave.carriers.block_device import BlockDeviceCarrier
+from strideweave.carriers.cpu import CPU
 from strideweave.carriers.dtype import DType
 from strideweave.carriers.move_handle import AwaitResult
 from strideweave.carriers.tiled_types import AwaitResidency
@@ -398,10 +399,18 @@ class _Step:
     def allocate(self) -> None:
         """The destination: the target tier if live and large enough, else a fresh owned one.
         An allocation failure leaves everything as it was: nothing is owned yet. The
-        contract's call exactly (zeroed): large host buffers are kernel-zeroed mappings."""
+        contract's call exactly (zeroed), except a promote into the exact built-in CPU class,
+        whose `allocate_like` runs no hook anybody sees: it asks for `empty=True`, since the
+        transfer writes every slot before anybody can read one (the Evictable's claim is held
+        until the commit; a failure releases the fresh primary unread), and an uninitialised
+        host buffer of a size freed before reuses that buffer's pages (`RECYCLE_MIN` in the
+        core's host storage) instead of faulting in and zeroing fresh ones."""
         target, size = self.target, self.ev._size
         if target.is_released() or target.size() < size:
-            fresh = target.allocate_like(size, mutable=True)
+            if not self.evict and type(target) is CPU:
+                fresh = target.allocate_like(size, mutable=True, empty=True)
+            else:
+                fresh = target.allocate_like(size, mutable=True)
             self.ev._ownership.take(fresh)
             self.fresh = self.destination = fresh
 

@@ -5,6 +5,7 @@ first, least recently used first; `ResidencyPlan` (`residency_plan(steps)`) yiel
 resident while it prefetches the next. With races of policy promotes against writes, moves
 and releases."""
 import random
+import threading
 
 import pytest
 
@@ -206,3 +207,54 @@ def test_policy_promotes_racing_writes_moves_and_releases():
         elif rnd % 2:
             got = [destination[i] for i in range(64)]
             assert got == [float(i) for i in range(64)] or destination.size() in (0, 64)
+
+
+def test_layers_stream_through_a_plan_within_the_budget_and_read_exact():
+    """The streaming use (issue 24): each layer one tile of a file-seeded TiledEvictable with
+    retain_clean under a budget of two layers, a plan of one step per layer, twice over. While
+    a thread watches the resident bytes the whole time, every step is resident and clean when
+    yielded, its projection reads exactly the layer's values, and the tiles on primary never
+    pass the budget (the second pass starts with the first pass's last layers resident, so
+    its prefetches must make room)."""
+    layers, slots = 6, 1024
+    seed = sw.CPU(layers * slots, dtype=F32)
+    for i in range(layers * slots):
+        seed[i] = float(i)
+    secondary = sw.FileBacked(dtype=F32)
+    sw.move(sw.Tensor(seed, 0, sw.Layout.canonical(sw.Shape(layers * slots))), secondary)
+    tile_bytes = slots * 4
+    budget = 2 * tile_bytes
+    c = sw.TiledEvictable(sw.CPU(0, dtype=F32), secondary, (layers,), (slots,), retain_clean=True,
+                          residency_policy=ResidencyPolicy(budget))
+    full = sw.Tensor(c, 0, sw.Layout.canonical(sw.Shape(layers * slots)))
+    destination = sw.CPU(slots, dtype=F32)
+    seen_resident: list[int] = []
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            seen_resident.append(len(c.primary_tiles.coordinates) * tile_bytes)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        plan = c.residency_plan([TileSet([(k,)]) for k in range(layers)])
+        for _ in range(2):
+            yielded = []
+            for step in plan:
+                (k,), = step.coordinates
+                yielded.append(k)
+                state = c.tile_state((k,))
+                assert state.location == "primary" and state.clean
+                assert len(c.primary_tiles.coordinates) * tile_bytes <= budget
+                with sw.no_grad():
+                    layer = c.project(full, [[k]], destination).wait()
+                assert [layer[i] for i in range(slots)] == [float(k * slots + i) for i in range(slots)]
+            assert yielded == list(range(layers))
+    finally:
+        stop.set()
+        watcher.join()
+    assert seen_resident and max(seen_resident) <= budget
+    assert c.version == 0 and [c[k * slots + 7] for k in range(layers)] == [float(k * slots + 7) for k in range(layers)]
+    c.release()
+    destination.release()

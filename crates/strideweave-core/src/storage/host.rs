@@ -21,9 +21,87 @@ pub const PAGE_ALIGN_THRESHOLD: usize = 64 * 1024;
 /// is in `madvise` mode first touch of a 256 MiB tensor takes 128 faults instead of 65536.
 /// The heap recycles freed blocks, so repeated allocations of the same size (the fresh
 /// results of compute operations) do not fault their pages in again. So: zeroed buffers from
-/// 64 KiB and every buffer from 32 MiB (where glibc would map it anyway) are mappings; smaller
-/// uninitialised (`empty`) buffers come from the heap.
+/// 64 KiB and every buffer from 32 MiB (where glibc would map it anyway) are mappings;
+/// uninitialised (`empty`) buffers below [`RECYCLE_MIN`] come from the heap, and from it are
+/// mappings too, recycled (see there).
 pub const MAP_THRESHOLD: usize = 32 * 1024 * 1024;
+
+/// Uninitialised buffers from this size are mappings, served first from the few recently
+/// freed mappings of exactly their length that this module keeps ([`RECYCLE_MAX_BYTES`],
+/// [`RECYCLE_MAX_BUFFERS`]): their pages are present, so the buffer that replaces a freed one
+/// of its size (a layer promoted into memory after another was evicted, a fresh tile) neither
+/// faults its pages in nor has the kernel zero them, and no `munmap` interrupts the other
+/// threads. Why not the heap, as below this size: glibc keeps freed blocks of this size in
+/// each thread's arena with no bound (a 16 MiB tile made on one engine thread and freed on
+/// another stays resident), where this keeps a bounded few and unmaps the rest. A recycled
+/// buffer holds whatever its last owner wrote, which an uninitialised buffer may; a zeroed
+/// request is never served from it.
+pub const RECYCLE_MIN: usize = 4 * 1024 * 1024;
+
+/// The freed mappings kept for reuse hold at most this many bytes together; a larger one is
+/// unmapped at once.
+pub const RECYCLE_MAX_BYTES: usize = 64 * 1024 * 1024;
+
+/// At most this many freed mappings are kept; the oldest leaves first.
+pub const RECYCLE_MAX_BUFFERS: usize = 4;
+
+/// The freed mappings kept for reuse, as (address, length), oldest first.
+///
+/// The list is only ever tried, never waited for: a thread that finds it locked maps or
+/// unmaps as if it were empty or full. So no thread ever blocks on it, and a `fork()`ed child
+/// whose parent had it locked at the fork (by a thread the child does not have) still
+/// allocates and frees, only without recycling.
+mod recycled {
+    use std::sync::{Mutex, MutexGuard, TryLockError};
+
+    use super::{RECYCLE_MAX_BUFFERS, RECYCLE_MAX_BYTES, RECYCLE_MIN};
+
+    static KEPT: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+
+    fn kept() -> Option<MutexGuard<'static, Vec<(usize, usize)>>> {
+        match KEPT.try_lock() {
+            Ok(guard) => Some(guard),
+            // A panic while the lock is held leaves the list consistent (every edit is one
+            // push, remove or drain), so a poisoned lock is used as it is.
+            Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// A kept mapping of exactly `len` bytes (the most recently freed), now the caller's.
+    pub(super) fn take(len: usize) -> Option<usize> {
+        let mut kept = kept()?;
+        let at = kept.iter().rposition(|&(_, l)| l == len)?;
+        Some(kept.remove(at).0)
+    }
+
+    /// Keep the mapping at `addr` of `len` bytes (which the caller owned and no longer uses)
+    /// for reuse; returns the mappings to unmap now: the given one when it is not kept, else
+    /// the oldest ones it pushed out.
+    pub(super) fn give(addr: usize, len: usize) -> Vec<(usize, usize)> {
+        if !(RECYCLE_MIN..=RECYCLE_MAX_BYTES).contains(&len) {
+            return vec![(addr, len)];
+        }
+        let Some(mut kept) = kept() else {
+            return vec![(addr, len)];
+        };
+        kept.push((addr, len));
+        let mut total: usize = kept.iter().map(|&(_, l)| l).sum();
+        let mut out = 0;
+        while kept.len() - out > RECYCLE_MAX_BUFFERS || total > RECYCLE_MAX_BYTES {
+            total -= kept[out].1;
+            out += 1;
+        }
+        kept.drain(..out).collect()
+    }
+
+    /// How many mappings are kept and their bytes (tests).
+    #[cfg(test)]
+    pub(super) fn held() -> (usize, usize) {
+        let kept = KEPT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        (kept.len(), kept.iter().map(|&(_, l)| l).sum())
+    }
+}
 
 /// Heap buffers of at least this many bytes get the huge-page advice too (NumPy's threshold).
 pub const HUGE_PAGE_THRESHOLD: usize = 4 * 1024 * 1024;
@@ -46,7 +124,7 @@ fn advise_huge_pages(start: *mut u8, len: usize) {
 }
 
 const fn wants_mapping(len: usize, zeroed: bool) -> bool {
-    len >= MAP_THRESHOLD || (zeroed && len >= PAGE_ALIGN_THRESHOLD)
+    len >= MAP_THRESHOLD || len >= RECYCLE_MIN || (zeroed && len >= PAGE_ALIGN_THRESHOLD)
 }
 
 /// The alignment of a heap buffer of `len` bytes.
@@ -129,6 +207,12 @@ impl HostBuffer {
             return Ok(Self { ptr: NonNull::<u64>::dangling().cast(), len: 0, origin: Origin::Heap { lead: 0 } });
         }
         if wants_mapping(len, zeroed) {
+            if !zeroed && len >= RECYCLE_MIN {
+                if let Some(addr) = recycled::take(len) {
+                    let ptr = NonNull::new(addr as *mut u8).ok_or_else(out_of_memory)?;
+                    return Ok(Self { ptr, len, origin: Origin::Mapped });
+                }
+            }
             return Self::map(len);
         }
         let layout = heap_layout(len).ok_or_else(out_of_memory)?;
@@ -283,8 +367,15 @@ impl Drop for HostBuffer {
             }
             Origin::Heap { .. } => {}
             Origin::Mapped => {
-                // SAFETY: mapped buffers are exactly the mapping created in `map`, unmapped once.
-                unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+                // Mapped buffers are exactly a mapping created in `map`: kept for reuse by a
+                // later uninitialised buffer of its length, or unmapped, once.
+                for (addr, len) in recycled::give(self.ptr.as_ptr() as usize, self.len) {
+                    // SAFETY: each range is exactly one mapping `map` created that nobody uses
+                    // any more (this buffer's, or one the recycled list pushed out: the list
+                    // holds a mapping only between a drop and the `take` that hands it out),
+                    // unmapped once.
+                    unsafe { libc::munmap(addr as *mut libc::c_void, len) };
+                }
             }
         }
     }
@@ -303,15 +394,17 @@ mod tests {
         assert!(out.iter().all(|&x| x == 0));
     }
 
+    /// Zeroed ones read zero; an uninitialised one may be a recycled mapping (whatever its
+    /// last owner wrote), so only its origin and alignment are checked.
     #[test]
     fn large_buffers_are_mapped_page_aligned_and_zero() {
-        for (len, zeroed) in [(MAP_THRESHOLD, false), (PAGE_ALIGN_THRESHOLD + 12345, true)] {
+        for (len, zeroed) in [(MAP_THRESHOLD, false), (PAGE_ALIGN_THRESHOLD + 12345, true), (MAP_THRESHOLD + 1, true)] {
             let mut b = HostBuffer::new(len, zeroed).unwrap();
             assert_eq!(b.origin, Origin::Mapped);
             assert_eq!(b.as_ptr() as usize % PAGE_ALIGN, 0);
             let mut out = vec![1u8; len];
             b.read(0, &mut out).unwrap();
-            assert!(out.iter().all(|&x| x == 0));
+            assert!(!zeroed || out.iter().all(|&x| x == 0));
             b.write_mut(len - 4, &[7, 7, 7, 7]).unwrap();
             assert!(b.is_owned());
         }
@@ -319,7 +412,7 @@ mod tests {
 
     #[test]
     fn mid_sized_uninitialised_buffers_come_from_the_heap_page_aligned() {
-        for len in [PAGE_ALIGN_THRESHOLD, MAP_THRESHOLD - 1] {
+        for len in [PAGE_ALIGN_THRESHOLD, RECYCLE_MIN - 1] {
             let mut b = HostBuffer::new(len, false).unwrap();
             assert!(matches!(b.origin, Origin::Heap { .. }));
             assert_eq!(b.as_ptr() as usize % PAGE_ALIGN, 0);
@@ -352,6 +445,37 @@ mod tests {
             })
             .collect();
         assert!(per_round[1..].contains(&0), "faults per round: {per_round:?}");
+    }
+
+    /// A freed mapping serves the next uninitialised buffer of its length (its bytes as the
+    /// last owner left them, its pages present), never a zeroed one, and at most
+    /// `RECYCLE_MAX_BUFFERS` are kept. Sizes of their own, so other tests do not take them;
+    /// a few attempts, since a drop that finds the list locked by another test's thread
+    /// unmaps instead of keeping (by design: the list is never waited for).
+    #[test]
+    fn freed_mappings_serve_uninitialised_buffers_of_their_length_only() {
+        let len = RECYCLE_MIN + 3 * PAGE_ALIGN;
+        let recycled_once = (0..5).any(|_| {
+            let mut first = HostBuffer::new(len, false).unwrap();
+            assert_eq!(first.origin, Origin::Mapped);
+            first.write_mut(len - 1, &[9]).unwrap();
+            let addr = first.as_ptr();
+            drop(first);
+            let zeroed = HostBuffer::new(len, true).unwrap();
+            assert_eq!(zeroed.as_slice()[len - 1], 0, "a zeroed buffer is never a recycled one");
+            let again = HostBuffer::new(len, false).unwrap();
+            let other = HostBuffer::new(len + PAGE_ALIGN, false).unwrap();
+            let fresh_if_there = other.as_ptr() != addr || other.as_slice()[len - 1] == 0;
+            assert!(fresh_if_there, "another length never takes it");
+            again.as_ptr() == addr && again.origin == Origin::Mapped && again.as_slice()[len - 1] == 9
+        });
+        assert!(recycled_once, "the freed mapping, its bytes as left, served the next buffer of its length");
+        let many: Vec<HostBuffer> = (0..RECYCLE_MAX_BUFFERS + 2)
+            .map(|k| HostBuffer::new(RECYCLE_MIN + (7 + k) * PAGE_ALIGN, false).unwrap())
+            .collect();
+        drop(many);
+        let (count, bytes) = recycled::held();
+        assert!(count <= RECYCLE_MAX_BUFFERS && bytes <= RECYCLE_MAX_BYTES, "{count} kept, {bytes} bytes");
     }
 
     #[test]

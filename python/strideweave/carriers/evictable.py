@@ -407,6 +407,7 @@ class _Step:
         core's host storage) instead of faulting in and zeroing fresh ones."""
         target, size = self.target, self.ev._size
         if target.is_released() or target.size() < size:
+            fresh: Carrier
             if not self.evict and type(target) is CPU:
                 fresh = target.allocate_like(size, mutable=True, empty=True)
             else:

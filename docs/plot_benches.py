@@ -1,7 +1,7 @@
 """Draw the README's benchmark plot (docs/bench.svg) from saved `make bench` output.
 
-    make bench | tee bench.txt              # or: .venv/bin/python benches/run_all.py --quick move ray
-    .venv/bin/python docs/plot_benches.py bench.txt [out.svg] [--caption TEXT]
+    make bench | tee docs/bench-output.txt  # the full run: the checked-in plot is drawn from it
+    .venv/bin/python docs/plot_benches.py docs/bench-output.txt [out.svg] [--caption TEXT]
 
 Reads the side-by-side rows the benches print and draws ours next to what a user would
 otherwise call, in milliseconds (shorter is better):

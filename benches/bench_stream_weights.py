@@ -60,6 +60,31 @@ def flat_view(carrier: sw.Carrier, n: int) -> np.ndarray:
     return np.from_dlpack(sw.Tensor(carrier, 0, sw.Layout.canonical(sw.Shape(n))))
 
 
+def stream_arrays(x0: np.ndarray, weights: "list[np.ndarray] | list[np.memmap]") -> np.ndarray:
+    """One pass over weights NumPy can read directly (in RAM, or `np.memmap`)."""
+    x = x0
+    for w in weights:
+        x = np.tanh(x @ w)
+    return x
+
+
+def stream_clean_async(x0: np.ndarray, stack: list[sw.Evictable], size: int) -> np.ndarray:
+    """One pass over `retain_clean` Evictables, promoting one layer ahead while computing on
+    the current one's primary (its DLPack view), then evicting it (a clean evict writes
+    nothing)."""
+    x = x0
+    pending = stack[0].promote_async()
+    for k, ev in enumerate(stack):
+        pending.wait()
+        if k + 1 < len(stack):
+            pending = stack[k + 1].promote_async()
+        w = flat_view(ev.primary, size * size).reshape(size, size)
+        x = np.tanh(x @ w)
+        del w
+        ev.evict()
+    return x
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
@@ -94,16 +119,10 @@ def main() -> None:
         clean_stack = make_evictables(True)
 
         def pass_in_ram() -> np.ndarray:
-            x = x0
-            for w in in_ram:
-                x = np.tanh(x @ w)
-            return x
+            return stream_arrays(x0, in_ram)
 
         def pass_memmap() -> np.ndarray:
-            x = x0
-            for w in maps:
-                x = np.tanh(x @ w)
-            return x
+            return stream_arrays(x0, maps)
 
         buffers = [np.empty((size, size), dtype=np.float32) for _ in range(2)]
         fds = [os.open(p, os.O_RDONLY) for p in paths]
@@ -143,17 +162,7 @@ def main() -> None:
             return x
 
         def pass_clean_async() -> np.ndarray:
-            x = x0
-            pending = clean_stack[0].promote_async()
-            for k, ev in enumerate(clean_stack):
-                pending.wait()
-                if k + 1 < layers:
-                    pending = clean_stack[k + 1].promote_async()
-                w = flat_view(ev.primary, n).reshape(size, size)
-                x = np.tanh(x @ w)
-                del w
-                ev.evict()
-            return x
+            return stream_clean_async(x0, clean_stack, size)
 
         ways: list[tuple[str, Callable[[], np.ndarray]]] = [
             ("in RAM", pass_in_ram), ("np.memmap", pass_memmap), ("reader thread", pass_reader_thread),
@@ -343,23 +352,10 @@ def ltm_child(cgroup: str, limit_file: str, usage_file: str, peak_file: str, tmp
     maps = [np.memmap(p, dtype=np.float32, mode="r", shape=(size, size)) for p in paths]
 
     def pass_memmap() -> np.ndarray:
-        x = x0
-        for w in maps:
-            x = np.tanh(x @ w)
-        return x
+        return stream_arrays(x0, maps)
 
     def pass_clean_async() -> np.ndarray:
-        x = x0
-        pending = stack[0].promote_async()
-        for k, ev in enumerate(stack):
-            pending.wait()
-            if k + 1 < layers:
-                pending = stack[k + 1].promote_async()
-            w = flat_view(ev.primary, n).reshape(size, size)
-            x = np.tanh(x @ w)
-            del w
-            ev.evict()
-        return x
+        return stream_clean_async(x0, stack, size)
 
     full = sw.Tensor(tiled, 0, sw.Layout.canonical(sw.Shape(layers * n)))
     plan = tiled.residency_plan([sw.TileSet([(k,)]) for k in range(layers)])

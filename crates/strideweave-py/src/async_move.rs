@@ -137,7 +137,8 @@ pub(crate) fn move_async_builtin(
     if source.is(destination) {
         return Ok(None);
     }
-    let Some(pair) = BuiltinPair::of(cfg, py, &source.get_type(), &destination.get_type()) else {
+    let (source_type, destination_type) = (source.get_type(), destination.get_type());
+    let Some(pair) = BuiltinPair::of(cfg, py, &source_type, &destination_type) else {
         return Ok(None);
     };
     let layout = view.layout.bind(py).get().core();
@@ -152,11 +153,11 @@ pub(crate) fn move_async_builtin(
     }
     // The pair's cached route decision, and a recorded move's reverse (backward's route):
     // served here only while both are the built-in pair's default.
-    let Some(route) = routes::native_route(py, &source.get_type(), &destination.get_type()) else {
+    let Some(route) = routes::native_route(py, &source_type, &destination_type) else {
         return Ok(None);
     };
     let reverse = match recording {
-        true => match routes::native_route(py, &destination.get_type(), &source.get_type()) {
+        true => match routes::native_route(py, &destination_type, &source_type) {
             Some(reverse) => Some(reverse),
             None => return Ok(None),
         },

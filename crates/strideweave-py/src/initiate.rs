@@ -69,8 +69,6 @@ struct Hooks {
     record: Py<PyAny>,
     /// `move._submit(request, operation, prepared)`.
     submit: Py<PyAny>,
-    /// `move._slot_bytes(dtype)`.
-    slot_bytes: Py<PyAny>,
 }
 
 static HOOKS: PyOnceLock<Hooks> = PyOnceLock::new();
@@ -220,10 +218,9 @@ fn prepare_transfer<'py>(
     let token = if request.get().is_between_tiers() {
         None
     } else {
-        let dtype = tensor.call_method0(intern!(py, "dtype"))?;
-        let slot_bytes: i64 = hooks.slot_bytes.bind(py).call1((dtype,))?.extract()?;
-        let token =
-            hooks.log_begin.bind(py).call1((source, destination, implementation, cosize.saturating_mul(slot_bytes)))?;
+        // The moved span's bytes, as the request's progress counts them.
+        let nbytes = request.get().total_bytes();
+        let token = hooks.log_begin.bind(py).call1((source, destination, implementation, nbytes))?;
         request.get().set_parts(None, None, Some(token.clone()));
         Some(token)
     };

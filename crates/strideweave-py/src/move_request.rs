@@ -204,6 +204,11 @@ impl MoveRequest {
         self.between_tiers
     }
 
+    /// The bytes the move spans (`AwaitMove.bytes_total`: the cosize in slots of the dtype's size).
+    pub(crate) fn total_bytes(&self) -> u64 {
+        self.progress.get().total_bytes()
+    }
+
     /// The request's handle.
     pub(crate) fn handle<'py>(&self, py: Python<'py>) -> &Bound<'py, AwaitResult> {
         self.handle.bind(py)

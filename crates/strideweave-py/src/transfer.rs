@@ -46,6 +46,11 @@ impl TransferProgress {
         TransferProgress { done: AtomicU64::new(0), total: AtomicU64::new(total) }
     }
 
+    /// The transfer's size in bytes.
+    pub(crate) fn total_bytes(&self) -> u64 {
+        self.total.load(Ordering::Relaxed)
+    }
+
     /// Done equals total (a committed transfer).
     pub(crate) fn complete(&self) {
         self.done.store(self.total.load(Ordering::Relaxed), Ordering::Relaxed);

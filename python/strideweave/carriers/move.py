@@ -579,7 +579,6 @@ _native.configure_initiate({
     "log_begin": _log_begin, "log_abort": _log_abort, "log_submitted": _log_submitted,
     "is_definition_backed": extension.is_definition_backed, "allocate_definition": extension.allocate_destination,
     "output": _output, "bind_window": _bind_window, "record": _record, "submit": _submit,
-    "slot_bytes": _slot_bytes,
 })
 
 _native.configure_move_entry({

@@ -3,6 +3,9 @@
 use std::alloc::{alloc, alloc_zeroed, dealloc, Layout as AllocLayout};
 use std::collections::TryReserveError;
 use std::ptr::NonNull;
+use std::sync::Arc;
+
+use super::file::FileStore;
 
 /// Alignment of small owned buffers: a cache line, and enough for any SIMD load and for
 /// DLPack consumers that prefer 64-byte aligned data.
@@ -163,6 +166,9 @@ enum Origin {
     },
     Mapped,
     Wrapped,
+    /// A private mapping of a file ([`FileStore::snapshot`]): unmapped on drop, never recycled
+    /// (its pages are the file's until written).
+    FileSnapshot,
 }
 
 /// A byte buffer in host memory.
@@ -184,6 +190,9 @@ pub struct HostBuffer {
     ptr: NonNull<u8>,
     len: usize,
     origin: Origin,
+    /// The file a [`Origin::FileSnapshot`] maps and the byte offset of the mapping in it; the
+    /// file is told when the mapping is gone.
+    mapped_file: Option<(Arc<FileStore>, u64)>,
 }
 
 // SAFETY: HostBuffer is a plain region of memory with no thread affinity; synchronisation of
@@ -204,13 +213,18 @@ impl HostBuffer {
     /// Allocate `len` bytes, zeroed when `zeroed` is true (mapped buffers are always zero).
     pub fn new(len: usize, zeroed: bool) -> Result<Self, TryReserveError> {
         if len == 0 {
-            return Ok(Self { ptr: NonNull::<u64>::dangling().cast(), len: 0, origin: Origin::Heap { lead: 0 } });
+            return Ok(Self {
+                ptr: NonNull::<u64>::dangling().cast(),
+                len: 0,
+                origin: Origin::Heap { lead: 0 },
+                mapped_file: None,
+            });
         }
         if wants_mapping(len, zeroed) {
             if !zeroed && len >= RECYCLE_MIN {
                 if let Some(addr) = recycled::take(len) {
                     let ptr = NonNull::new(addr as *mut u8).ok_or_else(out_of_memory)?;
-                    return Ok(Self { ptr, len, origin: Origin::Mapped });
+                    return Ok(Self { ptr, len, origin: Origin::Mapped, mapped_file: None });
                 }
             }
             return Self::map(len);
@@ -236,7 +250,7 @@ impl HostBuffer {
         if len >= HUGE_PAGE_THRESHOLD {
             advise_huge_pages(ptr.as_ptr(), len);
         }
-        Ok(Self { ptr, len, origin: Origin::Heap { lead } })
+        Ok(Self { ptr, len, origin: Origin::Heap { lead }, mapped_file: None })
     }
 
     fn map(len: usize) -> Result<Self, TryReserveError> {
@@ -258,7 +272,7 @@ impl HostBuffer {
         advise_huge_pages(raw.cast(), len);
         debug_assert_eq!(raw as usize % PAGE_ALIGN, 0, "mappings are page-aligned");
         let ptr = NonNull::new(raw.cast::<u8>()).ok_or_else(out_of_memory)?;
-        Ok(Self { ptr, len, origin: Origin::Mapped })
+        Ok(Self { ptr, len, origin: Origin::Mapped, mapped_file: None })
     }
 
     /// Borrow `len` bytes at `ptr` without taking ownership.
@@ -267,7 +281,131 @@ impl HostBuffer {
     /// `ptr` must address `len` readable and writable bytes that stay valid for the life of
     /// the returned buffer.
     pub unsafe fn wrap(ptr: NonNull<u8>, len: usize) -> Self {
-        Self { ptr, len, origin: Origin::Wrapped }
+        Self { ptr, len, origin: Origin::Wrapped, mapped_file: None }
+    }
+
+    /// Take ownership of a private mapping of `file` (see [`FileStore::snapshot`]).
+    ///
+    /// # Safety
+    /// `ptr` must be a mapping of exactly `len` bytes that nothing else references or unmaps,
+    /// and `file` must have counted it as a snapshot.
+    pub(super) unsafe fn from_file_mapping(ptr: NonNull<u8>, len: usize, file: Arc<FileStore>, byte_off: u64) -> Self {
+        Self { ptr, len, origin: Origin::FileSnapshot, mapped_file: Some((file, byte_off)) }
+    }
+
+    /// Whether the buffer is a copy-on-write snapshot of a file ([`FileStore::snapshot`]).
+    pub fn is_file_snapshot(&self) -> bool {
+        self.origin == Origin::FileSnapshot
+    }
+
+    /// Whether every page of this buffer is in memory: for a file snapshot, whether the file's
+    /// bytes it maps are all in the page cache (`mincore`), so reading it waits for no disk.
+    /// Other buffers answer true. An error of the query is returned as is.
+    pub fn pages_in_memory(&self) -> std::io::Result<bool> {
+        #[cfg(target_os = "linux")]
+        if self.origin == Origin::FileSnapshot {
+            // SAFETY: sysconf has no preconditions.
+            let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1);
+            let mut resident = vec![0u8; self.len.div_ceil(page)];
+            // SAFETY: the range is exactly this buffer's own page-aligned mapping, alive while
+            // `&self` is, and `resident` has one byte per page of it, as mincore writes.
+            let rc = unsafe { libc::mincore(self.ptr.as_ptr().cast(), self.len, resident.as_mut_ptr()) };
+            if rc != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            return Ok(resident.iter().all(|&r| r & 1 == 1));
+        }
+        Ok(true)
+    }
+
+    /// Bring a file snapshot's bytes into memory ahead of its reads (on another thread, say), so
+    /// that its readers neither wait for the disk nor fault. When the file's bytes are all in
+    /// the page cache ([`pages_in_memory`](Self::pages_in_memory)) their pages are mapped
+    /// (`MADV_POPULATE_READ`): nothing is copied. Otherwise they are read from the file into
+    /// the snapshot with one positioned read, whose large requests are about twice as fast as
+    /// faulting a mapping in one readahead window at a time; the snapshot's pages become the
+    /// process's own then. Either way no byte changes. On a buffer that is not a snapshot, or
+    /// where the advice does not exist (before Linux 5.14), nothing happens.
+    ///
+    /// # Safety
+    /// No page of the snapshot may have been written yet, and nobody may write it during the
+    /// call: the read writes the file's bytes over the snapshot's, which equal them only while
+    /// it is unwritten.
+    pub unsafe fn load_snapshot(&self) -> std::io::Result<()> {
+        let Some((file, byte_off)) = &self.mapped_file else {
+            return Ok(());
+        };
+        if self.pages_in_memory()? {
+            #[cfg(target_os = "linux")]
+            // SAFETY: the range is exactly this buffer's own mapping, alive while `&self` is;
+            // the advice maps pages for reading and changes no byte, so no reader or writer of
+            // the memory can observe it. Advice only: an old kernel's EINVAL is ignored.
+            unsafe {
+                libc::madvise(self.ptr.as_ptr().cast(), self.len, libc::MADV_POPULATE_READ)
+            };
+            return Ok(());
+        }
+        // A write into the file mapping would first fault every page in from the disk to copy
+        // it: the range becomes anonymous memory first, then is read into.
+        // SAFETY: the caller guarantees nothing reads or writes the snapshot meanwhile, so its
+        // pages may be swapped for others of the same length at the same address.
+        unsafe { self.replace_with_anonymous_pages() }?;
+        // SAFETY: the range is `len` writable bytes alive while `&self` is; the caller
+        // guarantees that nothing writes or reads it meanwhile, and the read stores into every
+        // byte the value the snapshot showed before (the file's).
+        let bytes = unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) };
+        file.read_at(*byte_off, bytes)
+    }
+
+    /// Put private anonymous pages where this snapshot's file pages are, at the same address:
+    /// a kept mapping of its length ([`recycled`]: pages present, no faults) moved there, or a
+    /// fresh one. The bytes are unspecified afterwards.
+    ///
+    /// # Safety
+    /// Nothing may read or write the buffer during the call.
+    #[cfg(target_os = "linux")]
+    unsafe fn replace_with_anonymous_pages(&self) -> std::io::Result<()> {
+        let at = self.ptr.as_ptr().cast::<libc::c_void>();
+        if let Some(kept) = recycled::take(self.len) {
+            // SAFETY: `kept` is a mapping of exactly `len` bytes now ours alone; moving it onto
+            // `at` replaces this buffer's own mapping of the same length, which nobody uses.
+            let moved = unsafe {
+                libc::mremap(
+                    kept as *mut libc::c_void,
+                    self.len,
+                    self.len,
+                    libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+                    at,
+                )
+            };
+            if moved != libc::MAP_FAILED {
+                return Ok(());
+            }
+            // SAFETY: the kept mapping was not moved, so it is still ours: unmap it.
+            unsafe { libc::munmap(kept as *mut libc::c_void, self.len) };
+        }
+        // SAFETY: a fixed anonymous mapping over exactly this buffer's own range, which nobody
+        // uses; nothing else is mapped there.
+        let raw = unsafe {
+            libc::mmap(
+                at,
+                self.len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        if raw == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        advise_huge_pages(raw.cast(), self.len);
+        Ok(())
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    unsafe fn replace_with_anonymous_pages(&self) -> std::io::Result<()> {
+        Ok(())
     }
 
     /// The first byte (dangling but aligned when empty).
@@ -375,6 +513,14 @@ impl Drop for HostBuffer {
                     // holds a mapping only between a drop and the `take` that hands it out),
                     // unmapped once.
                     unsafe { libc::munmap(addr as *mut libc::c_void, len) };
+                }
+            }
+            Origin::FileSnapshot => {
+                // SAFETY: the buffer is exactly the mapping `FileStore::snapshot` made, which
+                // nothing else references, unmapped once.
+                unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+                if let Some((file, _)) = self.mapped_file.take() {
+                    file.snapshot_unmapped();
                 }
             }
         }

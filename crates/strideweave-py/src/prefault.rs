@@ -15,7 +15,8 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use strideweave_core::storage::HostBuffer;
 
-use crate::jobs::submit_job;
+use crate::error::JobError;
+use crate::jobs::{run_blocking, submit_job};
 use crate::storage::HostStorage;
 
 /// Queue the prefault of bytes `[byte_start, byte_start + nbytes)` of `storage` on the engine's
@@ -64,7 +65,36 @@ fn populate_write(buffer: &Arc<HostBuffer>, start: usize, end: usize) {
     let _ = (buffer, start, end);
 }
 
+/// `HostBuffer::load_snapshot` of a fresh file snapshot (`HostStorage.snapshot_of`): its bytes
+/// into memory ahead of its reads (mapped from the page cache, or read from the file when they
+/// are not all cached), GIL released; OSError if the read fails. Nothing on a storage that is
+/// not a snapshot.
+#[pyfunction]
+fn load_snapshot(py: Python<'_>, storage: PyRef<'_, HostStorage>) -> PyResult<()> {
+    let buffer = storage.buffer().ok_or_else(|| PyRuntimeError::new_err("HostStorage is released"))?;
+    // SAFETY: only `Evictable`'s retain_clean promote calls this, on the snapshot it has just
+    // made as its fresh primary, before publishing it and under its claim: nothing has written
+    // the snapshot and nothing can until the promote commits.
+    run_blocking(py, move || {
+        unsafe { buffer.load_snapshot() }.map_err(|err| JobError::Io { err, context: "loading a file snapshot".into() })
+    })
+}
+
+/// `load_snapshot` on the engine's copy lane, then `then(None)` or `then(exc)` with the GIL.
+/// The job holds the buffer, so a release meanwhile only drops the carrier's own reference.
+#[pyfunction]
+fn submit_load_snapshot(storage: PyRef<'_, HostStorage>, then: &Bound<'_, PyAny>) -> PyResult<()> {
+    let buffer = storage.buffer().ok_or_else(|| PyRuntimeError::new_err("HostStorage is released"))?;
+    // SAFETY: as in `load_snapshot`: the promote's fresh primary, unpublished until this job
+    // completes and the promote commits.
+    submit_job(then, move || {
+        unsafe { buffer.load_snapshot() }.map_err(|err| JobError::Io { err, context: "loading a file snapshot".into() })
+    })
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(submit_prefault, m)?)?;
+    m.add_function(wrap_pyfunction!(load_snapshot, m)?)?;
+    m.add_function(wrap_pyfunction!(submit_load_snapshot, m)?)?;
     Ok(())
 }

@@ -353,6 +353,43 @@ impl HostStorage {
         Ok(made)
     }
 
+    /// The first `count` slots of `file` (of the same element kind) as a copy-on-write
+    /// snapshot in host memory, without copying: a private mapping of the file
+    /// (`FileStore::snapshot`). Reads see the file's page cache; the first write to a page
+    /// copies that page, and no write reaches the file. While it is mapped the file cannot
+    /// shrink. ValueError for a kind mismatch or more slots than the file has; OSError if the
+    /// mapping fails.
+    ///
+    /// For `Evictable(retain_clean=True)`'s promote only, which keeps the contract the core
+    /// states: the file is an owned secondary tier, written by nobody but its Evictable, and by
+    /// it only when it evicts this very snapshot (the write-back of the snapshot's own bytes).
+    #[staticmethod]
+    fn snapshot_of(py: Python<'_>, file: PyRef<'_, FileStorage>, count: usize) -> PyResult<Self> {
+        let kind = file.kind();
+        let store = file.store().ok_or_else(released)?;
+        let bytes = count
+            .checked_mul(kind.size())
+            .filter(|&b| b > 0 && b as u64 <= store.len_bytes().unwrap_or(0))
+            .ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "cannot snapshot {count} slots of a file of {} slots",
+                    file.count().unwrap_or(0)
+                ))
+            })?;
+        // SAFETY: the caller is the retain_clean promote of an Evictable (see above): the file
+        // is its owned secondary, which no public path writes or resizes while owned, and
+        // which the Evictable writes only with this snapshot's own bytes (a dirty eviction)
+        // and shrinks only through `set_len`, which refuses while the snapshot is mapped. The
+        // file is the process's own (created exclusively, in its temporary directory).
+        let buffer = py.detach(|| unsafe { store.snapshot(0, bytes) }).map_err(os_error)?;
+        Ok(Self::holding(kind, buffer))
+    }
+
+    /// Whether this storage is a copy-on-write snapshot of a file (`snapshot_of`).
+    fn is_file_snapshot(&self) -> bool {
+        self.buffer().is_some_and(|b| b.is_file_snapshot())
+    }
+
     /// Wrap `count` slots at `pointer` without taking ownership.
     ///
     /// The caller promises the memory stays valid while the storage is live, as the CPU

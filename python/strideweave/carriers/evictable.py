@@ -41,7 +41,9 @@ from strideweave.carriers.base import (Carrier, check_bool_argument, check_index
 from strideweave.carriers.ownership import Ownership, TwoTiered, check_tier_pair
 from strideweave.carriers.block_device import BlockDeviceCarrier
 from strideweave.carriers.cpu import CPU
-from strideweave.carriers.dtype import DType
+from strideweave.carriers._sizes import KIND_BYTES
+from strideweave.carriers.dtype import STORAGE_KIND, DType
+from strideweave.carriers.file_backed import FileBacked
 from strideweave.carriers.move_handle import AwaitResult
 from strideweave.carriers.tiled_types import AwaitResidency
 
@@ -50,6 +52,11 @@ __all__ = ["Evictable"]
 
 # Base-class messages print `type(owner).__name__`; the token stands for the Evictable there.
 _Ownership = Ownership.named("Evictable")
+
+# A `retain_clean` promote of at least this many bytes from a FileBacked secondary into a fresh
+# CPU primary maps the file copy-on-write instead of copying it (`_CopyStep`); below it a copy
+# costs less than a mapping and its unmapping. The core's threshold for mapped host buffers.
+SNAPSHOT_MIN_BYTES = 4 << 20
 
 
 class _TransitionClaim:
@@ -325,8 +332,9 @@ class Evictable(TwoTiered, Carrier):
             return _DropCleanPrimary(self)
         source = self._primary if evict else self._secondary
         target = self._secondary if evict else self._primary
-        copy = not evict and self._retain_clean
-        return (_CopyStep if copy else _MoveStep)(self, source, target, evict)
+        if evict or not self._retain_clean:
+            return _MoveStep(self, source, target, evict)
+        return _CopyStep(self, source, target, evict)
 
     # ----- commit helpers used by the steps ------------------------------------------------------
     def _release_tier(self, tier: Carrier, *, keep: bool) -> None:
@@ -459,11 +467,43 @@ class _CopyStep(_Step):
     live as the clean copy. Both tiers are the Evictable's and its claim is held, so nobody
     else writes, releases or moves them meanwhile: the copy needs no move request. Built-in
     storages copy in Rust on the engine (one positioned read for FileBacked → CPU); others
-    slot by slot on an engine thread."""
+    slot by slot on an engine thread.
+
+    Snapshots. A FileBacked secondary of at least `SNAPSHOT_MIN_BYTES` promoted into a fresh
+    built-in CPU primary is a copy-on-write snapshot of the file (`CPU._sw_snapshot_of`, a
+    private mapping), made on the calling thread in microseconds. The transfer then loads it
+    (`load_snapshot`, on an engine thread for `promote_async()`): when the file's bytes are all
+    in the page cache their pages are mapped and nothing is copied, and the primary reads the
+    page cache as `np.memmap` does; otherwise one positioned read fills the snapshot, which is
+    about twice as fast as faulting a mapping in from the disk. The first write to a page copies
+    that page into the process and no write reaches the file, so to everybody who reads or
+    writes it the primary is a copy.
+
+    The snapshot's contract (the file's bytes change only by the write-back of the snapshot
+    itself, and the file does not shrink while it is mapped) holds because the secondary is
+    owned: nobody else writes or resizes it, this Evictable writes it only by evicting a dirty
+    primary, which is this snapshot, and a FileBacked's file is the process's own."""
+
+    snapshot = False
+
+    def allocate(self) -> None:
+        source, target, ev = self.source, self.target, self.ev
+        fresh_needed = target.is_released() or target.size() < ev._size
+        if (fresh_needed and type(source) is FileBacked and type(target) is CPU
+                and ev._size * KIND_BYTES[STORAGE_KIND[ev._dtype]] >= SNAPSHOT_MIN_BYTES):
+            fresh = CPU._sw_snapshot_of(source._sw_storage(), ev._size, target.dtype())
+            ev._ownership.take(fresh)
+            self.fresh = self.destination = fresh
+            self.snapshot = True
+            return
+        super().allocate()
 
     def run(self) -> None:
         self.allocate()
         source, destination, size = self.source, self.destination, self.ev._size
+        if self.snapshot:
+            _native.load_snapshot(destination._sw_storage())
+            return
         src, dst = source._sw_storage(), destination._sw_storage()
         if src is not None and dst is not None:
             _native.copy_span(src, 0, dst, 0, size)
@@ -476,12 +516,15 @@ class _CopyStep(_Step):
         source, destination, size = self.source, self.destination, self.ev._size
         done = _native.new_completion(AwaitResult)
         src, dst = source._sw_storage(), destination._sw_storage()
-        if src is not None and dst is not None:
-            def then(exc: BaseException | None) -> None:
-                if exc is None:
-                    done._succeed(None)
-                else:
-                    done._fail(exc)
+
+        def then(exc: BaseException | None) -> None:
+            if exc is None:
+                done._succeed(None)
+            else:
+                done._fail(exc)
+        if self.snapshot:
+            _native.submit_load_snapshot(dst, then)
+        elif src is not None and dst is not None:
             _native.submit_span(src, 0, dst, 0, size, then)
         else:
             def job() -> None:

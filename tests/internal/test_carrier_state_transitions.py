@@ -164,8 +164,7 @@ def test_the_garbage_collector_sees_the_owner_and_the_claim_once_each():
     claim, owner = Claim(), Claim()
     take_claims(claim, ((c, "source", "move"),))
     c._sw_owner = owner
-    referents = gc.get_referents(c)
-    assert sum(r is claim for r in referents) == 1 and sum(r is owner for r in referents) == 1
+    assert [sum(r is held for r in gc.get_referents(c)) for held in (claim, owner)] == [1, 1]
     claim.carrier, owner.carrier = c, c
     dead = weakref.ref(c), weakref.ref(claim), weakref.ref(owner)
     del c, claim, owner

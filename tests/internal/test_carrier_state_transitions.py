@@ -2,7 +2,9 @@
 (crates/strideweave-py/src/carrier_state.rs): each checks and changes in one step, so of
 racing calls exactly one wins, the losers raise RuntimeError, and nothing stays claimed.
 Each race runs 8 threads for 300 rounds (tests/racing.py switches threads every microsecond)."""
+import gc
 import threading
+import weakref
 
 import pytest
 
@@ -153,3 +155,18 @@ def test_a_displaced_claim_is_dropped_after_the_lock():
     t.join(30)
     assert not t.is_alive(), "dropping a claim deadlocked"
     assert read == [None]
+
+
+def test_the_garbage_collector_sees_the_owner_and_the_claim_once_each():
+    # Each payload the carrier state holds is one reference of the carrier's, reported by
+    # its `__traverse__`; a cycle through the claim or the owner is collected.
+    c = CPU(1)
+    claim, owner = Claim(), Claim()
+    take_claims(claim, ((c, "source", "move"),))
+    c._sw_owner = owner
+    assert [sum(r is held for r in gc.get_referents(c)) for held in (claim, owner)] == [1, 1]
+    claim.carrier, owner.carrier = c, c
+    dead = weakref.ref(c), weakref.ref(claim), weakref.ref(owner)
+    del c, claim, owner
+    gc.collect()
+    assert [ref() for ref in dead] == [None, None, None]

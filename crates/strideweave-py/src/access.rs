@@ -102,7 +102,7 @@ fn write_slot(
     let plain = value.is_exact_instance_of::<PyFloat>()
         || value.is_exact_instance_of::<PyInt>()
         || value.is_exact_instance_of::<PyBool>();
-    let opened = !plain && base.state().open_write(|_| false, &Strict).is_ok();
+    let opened = !plain && base.state().cell().open_write(|_| false, &Strict).is_ok();
     if !plain && !opened {
         return Ok(false);
     }
@@ -114,9 +114,9 @@ fn write_slot(
     );
     let stored = matches!(attempt, Ok(Ok(true)));
     if opened {
-        base.state().close_write(stored);
+        base.state().cell().close_write(stored);
     } else if stored {
-        base.state().bump_version();
+        base.state().cell().bump_version();
     }
     match attempt? {
         Ok(true) => Ok(true),

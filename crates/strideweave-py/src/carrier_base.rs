@@ -2,10 +2,11 @@
 //! framework state every carrier shares.
 //!
 //! The framework state (version, released, owner, pending claim) is the core's
-//! `StateCell` with Python objects as payloads (`carrier_state.rs`), and its transitions are
-//! the cell's: each checks and changes the state in one critical section, and the methods
-//! below expose them to the Python layer (`_sw_take_claims`, `_sw_begin_release`, ...). The
-//! fast paths (`Tensor[key]`, the inline move, the worker commit) use the same cell. The
+//! `model::CarrierState`, the same type the Rust model's carriers hold, with Python objects as
+//! its foreign owner and claim payloads (`carrier_state.rs`), and its transitions are its
+//! cell's: each checks and changes the state in one critical section, and the methods below
+//! expose them to the Python layer (`_sw_take_claims`, `_sw_begin_release`, ...). The fast
+//! paths (`Tensor[key]`, the inline move, the worker commit) use the same cell. The
 //! built-in carriers' Rust storage object and mutability flag are fields here too. Python code
 //! sees all of it under the attribute names it always used (`_sw_version`, `_sw_released`,
 //! `_sw_owner`, `_sw_claim`, `_storage`, `_dtype`, `_mutable`), through getters and setters.
@@ -28,10 +29,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use pyo3::{PyTraverseError, PyVisit};
 
-use crate::carrier_state::{self, PyJudge, PyStateCell};
+use crate::carrier_state::{self, claim_object, owner_object, py_claim, py_owner, PyJudge};
 use crate::error;
 use crate::set_once::SetOnce;
-use strideweave_core::model::{Holder, StateRefusal};
+use strideweave_core::model::{CarrierState, Holder, StateRefusal};
 
 /// One optional object field. `take`/`put` hand the previous value back so that the caller
 /// drops it after the lock is gone.
@@ -141,8 +142,10 @@ pub(crate) enum Hooks {
 #[pyclass(subclass, frozen, dict, weakref, module = "strideweave", name = "_CarrierBase")]
 pub struct CarrierBase {
     /// Version, released, owner (the owning composite's token: Evictable, TiledEvictable),
-    /// claim (the pending move holding this carrier, `RELEASING` while a release hook runs).
-    state: PyStateCell,
+    /// claim (the pending move holding this carrier, `RELEASING` while a release hook runs);
+    /// owner and claim are Python objects (`carrier_state::PyPayload`). Its class name is
+    /// never reported: the binding words refusals with the carrier's own type name.
+    state: CarrierState,
     /// The `_native` storage object of a built-in carrier (`HostStorage`, `FileStorage`, ...).
     pub(crate) storage: StorageSlot,
     /// The carrier's dtype, where its class stores one in `_dtype` (the built-ins do; the
@@ -155,7 +158,7 @@ pub struct CarrierBase {
 
 impl CarrierBase {
     /// The carrier's framework state.
-    pub(crate) fn state(&self) -> &PyStateCell {
+    pub(crate) fn state(&self) -> &CarrierState {
         &self.state
     }
 
@@ -176,7 +179,7 @@ impl CarrierBase {
     /// Live, unowned, unclaimed and mutable: a public write may go ahead without the
     /// reference path deciding anything.
     pub(crate) fn plainly_writable(&self) -> bool {
-        self.state.is_free() && self.mutable_flag()
+        self.state.cell().is_free() && self.mutable_flag()
     }
 
     /// The remembered answer for `which`, computed by `check` the first time.
@@ -213,7 +216,7 @@ impl CarrierBase {
     #[pyo3(signature = (*_args, **_kwargs))]
     fn new(_args: &Bound<'_, PyTuple>, _kwargs: Option<&Bound<'_, PyDict>>) -> Self {
         CarrierBase {
-            state: PyStateCell::new(),
+            state: CarrierState::new_static("Carrier"),
             storage: StorageSlot::default(),
             dtype: StorageSlot::default(),
             mutable: AtomicU8::new(MUTABLE_UNSET),
@@ -230,7 +233,7 @@ impl CarrierBase {
     #[setter(_sw_version)]
     fn set_version(&self, value: Option<u64>) -> PyResult<()> {
         let value = value.ok_or_else(|| PyTypeError::new_err("a carrier's version cannot be deleted"))?;
-        self.state.set_version(value);
+        self.state.cell().set_version(value);
         Ok(())
     }
 
@@ -242,28 +245,30 @@ impl CarrierBase {
     #[setter(_sw_released)]
     fn set_released_flag(&self, value: Option<bool>) -> PyResult<()> {
         let value = value.ok_or_else(|| PyTypeError::new_err("a carrier's release state cannot be deleted"))?;
-        self.state.set_released(value);
+        self.state.cell().set_released(value);
         Ok(())
     }
 
     #[getter(_sw_owner)]
     fn get_owner(&self, py: Python<'_>) -> Option<Py<PyAny>> {
-        self.state.with_owner(|owner| owner.map(|o| o.clone_ref(py)))
+        self.state.cell().with_owner(|owner| owner.and_then(owner_object).map(|o| o.clone_ref(py)))
     }
 
     #[setter(_sw_owner)]
     fn set_owner(&self, value: Option<Bound<'_, PyAny>>) {
-        drop(self.state.replace_owner(value.filter(|v| !v.is_none()).map(Bound::unbind)));
+        let owner = value.filter(|v| !v.is_none()).map(|v| py_owner(v.unbind()));
+        drop(self.state.cell().replace_owner(owner));
     }
 
     #[getter(_sw_claim)]
     fn get_claim(&self, py: Python<'_>) -> Option<Py<PyAny>> {
-        self.state.with_claim(|claim| claim.map(|c| c.clone_ref(py)))
+        self.state.cell().with_claim(|claim| claim.and_then(claim_object).map(|c| c.clone_ref(py)))
     }
 
     #[setter(_sw_claim)]
     fn set_claim(&self, value: Option<Bound<'_, PyAny>>) {
-        drop(self.state.replace_claim(value.filter(|v| !v.is_none()).map(Bound::unbind)));
+        let claim = value.filter(|v| !v.is_none()).map(|v| py_claim(v.unbind()));
+        drop(self.state.cell().replace_claim(claim));
     }
 
     /// Claims every `(carrier, role, action)` of `entries` for `claim`, or none: each must
@@ -305,7 +310,7 @@ impl CarrierBase {
 
     /// Gives up ownership if `owner` owns this carrier; returns whether it did.
     fn _sw_disown(&self, owner: &Bound<'_, PyAny>) -> bool {
-        let displaced = self.state.disown_if(|held| owner.is(held));
+        let displaced = self.state.cell().disown_if(|held| owner_object(held).is_some_and(|held| owner.is(held)));
         let disowned = displaced.is_some();
         drop(displaced);
         disowned
@@ -342,12 +347,12 @@ impl CarrierBase {
 
     /// The release hook succeeded: released, claim back to `saved`, in one step.
     fn _sw_finish_release(&self, saved: Option<Bound<'_, PyAny>>) {
-        drop(self.state.finish_release(saved.map(Bound::unbind)));
+        drop(self.state.cell().finish_release(saved.map(|saved| py_claim(saved.unbind()))));
     }
 
     /// The release hook failed: claim back to `saved`; still live.
     fn _sw_abort_release(&self, saved: Option<Bound<'_, PyAny>>) {
-        drop(self.state.abort_release(saved.map(Bound::unbind)));
+        drop(self.state.cell().abort_release(saved.map(|saved| py_claim(saved.unbind()))));
     }
 
     /// A framework mutation: RuntimeError if owned or claimed (but by `active`), else the
@@ -379,7 +384,7 @@ impl CarrierBase {
     /// Closes a write `_sw_open_write` opened; with `count`, its store went through and the
     /// version rises as `_sw_count_write` says, in the same step. Returns whether it rose.
     fn _sw_close_write(&self, count: bool) -> bool {
-        self.state.close_write(count)
+        self.state.cell().close_write(count)
     }
 
     /// Count one successful public write in the version. A pending move's own transfer
@@ -387,7 +392,7 @@ impl CarrierBase {
     /// not counted (the write itself was only allowed because this thread runs that move).
     /// Returns whether it counted.
     fn _sw_count_write(&self) -> bool {
-        self.state.count_write()
+        self.state.cell().count_write()
     }
 
     /// The storage object of a built-in carrier; AttributeError until a constructor sets it,
@@ -433,16 +438,18 @@ impl CarrierBase {
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        self.state.with_owner(|owner| owner.map_or(Ok(()), |o| visit.call(o)))?;
-        self.state.with_claim(|claim| claim.map_or(Ok(()), |c| visit.call(c)))?;
+        // Each payload is this carrier's own reference to its object (`PyPayload`).
+        let cell = self.state.cell();
+        cell.with_owner(|owner| owner.and_then(owner_object).map_or(Ok(()), |o| visit.call(o)))?;
+        cell.with_claim(|claim| claim.and_then(claim_object).map_or(Ok(()), |c| visit.call(c)))?;
         self.storage.visit(&visit)?;
         self.dtype.visit(&visit)
     }
 
     fn __clear__(&self) {
         let dropped = (
-            self.state.replace_owner(None),
-            self.state.replace_claim(None),
+            self.state.cell().replace_owner(None),
+            self.state.cell().replace_claim(None),
             self.storage.put(None),
             self.dtype.put(None),
         );

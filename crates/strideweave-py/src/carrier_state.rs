@@ -1,27 +1,71 @@
-//! The Python carriers' state transitions, on the core's [`StateCell`] with Python objects as
-//! payloads: the owning composite's token as owner, the pending move request (or the
-//! "being released" marker) as claim.
+//! The Python carriers' state transitions, on the core's `model::CarrierState` — the one
+//! carrier state type, the Rust model's too — with Python objects as its foreign payloads: the
+//! owning composite's token as owner, the pending move request (or the "being released"
+//! marker) as claim, each wrapped in a [`PyPayload`].
 //!
-//! Each transition is one critical section of the cell, so its atomicity comes from the core.
-//! The rules the Python layer writes in its own terms enter as a [`PyJudge`]: the claim the
-//! caller passes as its own (`active`: a move request releasing its source at its commit)
-//! does not block, whichever thread runs it, and the `carriers.base.RELEASING` marker blocks
-//! with its own message. No claim is lifted for a thread. The judge only
-//! compares identities and takes references, so no Python code runs inside the cell's lock;
-//! payloads a transition displaces are dropped after it (a `__del__` may read this carrier).
-//! Every refusal is the core's catalogue (`model::StateRefusal`), worded as the Python layer
-//! worded it when it did these checks itself, and raised through `error::state_refusal`.
+//! Each transition is one critical section of the state's cell (`CarrierState::cell`), so its
+//! atomicity comes from the core. The rules the Python layer writes in its own terms enter as
+//! a [`PyJudge`]: the claim the caller passes as its own (`active`: a move request releasing
+//! its source at its commit) does not block, whichever thread runs it, and the
+//! `carriers.base.RELEASING` marker blocks with its own message. No claim is lifted for a
+//! thread. The judge only compares identities and takes references, so no Python code runs
+//! inside the cell's lock; payloads a transition displaces are dropped after it (a `__del__`
+//! may read this carrier). Every refusal is the core's catalogue (`model::StateRefusal`),
+//! worded as the Python layer worded it when it did these checks itself, and raised through
+//! `error::state_refusal`.
+
+use std::any::Any;
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::PyType;
-use strideweave_core::model::{ClaimJudge, ClaimRule, Holder, Refusal, ReleaseStart, StateCell, StateRefusal, Verdict};
+use strideweave_core::model::{
+    Claim, ClaimJudge, ClaimRule, Foreign, ForeignObject, Holder, Owner, Refusal, ReleaseStart, StateCell,
+    StateRefusal, Verdict,
+};
 
 use crate::carrier_base::CarrierBase;
 use crate::error;
 
-/// A Python carrier's state: owner and claim payloads are Python objects.
-pub(crate) type PyStateCell = StateCell<Py<PyAny>, Py<PyAny>>;
+/// A Python object as a carrier state's owner or claim payload.
+///
+/// Each stored payload is a payload of its own, never a clone of another carrier's handle:
+/// the carrier's `__traverse__` reports it to the garbage collector as one reference the
+/// carrier holds, which it must be.
+#[derive(Debug)]
+pub(crate) struct PyPayload(Py<PyAny>);
+
+impl ForeignObject for PyPayload {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// `object` as a claim.
+pub(crate) fn py_claim(object: Py<PyAny>) -> Claim {
+    Claim::Foreign(Foreign::new(PyPayload(object)))
+}
+
+/// `object` as an owner.
+pub(crate) fn py_owner(object: Py<PyAny>) -> Owner {
+    Owner::Foreign(Foreign::new(PyPayload(object)))
+}
+
+fn payload_object(foreign: Option<&Foreign>) -> Option<&Py<PyAny>> {
+    foreign?.downcast_ref::<PyPayload>().map(|payload| &payload.0)
+}
+
+/// The Python object of a claim (None for a claim of the Rust model, which no Python carrier
+/// holds).
+pub(crate) fn claim_object(claim: &Claim) -> Option<&Py<PyAny>> {
+    payload_object(claim.foreign())
+}
+
+/// The Python object of an owner (None for an owner of the Rust model, which no Python
+/// carrier has).
+pub(crate) fn owner_object(owner: &Owner) -> Option<&Py<PyAny>> {
+    payload_object(owner.foreign())
+}
 
 /// What the Python layer's claims demand beyond a live carrier: ownership is checked by the
 /// move's validation table, not by the claim.
@@ -44,31 +88,31 @@ pub(crate) struct PyJudge<'a, 'py> {
     pub(crate) owner: Option<&'a Bound<'py, PyAny>>,
 }
 
-impl ClaimJudge<Py<PyAny>, Py<PyAny>> for PyJudge<'_, '_> {
+impl ClaimJudge<Owner, Claim> for PyJudge<'_, '_> {
     type Blocked = Held;
-    /// The owner's type, for the message.
-    type Owner = Py<PyType>;
+    /// The owner's type, for the message (None: a Rust owner, which has no Python type).
+    type Owner = Option<Py<PyType>>;
 
-    fn judge(&self, held: &Py<PyAny>) -> Verdict<Held> {
-        if self.active.is_some_and(|active| active.is(held)) {
-            Verdict::Passes
-        } else if self.releasing.is(held) {
-            Verdict::Blocks(Held::BeingReleased)
-        } else {
-            Verdict::Blocks(Held::Pending)
+    /// Identity (`is`) with `active` and `releasing`; a claim that is no Python object (the
+    /// Rust model's, never held by a Python carrier) blocks as a pending move.
+    fn judge(&self, held: &Claim) -> Verdict<Held> {
+        match claim_object(held) {
+            Some(held) if self.active.is_some_and(|active| active.is(held)) => Verdict::Passes,
+            Some(held) if self.releasing.is(held) => Verdict::Blocks(Held::BeingReleased),
+            _ => Verdict::Blocks(Held::Pending),
         }
     }
 
-    fn owner(&self, owner: &Py<PyAny>) -> Py<PyType> {
-        owner.bind(self.releasing.py()).get_type().unbind()
+    fn owner(&self, owner: &Owner) -> Option<Py<PyType>> {
+        owner_object(owner).map(|owner| owner.bind(self.releasing.py()).get_type().unbind())
     }
 
-    fn owner_passes(&self, owner: &Py<PyAny>) -> bool {
-        self.owner.is_some_and(|ours| ours.is(owner))
+    fn owner_passes(&self, owner: &Owner) -> bool {
+        owner_object(owner).is_some_and(|owner| self.owner.is_some_and(|ours| ours.is(owner)))
     }
 }
 
-type PyRefusal = Refusal<Held, Py<PyType>>;
+type PyRefusal = Refusal<Held, Option<Py<PyType>>>;
 
 /// `type(obj).__name__`.
 pub(crate) fn type_name(obj: &Bound<'_, PyAny>) -> PyResult<String> {
@@ -96,15 +140,19 @@ fn being_written_error(carrier: &str, action: &str) -> PyErr {
 }
 
 /// The class name of the owner a refusal names.
-fn owner_name(py: Python<'_>, owner: &Py<PyType>) -> PyResult<String> {
-    Ok(owner.bind(py).name()?.to_string())
+fn owner_name(py: Python<'_>, owner: &Option<Py<PyType>>) -> PyResult<String> {
+    match owner {
+        Some(owner) => Ok(owner.bind(py).name()?.to_string()),
+        // A Rust model's owner: never one of a Python carrier.
+        None => Ok("OwnerToken".into()),
+    }
 }
 
 /// After a refusal by an open write: waits, with the GIL released (a writer's store runs Python
 /// code), until the writes other threads have open on `cell` close, and returns true so the
 /// caller tries again; false at once when this thread has a write open there (its store's own
 /// code asking for the transition), which stays refused.
-fn waited_out_writes(py: Python<'_>, cell: &PyStateCell) -> bool {
+fn waited_out_writes(py: Python<'_>, cell: &StateCell<Owner, Claim>) -> bool {
     py.detach(|| cell.wait_out_writes())
 }
 
@@ -120,9 +168,11 @@ pub(crate) fn take_claims(
     entries: &[(Bound<'_, CarrierBase>, String, String)],
     judge: &PyJudge<'_, '_>,
 ) -> PyResult<()> {
-    let cells: Vec<(&PyStateCell, ClaimRule)> = entries.iter().map(|(c, _, _)| (c.get().state(), PY_CLAIM)).collect();
+    let cells: Vec<(&StateCell<Owner, Claim>, ClaimRule)> =
+        entries.iter().map(|(c, _, _)| (c.get().state().cell(), PY_CLAIM)).collect();
     let outcome = loop {
-        match PyStateCell::claim_all(&cells, || claim.clone().unbind(), judge) {
+        // One payload per carrier (see `PyPayload`).
+        match StateCell::claim_all(&cells, || py_claim(claim.clone().unbind()), judge) {
             Err((n, Refusal::BeingWritten)) if waited_out_writes(claim.py(), cells[n].0) => continue,
             outcome => break outcome,
         }
@@ -159,9 +209,9 @@ pub(crate) fn take_claim(
 ) -> PyResult<()> {
     let py = carrier.py();
     let rule = ClaimRule { owner_refuses: true, mutable: true };
-    let cell = carrier.get().state();
+    let cell = carrier.get().state().cell();
     let outcome = loop {
-        match cell.try_claim(claim.clone().unbind(), rule, judge) {
+        match cell.try_claim(py_claim(claim.clone().unbind()), rule, judge) {
             Err((refused, Refusal::BeingWritten)) if waited_out_writes(py, cell) => drop(refused),
             outcome => break outcome,
         }
@@ -195,12 +245,13 @@ pub(crate) fn take_claim(
 /// one step. False when refused: the caller words the refusal by its own checks, which the
 /// refused state now fails.
 pub(crate) fn adopt(carrier: &CarrierBase, owner: &Bound<'_, PyAny>, judge: &PyJudge<'_, '_>) -> bool {
+    let cell = carrier.state().cell();
     loop {
-        match carrier.state().adopt(owner.clone().unbind(), judge) {
+        match cell.adopt(py_owner(owner.clone().unbind()), judge) {
             Ok(()) => return true,
             Err((refused, why)) => {
                 drop(refused);
-                if !(matches!(why, Refusal::BeingWritten) && waited_out_writes(owner.py(), carrier.state())) {
+                if !(matches!(why, Refusal::BeingWritten) && waited_out_writes(owner.py(), cell)) {
                     return false;
                 }
             }
@@ -210,12 +261,12 @@ pub(crate) fn adopt(carrier: &CarrierBase, owner: &Bound<'_, PyAny>, judge: &PyJ
 
 /// Drops `claim` if the carrier still holds it (idempotent).
 pub(crate) fn drop_claim(carrier: &CarrierBase, claim: &Bound<'_, PyAny>) {
-    drop(carrier.state().drop_claim_if(|held| claim.is(held)));
+    drop(carrier.state().cell().drop_claim_if(|held| claim_object(held).is_some_and(|held| claim.is(held))));
 }
 
 /// `_sw_check_unclaimed(action)`: the claim is read in one critical section.
 pub(crate) fn check_unclaimed(carrier: &Bound<'_, CarrierBase>, action: &str, judge: &PyJudge<'_, '_>) -> PyResult<()> {
-    let held = carrier.get().state().with_claim(|held| {
+    let held = carrier.get().state().cell().with_claim(|held| {
         held.and_then(|held| match judge.judge(held) {
             Verdict::Blocks(why) => Some(why),
             // `PyJudge` gives only these two verdicts; any other lets the claim pass.
@@ -249,8 +300,8 @@ pub(crate) fn begin_release(
     carrier: &Bound<'_, CarrierBase>,
     judge: &PyJudge<'_, '_>,
 ) -> PyResult<(bool, Option<Py<PyAny>>)> {
-    let marker = || judge.releasing.clone().unbind();
-    let cell = carrier.get().state();
+    let marker = || py_claim(judge.releasing.clone().unbind());
+    let cell = carrier.get().state().cell();
     let outcome = loop {
         match cell.begin_release(marker, judge) {
             Err(Refusal::BeingWritten) if waited_out_writes(carrier.py(), cell) => continue,
@@ -270,7 +321,7 @@ pub(crate) fn begin_release(
 /// `_increment_version()`: owned or claimed raises, else the version rises by one.
 pub(crate) fn mutate(carrier: &Bound<'_, CarrierBase>, judge: &PyJudge<'_, '_>) -> PyResult<()> {
     let py = carrier.py();
-    match carrier.get().state().mutate(judge) {
+    match carrier.get().state().cell().mutate(judge) {
         Ok(()) => Ok(()),
         Err(why) => {
             let name = type_name(carrier.as_any())?;
@@ -297,8 +348,10 @@ pub(crate) fn open_write(
     judge: &PyJudge<'_, '_>,
 ) -> PyResult<()> {
     let py = carrier.py();
-    let admitted = |owner: &Py<PyAny>| any_owner || admitted_owner.is_some_and(|ours| ours.is(owner));
-    match carrier.get().state().open_write(admitted, judge) {
+    let admitted = |owner: &Owner| {
+        any_owner || owner_object(owner).is_some_and(|owner| admitted_owner.is_some_and(|ours| ours.is(owner)))
+    };
+    match carrier.get().state().cell().open_write(admitted, judge) {
         Ok(()) => Ok(()),
         Err(why) => {
             let name = type_name(carrier.as_any())?;

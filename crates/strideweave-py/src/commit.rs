@@ -87,9 +87,9 @@ impl MoveCommit {
         // Released and unclaimed in one transition of the state cell: no move can take the
         // source in between. Dropping the claim objects without the GIL only defers their
         // decref to PyO3's pool.
-        let (_, held) = source.state().release_claimed();
+        let (_, held) = source.state().cell().release_claimed();
         drop(held);
-        drop(destination.state().replace_claim(None));
+        drop(destination.state().cell().replace_claim(None));
         if let Some(progress) = &self.progress {
             progress.get().complete();
         }

@@ -28,10 +28,10 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyTuple, PyType};
 
-use strideweave_core::model::{ClaimRule, Strict};
+use strideweave_core::model::{Claim, ClaimRule, StateCell, Strict};
 
 use crate::carrier_base::CarrierBase;
-use crate::carrier_state::PyStateCell;
+use crate::carrier_state::{claim_object, py_claim};
 use crate::jobs::run_blocking;
 use crate::routes;
 use crate::storage::HostStorage;
@@ -157,7 +157,7 @@ pub(crate) fn carriers_accept(
     destination: &Bound<'_, CarrierBase>,
 ) -> PyResult<bool> {
     let (s, d) = (source.get(), destination.get());
-    if !s.state().is_free() || !d.state().is_free() || !d.mutable_flag() {
+    if !s.state().cell().is_free() || !d.state().cell().is_free() || !d.mutable_flag() {
         return Ok(false);
     }
     let py = destination.py();
@@ -171,12 +171,14 @@ pub(crate) fn carriers_accept(
 pub(crate) fn claim_both(
     source: &Bound<'_, CarrierBase>,
     destination: &Bound<'_, CarrierBase>,
-    claim: impl FnMut() -> Py<PyAny>,
+    mut claim: impl FnMut() -> Py<PyAny>,
 ) -> bool {
     let (s, d) = (source.get(), destination.get());
-    let rules =
-        [(s.state(), ClaimRule::FREE), (d.state(), ClaimRule { owner_refuses: true, mutable: d.mutable_flag() })];
-    match PyStateCell::claim_array(rules, claim, &Strict) {
+    let rules = [
+        (s.state().cell(), ClaimRule::FREE),
+        (d.state().cell(), ClaimRule { owner_refuses: true, mutable: d.mutable_flag() }),
+    ];
+    match StateCell::claim_array(rules, || py_claim(claim()), &Strict) {
         Ok(displaced) => {
             drop(displaced);
             true
@@ -319,10 +321,10 @@ pub(crate) fn move_inline(
         return Ok(None);
     };
     let Claimed { source: src, destination: dst, source_storage, job } = claimed;
-    let ours = |held: &Py<PyAny>| held.is(&cfg.claim);
+    let ours = |held: &Claim| claim_object(held).is_some_and(|held| held.is(&cfg.claim));
     let drop_claims = || {
-        drop(src.get().state().drop_claim_if(ours));
-        drop(dst.get().state().drop_claim_if(ours));
+        drop(src.get().state().cell().drop_claim_if(ours));
+        drop(dst.get().state().cell().drop_claim_if(ours));
     };
     // The copy, GIL released; both carriers are claimed meanwhile.
     if let Err(err) = run_blocking(py, move || job.run()) {
@@ -331,9 +333,9 @@ pub(crate) fn move_inline(
     }
     // The commit: release the source while it is still claimed, then drop both claims.
     source_storage.get().release_buffer();
-    let (_, held) = src.get().state().release_claimed();
+    let (_, held) = src.get().state().cell().release_claimed();
     drop(held);
-    drop(dst.get().state().drop_claim_if(ours));
+    drop(dst.get().state().cell().drop_claim_if(ours));
     let output = result_view(cfg, &dst, view)?;
     if recording {
         // The node the Python request records at initiation and attaches at its commit;

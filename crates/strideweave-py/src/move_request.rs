@@ -37,7 +37,7 @@ use strideweave_core::model::movement::{MoveRefusal, Party};
 use crate::error;
 
 use crate::carrier_base::CarrierBase;
-use crate::carrier_state::{check_unclaimed, drop_claim, type_name, PyJudge};
+use crate::carrier_state::{check_unclaimed, drop_claim, owner_object, type_name, PyJudge};
 use crate::engine::{new_handle, AwaitResult};
 use crate::tensor_base::TensorBase;
 use crate::transfer::TransferProgress;
@@ -304,7 +304,12 @@ impl<'py> Arguments<'_, 'py> {
             }
             Check::SourceUnowned => {
                 if !self.between_tiers && !self.source().get().owner_is_none() {
-                    let owner = self.source().get().state().with_owner(|o| o.map(|o| o.clone_ref(py)));
+                    let owner = self
+                        .source()
+                        .get()
+                        .state()
+                        .cell()
+                        .with_owner(|o| o.and_then(owner_object).map(|o| o.clone_ref(py)));
                     let owner = owner.map_or_else(|| py.None().into_bound(py), |o| o.into_bound(py));
                     return Err(error::move_refusal(MoveRefusal::SourceOwned {
                         carrier: type_name(self.source().as_any())?,
@@ -477,7 +482,7 @@ impl CommitSteps for Steps<'_, '_> {
         // `_release` hook included) until the release is over.
         let owner = if request.between_tiers {
             // The composite's own tier, released for its owner, which it stays.
-            source.get().state().with_owner(|owner| owner.map(|o| o.clone_ref(py)))
+            source.get().state().cell().with_owner(|owner| owner.and_then(owner_object).map(|o| o.clone_ref(py)))
         } else {
             None
         };

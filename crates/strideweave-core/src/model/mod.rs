@@ -1,10 +1,11 @@
 //! The object model in pure Rust: carriers with atomic state, tensors over them, moves
 //! between carriers, and DLPack export — usable without Python.
 //!
-//! * [`state_cell`]: [`StateCell`], the carrier state and its atomic transitions, generic
-//!   over the owner and claim payloads (the Python binding's carriers hold one too).
-//! * [`state`]: [`CarrierState`] (that cell with this model's tokens) and the
-//!   [`ClaimGuard`] whose drop rolls a claim back.
+//! * [`state_cell`]: [`StateCell`], the carrier state's atomic transitions, generic over the
+//!   owner and claim payloads.
+//! * [`state`]: [`CarrierState`], the one carrier state of the Rust model's carriers and of
+//!   every Python carrier (that cell with an [`Owner`] and a [`Claim`]: this model's tokens,
+//!   or a binding's [`Foreign`] objects), and the [`ClaimGuard`] whose drop rolls a claim back.
 //! * [`carrier`]: the [`Carrier`] trait foreign carriers implement, and [`CarrierExt`], the
 //!   checked operations every carrier gets.
 //! * [`host`], [`mod@file`], [`block`]: the built-in [`HostCarrier`], [`FileCarrier`] and
@@ -70,7 +71,7 @@ pub use file::FileCarrier;
 pub use host::{HostCarrier, HostStore};
 pub use movement::{move_async, move_tensor, route_kind, MoveHandle, MoveOutcome, RouteCache, RouteKind};
 pub use slices::{HostSlice, HostSliceMut};
-pub use state::{CarrierState, ClaimGuard, ClaimId, OwnerToken, Role};
+pub use state::{CarrierState, Claim, ClaimGuard, ClaimId, Foreign, ForeignObject, Owner, OwnerToken, Role};
 pub use state_cell::{ClaimJudge, ClaimRule, Refusal, ReleaseStart, StateCell, Strict, Verdict};
 pub use state_refusal::{Holder, StateRefusal};
 pub use tensor::{Subtensor, Tensor};

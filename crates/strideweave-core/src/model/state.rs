@@ -1,13 +1,20 @@
 //! Carrier state — version, release, ownership and the pending-move claim — and its atomic
-//! transitions.
+//! transitions: [`CarrierState`], the one carrier state of the project. The Rust object model's
+//! carriers embed it, and so does every Python carrier (the binding's `_CarrierBase`).
 //!
-//! The state and its transitions are the generic [`StateCell`] (which the Python binding
-//! uses too) filled with this model's tokens; this type adds the carrier's name and turns a
-//! refusal into the [`ModelError`] users see. Every transition checks the state it depends
-//! on and changes it inside one critical section, so of two racing calls exactly one wins: a move that
-//! claims a carrier and a `release()` of it cannot both succeed, nor can two moves of one
-//! source. A claim is an RAII [`ClaimGuard`]: dropping it without a commit gives the claim
-//! back, so no failure path (an error, an early return, a panic) leaves a carrier claimed.
+//! The state and its transitions are the generic [`StateCell`] filled with an [`Owner`] and a
+//! [`Claim`]: either this model's tokens ([`OwnerToken`], [`ClaimId`]) or a [`Foreign`] object
+//! a binding supplies (a Python carrier's owning composite, its pending move request). This
+//! type adds the carrier's name and, for the Rust model, turns a refusal into the
+//! [`ModelError`] users see; a binding runs the cell's transitions itself
+//! ([`CarrierState::cell`]) under its own [`ClaimJudge`](super::ClaimJudge), which tells its
+//! foreign payloads apart. The Rust model's transitions judge with [`Strict`]: every claim it
+//! does not hold blocks them, a foreign one included. Every transition checks the state it
+//! depends on and changes it inside one critical section, so of two racing calls exactly one
+//! wins: a move that claims a carrier and a `release()` of it cannot both succeed, nor can two
+//! moves of one source. A claim is an RAII [`ClaimGuard`]: dropping it without a commit gives
+//! the claim back, so no failure path (an error, an early return, a panic) leaves a carrier
+//! claimed.
 //!
 //! ```
 //! use strideweave_core::model::{CarrierExt, HostCarrier};
@@ -19,6 +26,8 @@
 //! ```
 
 use super::carrier::HOOK;
+use std::any::Any;
+use std::borrow::Cow;
 use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -56,6 +65,124 @@ impl OwnerToken {
     }
 }
 
+/// The type of the objects a binding stores as carriers' owners and claims (the Python
+/// binding's wraps a Python object); [`Foreign::downcast_ref`] gets one back.
+pub trait ForeignObject: Any + Send + Sync + std::fmt::Debug {
+    /// `self` as `Any` (`self`, in every implementation), to downcast to the binding's type.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// An opaque, cloneable handle to a binding's object, stored as an [`Owner`] or a [`Claim`].
+///
+/// The core never looks inside: which foreign object is which is the binding's to say, in
+/// the [`ClaimJudge`](super::ClaimJudge) it passes to the cell's transitions. Dropping the
+/// handle drops the object, which the cell never does inside its lock (displaced payloads
+/// are handed back), so a binding whose objects run code when dropped drops them outside it.
+///
+/// ```
+/// use std::any::Any;
+/// use strideweave_core::model::{Foreign, ForeignObject};
+///
+/// #[derive(Debug, PartialEq)]
+/// struct Request(u32);
+///
+/// impl ForeignObject for Request {
+///     fn as_any(&self) -> &dyn Any {
+///         self
+///     }
+/// }
+///
+/// let request = Foreign::new(Request(7));
+/// assert_eq!(request.downcast_ref::<Request>(), Some(&Request(7)));
+/// ```
+#[derive(Clone, Debug)]
+pub struct Foreign(Arc<dyn ForeignObject>);
+
+impl Foreign {
+    /// A handle holding `object`.
+    pub fn new<T: ForeignObject>(object: T) -> Self {
+        Foreign(Arc::new(object))
+    }
+
+    /// The object, if it is a `T`.
+    pub fn downcast_ref<T: ForeignObject>(&self) -> Option<&T> {
+        self.object().as_any().downcast_ref()
+    }
+
+    /// The object.
+    pub fn object(&self) -> &dyn ForeignObject {
+        &*self.0
+    }
+}
+
+/// Who owns a carrier: a composite of this model ([`OwnerToken`]) or a binding's object.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum Owner {
+    /// A Rust composite (an [`Evictable`](super::Evictable)'s tiers).
+    Token(OwnerToken),
+    /// A binding's owner (a Python composite's token).
+    Foreign(Foreign),
+}
+
+impl Owner {
+    /// The Rust owner's token, if that is who owns the carrier.
+    pub fn token(&self) -> Option<OwnerToken> {
+        match self {
+            Owner::Token(token) => Some(*token),
+            Owner::Foreign(_) => None,
+        }
+    }
+
+    /// The binding's owner, if that is who owns the carrier.
+    pub fn foreign(&self) -> Option<&Foreign> {
+        match self {
+            Owner::Foreign(foreign) => Some(foreign),
+            Owner::Token(_) => None,
+        }
+    }
+}
+
+impl From<OwnerToken> for Owner {
+    fn from(token: OwnerToken) -> Self {
+        Owner::Token(token)
+    }
+}
+
+/// What holds a carrier claimed: a move of this model ([`ClaimId`]) or a binding's object.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum Claim {
+    /// A pending move of the Rust model.
+    Move(ClaimId),
+    /// A binding's claim (a Python move request, the "being released" marker).
+    Foreign(Foreign),
+}
+
+impl Claim {
+    /// The Rust move's claim, if that is what holds the carrier.
+    pub fn move_id(&self) -> Option<ClaimId> {
+        match self {
+            Claim::Move(id) => Some(*id),
+            Claim::Foreign(_) => None,
+        }
+    }
+
+    /// The binding's claim, if that is what holds the carrier.
+    pub fn foreign(&self) -> Option<&Foreign> {
+        match self {
+            Claim::Foreign(foreign) => Some(foreign),
+            Claim::Move(_) => None,
+        }
+    }
+}
+
+impl From<ClaimId> for Claim {
+    fn from(id: ClaimId) -> Self {
+        Claim::Move(id)
+    }
+}
+
 /// Which side of a move a claim is for; the checks differ.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -66,8 +193,8 @@ pub enum Role {
     Destination,
 }
 
-/// The framework state every carrier shares. A carrier embeds one and returns it from
-/// [`Carrier::state`]; only the framework changes it.
+/// The framework state every carrier shares, Rust or Python. A carrier embeds one and returns
+/// it from [`Carrier::state`]; only the framework changes it.
 ///
 /// [`Carrier::state`] takes a [`HookToken`](super::HookToken), so only the framework reaches
 /// another carrier's state; a foreign carrier makes its own:
@@ -78,17 +205,53 @@ pub enum Role {
 /// let state = CarrierState::new("Mine");
 /// assert_eq!((state.version(), state.is_released(), state.is_claimed()), (0, false, false));
 /// ```
+///
+/// A binding runs the transitions of the cell itself, with its own payloads and judge:
+///
+/// ```
+/// use std::any::Any;
+/// use strideweave_core::model::{CarrierState, Claim, ClaimRule, Foreign, ForeignObject, Strict};
+///
+/// #[derive(Debug)]
+/// struct Request;
+///
+/// impl ForeignObject for Request {
+///     fn as_any(&self) -> &dyn Any {
+///         self
+///     }
+/// }
+///
+/// let state = CarrierState::new_static("Carrier");
+/// let request = Claim::Foreign(Foreign::new(Request));
+/// assert!(state.cell().try_claim(request, ClaimRule::FREE, &Strict).unwrap().is_none());
+/// assert!(state.is_claimed() && state.claim().is_none());
+/// ```
 #[derive(Debug)]
 pub struct CarrierState {
-    /// The carrier's class name, for error messages.
-    name: Box<str>,
-    cell: StateCell<OwnerToken, ClaimId>,
+    /// The carrier's class name, for the Rust model's error messages.
+    name: Cow<'static, str>,
+    cell: StateCell<Owner, Claim>,
 }
 
 impl CarrierState {
     /// Fresh state: version 0, live, unowned, unclaimed.
     pub fn new(class_name: &str) -> Self {
-        CarrierState { name: class_name.into(), cell: StateCell::new() }
+        CarrierState { name: Cow::Owned(class_name.into()), cell: StateCell::new() }
+    }
+
+    /// [`new`](Self::new) with a name that needs no allocation: for a binding, whose carriers
+    /// word their refusals with their own class names.
+    pub const fn new_static(class_name: &'static str) -> Self {
+        CarrierState { name: Cow::Borrowed(class_name), cell: StateCell::new() }
+    }
+
+    /// The cell behind this state, for a binding: every transition with its own payloads and
+    /// [`ClaimJudge`](super::ClaimJudge) (which foreign claim is the caller's own, what a
+    /// refusal reports), the plain stores, and the payloads under the lock. A transition hands
+    /// back every payload it displaces, so none is dropped inside the cell's lock. The Rust
+    /// model's own methods below judge with [`Strict`]: a foreign claim or owner refuses them.
+    pub fn cell(&self) -> &StateCell<Owner, Claim> {
+        &self.cell
     }
 
     /// The class name errors report.
@@ -116,9 +279,10 @@ impl CarrierState {
         self.cell.is_claimed()
     }
 
-    /// The pending move holding this carrier, if any.
+    /// The pending move of the Rust model holding this carrier, if any (None also when a
+    /// binding's claim holds it: see [`is_claimed`](Self::is_claimed)).
     pub fn claim(&self) -> Option<ClaimId> {
-        self.cell.with_claim(|c| c.copied())
+        self.cell.with_claim(|c| c.and_then(Claim::move_id))
     }
 
     fn released_err(&self) -> ModelError {
@@ -174,13 +338,13 @@ impl CarrierState {
     /// Make `owner` the carrier's owner: it must be live, unowned and unclaimed.
     pub fn adopt(&self, owner: OwnerToken) -> Result<()> {
         self.cell
-            .adopt(owner, &Strict)
+            .adopt(Owner::Token(owner), &Strict)
             .map_err(|(_, why)| self.refused(why, "adopt", |carrier| ModelError::Owned { carrier }))
     }
 
     /// Give up ownership; `false` if `owner` was not the owner.
     pub fn disown(&self, owner: OwnerToken) -> bool {
-        self.cell.disown_if(|held| *held == owner).is_some()
+        self.cell.disown_if(|held| held.token() == Some(owner)).is_some()
     }
 
     /// Claim the carrier for move `id` in `role`, checking in the same critical section:
@@ -194,13 +358,13 @@ impl CarrierState {
             Role::Destination => |carrier| ModelError::NotMutable { carrier },
         };
         self.cell
-            .try_claim(id, ClaimRule { owner_refuses: true, mutable }, &Strict)
+            .try_claim(Claim::Move(id), ClaimRule { owner_refuses: true, mutable }, &Strict)
             .map_err(|(_, why)| self.refused(why, "move", owned))?;
         Ok(ClaimGuard { carrier: Some(carrier.clone()), id })
     }
 
     fn drop_claim(&self, id: ClaimId) {
-        let _ = self.cell.drop_claim_if(|held| *held == id);
+        let _ = self.cell.drop_claim_if(|held| held.move_id() == Some(id));
     }
 }
 
@@ -208,7 +372,7 @@ impl CarrierState {
 #[derive(Debug)]
 pub struct WriteGate<'a> {
     state: &'a CarrierState,
-    gate: CellWriteGate<'a, OwnerToken, ClaimId>,
+    gate: CellWriteGate<'a, Owner, Claim>,
     owner_ok: Option<OwnerToken>,
 }
 
@@ -224,8 +388,12 @@ impl WriteGate<'_> {
     #[inline]
     pub fn check_writable(&self, mutable_hook: bool) -> Result<()> {
         let name = || self.state.name.to_string();
-        let owner = self.gate.owner().copied();
-        if owner.is_some() && owner != self.owner_ok {
+        // A binding's owner is never this write's: only a Rust owner's token admits it.
+        let owned = self
+            .gate
+            .owner()
+            .is_some_and(|owner| !matches!((owner.token(), self.owner_ok), (Some(held), Some(ok)) if held == ok));
+        if owned {
             return Err(ModelError::NotMutable { carrier: name() });
         }
         if !mutable_hook {
@@ -279,7 +447,7 @@ impl ClaimGuard {
     pub fn commit_release(mut self) {
         let carrier = self.carrier.take().expect("live until consumed");
         let (newly, held) = carrier.state(HOOK).cell.release_claimed();
-        debug_assert_eq!(held, Some(self.id));
+        debug_assert_eq!(held.and_then(|held| held.move_id()), Some(self.id));
         if newly {
             carrier.release_storage(HOOK);
         }
@@ -293,3 +461,7 @@ impl Drop for ClaimGuard {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "state_tests.rs"]
+mod tests;

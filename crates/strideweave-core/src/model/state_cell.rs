@@ -2,9 +2,12 @@
 //! owner, pending claim — and of its transitions, generic over what identifies an owner (`O`)
 //! and a claim (`C`).
 //!
-//! The Rust object model fills it with its tokens ([`CarrierState`](super::CarrierState)); the
-//! Python binding fills it with Python objects (the owning composite's token, the pending
-//! move request), so both sides share the same checks and the same atomicity.
+//! The carrier state of the project, [`CarrierState`](super::CarrierState), is this cell
+//! filled with an [`Owner`](super::Owner) and a [`Claim`](super::Claim): the Rust object model
+//! stores its tokens there, the Python binding its Python objects (the owning composite's
+//! token, the pending move request) as [`Foreign`](super::Foreign) payloads, so both sides
+//! share one state type, the same checks and the same atomicity. The cell stays generic so
+//! that its transitions are tested on their own.
 //!
 //! Every transition checks and changes the state inside one critical section of a
 //! `parking_lot` mutex, so of two racing transitions exactly one wins. A transition never

@@ -5,7 +5,8 @@
 
 A pass multiplies an activation (batch × size) through `layers` weight matrices (size × size
 Float32, 16 × 2048² = 256 MiB by default), page cache warm. Ways, each pass interleaved with
-the others so all see the same machine load; min of `passes`:
+the others so all see the same machine load (each round starting at another way, with dirty
+pages written out, untimed, before every pass); min of `passes`:
   in RAM          every weight in a NumPy array
   np.memmap       one read-only memmap per layer file
   reader thread   a hand-written thread `preadv`s layer k + 1 into the other of two buffers
@@ -171,8 +172,13 @@ def main() -> None:
         times: dict[str, list[float]] = {name: [] for name, _ in ways}
         for name, run in ways:  # warm-up: page cache, first-touch faults, engine threads
             assert np.allclose(run(), expected, rtol=1e-4, atol=1e-5), name
-        for _ in range(args.passes):
-            for name, run in ways:
+        for rotation in range(args.passes):
+            # Each pass starts the ways at a different one, so no way always follows the same
+            # other; and the dirty pages a way leaves (the old Evictable writes every layer back)
+            # are written out before the next way starts, untimed, instead of by the kernel's
+            # flusher threads competing with whichever way comes next.
+            for name, run in ways[rotation % len(ways):] + ways[:rotation % len(ways)]:
+                os.sync()
                 start = time.perf_counter()
                 run()
                 times[name].append(time.perf_counter() - start)

@@ -364,7 +364,7 @@ impl HostStorage {
     /// states: the file is an owned secondary tier, written by nobody but its Evictable, and by
     /// it only when it evicts this very snapshot (the write-back of the snapshot's own bytes).
     #[staticmethod]
-    fn snapshot_of(py: Python<'_>, file: PyRef<'_, FileStorage>, count: usize) -> PyResult<Self> {
+    fn snapshot_of(file: PyRef<'_, FileStorage>, count: usize) -> PyResult<Self> {
         let kind = file.kind();
         let store = file.store().ok_or_else(released)?;
         let bytes = count
@@ -381,7 +381,9 @@ impl HostStorage {
         // which the Evictable writes only with this snapshot's own bytes (a dirty eviction)
         // and shrinks only through `set_len`, which refuses while the snapshot is mapped. The
         // file is the process's own (created exclusively, in its temporary directory).
-        let buffer = py.detach(|| unsafe { store.snapshot(0, bytes) }).map_err(os_error)?;
+        // With the GIL held: a mapping is made in microseconds and waits for no disk, and
+        // letting the GIL go here lets the engine's completion callbacks in ahead of the caller.
+        let buffer = unsafe { store.snapshot(0, bytes) }.map_err(os_error)?;
         Ok(Self::holding(kind, buffer))
     }
 

@@ -99,6 +99,9 @@ where
             }
         }
         Python::try_attach(move |py| {
+            // Moved in, so that the commit (its request's carriers and handle) is released
+            // while attached rather than parked in PyO3's deferred pool until some later call.
+            let _commit = commit;
             let arg = match result {
                 Ok(()) => py.None(),
                 Err(e) => error::job(py, e).into_value(py).into_any(),

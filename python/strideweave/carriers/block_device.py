@@ -130,6 +130,11 @@ class BlockDevice:
         """Closes the descriptor; idempotent, leaves the node alone. RuntimeError while any
         carrier object from this device is alive, even a released one."""
         with self._lock:
+            # A native call first: references the engine's threads dropped without the
+            # interpreter lock (the last ones of a move that just finished, say) are parked in
+            # PyO3's deferred pool until the next call into the extension, and the carriers
+            # they keep would count as alive here, where nothing else calls into it.
+            self._handle.is_closed()
             alive = len(self._carriers)
             if alive:
                 raise RuntimeError(f"cannot close {self._describe()}: {alive} carrier object(s) "

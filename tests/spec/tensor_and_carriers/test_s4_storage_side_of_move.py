@@ -131,9 +131,27 @@ def test_a_device_fault_during_a_move_loses_nothing(scratch_loop_device):
     target.release()  # nothing is left claimed: a claimed carrier refuses release()
     assert accepts_release(t.carrier)
     del pad, target
+    close_once_collected(dev)
+
+
+def close_once_collected(dev, seconds=10.0):
+    """`dev.close()` once the carriers are garbage: the engine thread that ran the failed
+    transfer reports the failure before it has unwound the transfer's Python frames, which
+    reference the carriers (so does the failure's traceback), and it needs the interpreter
+    lock, which this thread holds, to finish; so for a moment after the move raised here the
+    carriers are still alive and `close()` is rightly refused."""
     import gc
-    gc.collect()
-    dev.close()
+    import time
+    deadline = time.monotonic() + seconds
+    while True:
+        gc.collect()
+        try:
+            dev.close()
+            return
+        except RuntimeError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def flat(n):

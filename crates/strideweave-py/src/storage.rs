@@ -357,8 +357,8 @@ impl HostStorage {
     /// snapshot in host memory, without copying: a private mapping of the file
     /// (`FileStore::snapshot`). Reads see the file's page cache; the first write to a page
     /// copies that page, and no write reaches the file. While it is mapped the file cannot
-    /// shrink. ValueError for a kind mismatch or more slots than the file has; OSError if the
-    /// mapping fails.
+    /// shrink. The element kind is the file's. ValueError for no slots or more slots than the
+    /// file has; OSError if the mapping fails.
     ///
     /// For `Evictable(retain_clean=True)`'s promote only, which keeps the contract the core
     /// states: the file is an owned secondary tier, written by nobody but its Evictable, and by

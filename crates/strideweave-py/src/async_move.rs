@@ -153,15 +153,8 @@ pub(crate) fn move_async_builtin(
     }
     // The pair's cached route decision, and a recorded move's reverse (backward's route):
     // served here only while both are the built-in pair's default.
-    let Some(route) = routes::native_route(py, &source_type, &destination_type) else {
+    let Some((route, reverse)) = routes::native_routes(py, &source_type, &destination_type, recording) else {
         return Ok(None);
-    };
-    let reverse = match recording {
-        true => match routes::native_route(py, &destination_type, &source_type) {
-            Some(reverse) => Some(reverse),
-            None => return Ok(None),
-        },
-        false => None,
     };
     let (Ok(src), Ok(dst)) = (source.cast::<CarrierBase>(), destination.cast::<CarrierBase>()) else {
         return Ok(None);

@@ -304,15 +304,8 @@ pub(crate) fn move_inline(
     ) {
         return Ok(None);
     }
-    let Some(route) = routes::native_route(py, &source_type, &destination_type) else {
+    let Some((route, reverse)) = routes::native_routes(py, &source_type, &destination_type, recording) else {
         return Ok(None);
-    };
-    let reverse = match recording {
-        true => match routes::native_route(py, &destination_type, &source_type) {
-            Some(reverse) => Some(reverse),
-            None => return Ok(None),
-        },
-        false => None,
     };
     if source.is(destination) || view.layout.bind(py).get().core().cosize() > cfg.max_slots {
         return Ok(None);

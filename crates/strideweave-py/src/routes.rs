@@ -155,6 +155,23 @@ pub(crate) fn native_route(
     })
 }
 
+/// A move's route and, if it records a node, its reverse route.
+pub(crate) type NativeRoutes = (Py<Route>, Option<Py<Route>>);
+
+/// The fast routes' decision for a move of the pair: its cached route and, for a `recording`
+/// move, the reverse pair's (the route the node's backward takes), each only while the native
+/// fast routes serve it; None when either is not.
+pub(crate) fn native_routes(
+    py: Python<'_>,
+    source: &Bound<'_, PyType>,
+    destination: &Bound<'_, PyType>,
+    recording: bool,
+) -> Option<NativeRoutes> {
+    let route = native_route(py, source, destination)?;
+    let reverse = if recording { Some(native_route(py, destination, source)?) } else { None };
+    Some((route, reverse))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Route>()?;
     m.add_function(wrap_pyfunction!(cached_route, m)?)?;

@@ -34,6 +34,7 @@ use std::sync::Arc;
 
 use super::carrier::Carrier;
 use super::error::{ModelError, Result};
+use super::movement::{MoveRefusal, Party};
 use super::state_cell::{CellWriteGate, ClaimRule, Refusal, StateCell, Strict};
 
 /// Identity of one pending move's claim.
@@ -357,9 +358,17 @@ impl CarrierState {
             Role::Source => |carrier| ModelError::Owned { carrier },
             Role::Destination => |carrier| ModelError::NotMutable { carrier },
         };
-        self.cell
-            .try_claim(Claim::Move(id), ClaimRule { owner_refuses: true, mutable }, &Strict)
-            .map_err(|(_, why)| self.refused(why, "move", owned))?;
+        let party = match role {
+            Role::Source => Party::Source,
+            Role::Destination => Party::Destination,
+        };
+        self.cell.try_claim(Claim::Move(id), ClaimRule { owner_refuses: true, mutable }, &Strict).map_err(
+            |(_, why)| match why {
+                // Released since the move's validation looked: the refusal that row gives.
+                Refusal::Released => MoveRefusal::Released { party, carrier: self.name.to_string() }.into(),
+                why => self.refused(why, "move", owned),
+            },
+        )?;
         Ok(ClaimGuard { carrier: Some(carrier.clone()), id })
     }
 

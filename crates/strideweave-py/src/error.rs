@@ -22,7 +22,7 @@ use strideweave_core::kernels::KernelError;
 use strideweave_core::layout::plan::PlanError;
 use strideweave_core::layout::LayoutError;
 use strideweave_core::model::movement::{MoveRefusal, RefusalKind};
-use strideweave_core::model::StateRefusal;
+use strideweave_core::model::{ModelError, StateRefusal};
 use strideweave_core::storage::block::BlockError;
 use strideweave_core::tiles::SpanError;
 
@@ -77,6 +77,17 @@ pub fn move_refusal(refusal: MoveRefusal) -> PyErr {
         RefusalKind::NotImplemented => PyNotImplementedError::new_err(msg),
         // A carrier's state, and any kind a later core adds: the spec's RuntimeError.
         _ => PyRuntimeError::new_err(msg),
+    }
+}
+
+/// A failure of the core's object model (a move it ran for Python carriers) as its Python
+/// exception: a move refusal as `move_refusal` maps it, an I/O failure as OSError, anything
+/// else RuntimeError with the core's text.
+pub fn model(e: ModelError) -> PyErr {
+    match e {
+        ModelError::Move(refusal) => move_refusal(refusal),
+        ModelError::Io { .. } => PyOSError::new_err(e.to_string()),
+        other => PyRuntimeError::new_err(other.to_string()),
     }
 }
 

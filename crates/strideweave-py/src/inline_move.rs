@@ -2,23 +2,26 @@
 //! move: a one-subtensor `Tensor` between two exact `CPU` carriers over the default route.
 //!
 //! A small move's copy takes well under a microsecond, so everything around it is the cost:
-//! validation, claims, the commit, the result Tensor. This path does all of it in Rust, with
-//! the same outcome as the Python request (`carriers/move.py`): the source released, its
-//! claim held until then, the destination holding the values at offset 0 under the same
-//! layout, no version change, the result a `Tensor` over the destination, and, for a
-//! differentiable tensor in grad mode, the same autograd node (made by a Python callback).
+//! validation, claims, the commit, the result Tensor. This path runs the core's own move
+//! request (`model::movement::prepare_window_move`, the code a Rust user's `move_tensor` runs) over
+//! the two carriers as core carriers (`py_carrier.rs`): its validation table, its claims, the
+//! layout copy and its one terminal commit. The outcome is the Python request's
+//! (`carriers/move.py`): the source released, its claim held until then, the destination
+//! holding the values at offset 0 under the same layout, no version change, the result a
+//! `Tensor` over the destination, and, for a differentiable tensor in grad mode, the same
+//! autograd node (made by a Python callback).
 //!
 //! It only ever *succeeds*. Whenever anything would need a decision of the reference path (a
 //! failed check, whose error and order the Python path owns; a profiler that must see the
-//! move; a route that is not the default; a carrier subclass; a carrier a write is storing
-//! into), it returns None having changed nothing, and `move()` runs the Python request.
+//! move; a route that is not the default; a carrier subclass with hooks; a carrier a write is
+//! storing into), it returns None having changed nothing, and `move()` runs the Python request.
 //!
-//! Atomicity: both claims are taken in one transition of the carriers' state cells (the core's
-//! `StateCell::claim_array`, which checks them too, and refuses a carrier a Python-level write
-//! has open), the cells being the only lock of carrier state. The copy runs with the GIL released while
-//! both carriers are claimed, so every other write, release or move of either fails as the
-//! specification requires. The commit releases the source and drops its claim in one
-//! transition, then drops the destination's.
+//! Atomicity: the core's request claims each carrier in one transition of its state cell, which
+//! checks it too (and refuses a carrier a Python-level write has open), the cells being the only
+//! lock of carrier state; a claim that fails gives back the one taken. The copy and the commit
+//! run with the GIL released while both carriers are claimed, so every other write, release or
+//! move of either fails as the specification requires. The commit releases the source and ends
+//! its claim in one transition, then ends the destination's.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicIsize, Ordering};
@@ -28,15 +31,16 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyTuple, PyType};
 
-use strideweave_core::model::{Claim, ClaimRule, StateCell, Strict};
+use std::sync::Arc;
+
+use strideweave_core::model::{prepare_window_move, Carrier, ClaimRule, RouteKind, StateCell, Strict, Subtensor};
 
 use crate::carrier_base::CarrierBase;
-use crate::carrier_state::{claim_object, py_claim};
-use crate::jobs::run_blocking;
+use crate::carrier_state::py_claim;
+use crate::error;
+use crate::py_carrier::PyCarrier;
 use crate::routes;
-use crate::storage::HostStorage;
 use crate::tensor_base::{TensorBase, View};
-use crate::transfer::LayoutJob;
 
 /// What the Python layer registers once (`carriers/inline_move.py`, at import), as a dict
 /// with one item per field. The native initiation of `move_async` (`async_move.rs`) shares it.
@@ -48,8 +52,6 @@ pub(crate) struct Config {
     pub(crate) tensor: Py<PyType>,
     /// `AwaitMove`, the class of the handle `move_async` returns.
     pub(crate) await_move: Py<PyType>,
-    /// The claim the carriers hold while the copy runs (reads as "a pending move").
-    claim: Py<PyAny>,
     /// Dtypes whose tensors are differentiable (they need an autograd node in grad mode).
     differentiable: Py<PyTuple>,
     /// The largest cosize run on the caller's thread (`move.INLINE_SLOTS`).
@@ -214,67 +216,6 @@ pub(crate) fn result_view<'py>(
     )
 }
 
-/// The prepared copy, both carriers already claimed.
-struct Claimed<'py> {
-    source: Bound<'py, CarrierBase>,
-    destination: Bound<'py, CarrierBase>,
-    source_storage: Bound<'py, HostStorage>,
-    job: LayoutJob,
-}
-
-/// The validation table for the one case handled here, and the claims; None (nothing
-/// changed) whenever the Python path must decide.
-fn check_and_claim<'py>(
-    cfg: &Config,
-    view: &View,
-    source: &Bound<'py, PyAny>,
-    destination: &Bound<'py, PyAny>,
-) -> PyResult<Option<Claimed<'py>>> {
-    let py = source.py();
-    let (Ok(src), Ok(dst)) = (source.cast::<CarrierBase>(), destination.cast::<CarrierBase>()) else {
-        return Ok(None);
-    };
-    if !carriers_accept(view, src, dst)? {
-        return Ok(None);
-    }
-    let (s, d) = (src.get(), dst.get());
-    let (Some(src_storage), Some(dst_storage)) = (s.storage.get(py), d.storage.get(py)) else {
-        return Ok(None);
-    };
-    let (Ok(src_storage), Ok(dst_storage)) =
-        (src_storage.into_bound(py).cast_into::<HostStorage>(), dst_storage.into_bound(py).cast_into::<HostStorage>())
-    else {
-        return Ok(None);
-    };
-    let (sh, dh) = (src_storage.get(), dst_storage.get());
-    let (Some(src_buf), Some(dst_buf)) = (sh.buffer(), dh.buffer()) else {
-        return Ok(None);
-    };
-    if sh.kind() != dh.kind() {
-        return Ok(None);
-    }
-    let layout = view.layout.bind(py).get().core();
-    let elem = sh.kind().size();
-    if ((dst_buf.len() / elem) as i64) < layout.cosize() {
-        return Ok(None); // too small: the Python path raises ValueError
-    }
-    let Ok(job) = LayoutJob::between(
-        src_buf,
-        view.offset,
-        dst_buf,
-        0,
-        layout.leaf_extents().to_vec(),
-        layout.leaf_strides().to_vec(),
-        elem,
-    ) else {
-        return Ok(None);
-    };
-    if !claim_both(src, dst, || cfg.claim.clone_ref(py)) {
-        return Ok(None);
-    }
-    Ok(Some(Claimed { source: src.clone(), destination: dst.clone(), source_storage: src_storage, job }))
-}
-
 /// The blocking move of `tensor` into `destination` when this path applies (see the module
 /// docs): the result Tensor, or None with nothing changed. `move_entry::move_blocking`'s
 /// fast route.
@@ -307,34 +248,45 @@ pub(crate) fn move_inline(
     let Some((route, reverse)) = routes::native_routes(py, &source_type, &destination_type, recording) else {
         return Ok(None);
     };
-    if source.is(destination) || view.layout.bind(py).get().core().cosize() > cfg.max_slots {
+    let layout = view.layout.bind(py);
+    if source.is(destination) || layout.get().core().cosize() > cfg.max_slots {
         return Ok(None);
     }
-    let Some(claimed) = check_and_claim(cfg, view, source, destination)? else {
+    let (Ok(src), Ok(dst)) = (source.cast::<CarrierBase>(), destination.cast::<CarrierBase>()) else {
         return Ok(None);
     };
-    let Claimed { source: src, destination: dst, source_storage, job } = claimed;
-    let ours = |held: &Claim| claim_object(held).is_some_and(|held| held.is(&cfg.claim));
-    let drop_claims = || {
-        drop(src.get().state().cell().drop_claim_if(ours));
-        drop(dst.get().state().cell().drop_claim_if(ours));
-    };
-    // The copy, GIL released; both carriers are claimed meanwhile.
-    if let Err(err) = run_blocking(py, move || job.run()) {
-        drop_claims();
-        return Err(err);
+    // The Python dtype (the core compares element kinds only), and a quick look at the state
+    // so that a move the Python path must refuse gives up before building anything.
+    if !carriers_accept(view, src, dst)? {
+        return Ok(None);
     }
-    // The commit: release the source while it is still claimed, then drop both claims.
-    source_storage.get().release_buffer();
-    let (_, held) = src.get().state().cell().release_claimed();
-    drop(held);
-    drop(dst.get().state().cell().drop_claim_if(ours));
-    let output = result_view(cfg, &dst, view)?;
+    let (Some(from), Some(into)) = (PyCarrier::host(src), PyCarrier::host(dst)) else {
+        return Ok(None);
+    };
+    let Ok(offset) = usize::try_from(view.offset) else {
+        return Ok(None);
+    };
+    // The core's request: its validation table, both claims in one step each (of two racing
+    // moves exactly one claims), then below the transfer and its one terminal commit. A refusal
+    // here changed nothing: the Python request decides it, raising in the specified words.
+    let Ok(window) = Subtensor::new(from.clone(), offset, layout.get().shared().clone()) else {
+        return Ok(None);
+    };
+    let into_carrier: Arc<dyn Carrier> = into.clone();
+    let Ok(pending) = prepare_window_move(&window, &into_carrier, Some(RouteKind::HostToHost)) else {
+        return Ok(None);
+    };
+    // The copy and the commit with the GIL released; both carriers are claimed until the
+    // commit releases the source and ends both claims. The adapters (Python references) are
+    // dropped after, with the GIL held.
+    let outcome = py.detach(|| pending.finish());
+    drop((window, into_carrier, from, into));
+    outcome.map_err(error::model)?;
+    let output = result_view(cfg, dst, view)?;
     if recording {
         // The node the Python request records at initiation and attaches at its commit;
         // recording reads the source's version, which the move does not change.
-        let layout = view.layout.bind(py);
-        cfg.record.bind(py).call1((tensor, &output, &src, &dst, layout, route, reverse))?;
+        cfg.record.bind(py).call1((tensor, &output, src, dst, layout, route, reverse))?;
     }
     Ok(Some(output.into_any().unbind()))
 }

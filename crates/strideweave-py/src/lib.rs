@@ -21,6 +21,7 @@ mod layout;
 mod move_entry;
 mod move_request;
 mod prefault;
+mod py_carrier;
 mod routes;
 mod set_once;
 mod storage;

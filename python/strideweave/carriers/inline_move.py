@@ -1,7 +1,7 @@
 """Registers the native fast routes of the move entry (`move_inline`, the small blocking move, and
 `move_async_builtin`, the initiation of a bulk move between built-ins) with what
-they need from the Python layers: the classes they serve, the inline claim
-object, the handle class, and the callback that records a move's autograd node. See
+they need from the Python layers: the classes they serve, the handle class, and the callback
+that records a move's autograd node. See
 crates/strideweave-py/src/inline_move.rs and async_move.rs.
 
 Until this module is imported, `move_inline` steps aside on every call (it is unconfigured),
@@ -23,13 +23,6 @@ from strideweave.tensor import Tensor
 __all__: list[str] = []
 
 
-class _InlineMoveClaim:
-    """The claim both carriers of a native inline move hold while its copy runs: to every
-    other thread they participate in a pending move."""
-
-    __slots__ = ()
-
-
 def _record_native_move(tensor: Tensor, output: Tensor, source: Carrier, destination: Carrier,
                         layout: Layout, route: _native.Route, reverse: _native.Route | None) -> MoveOperation:
     """The autograd node of a native move, attached to its result: what `_initiate` records
@@ -45,7 +38,6 @@ def _record_native_move(tensor: Tensor, output: Tensor, source: Carrier, destina
 
 _native.configure_inline_move({
     "cpu": CPU, "file_backed": FileBacked, "tensor": Tensor, "await_move": AwaitMove,
-    "claim": _InlineMoveClaim(),
     "differentiable": (DType.Float32, DType.Floating), "max_slots": INLINE_SLOTS, "record": _record_native_move,
     "slot_bytes": [(d, _slot_bytes(d)) for d in (DType.Float32, DType.Floating, DType.Int32, DType.Bool)],
 })

@@ -26,7 +26,7 @@ use super::host::HostStore;
 use super::state::{CarrierState, OwnerToken};
 #[cfg(feature = "block-devices")]
 use crate::storage::block::{BlockDevice, Extent};
-use crate::storage::{ElemKind, FileStore, Scalar};
+use crate::storage::{ElemKind, FileStore, HostBuffer, Scalar};
 
 /// Exact-class identity of a carrier, for route lookup. Routes match classes by identity:
 /// nothing is inherited.
@@ -93,6 +93,34 @@ impl IntoCarrier for &Arc<dyn Carrier> {
     }
 }
 
+/// Host memory that a carrier guards by its claims instead of a lock: a binding's buffer,
+/// which its own element paths address directly (the Python package's `CPU`). A move's
+/// transfer writes it through raw pointers while the move claims the carrier, so making one is
+/// `unsafe`: see [`ClaimedHost::new`].
+#[derive(Clone, Debug)]
+pub struct ClaimedHost(Arc<HostBuffer>);
+
+impl ClaimedHost {
+    /// The buffer of a carrier that guards it by its claims.
+    ///
+    /// # Safety
+    /// While a move of this model claims the carrier that hands this out, nothing but that
+    /// move's transfer writes the buffer's bytes: the carrier refuses every write of a claimed
+    /// carrier through its own paths. (Bytes the carrier exported to foreign code, through
+    /// DLPack say, are that code's: a binding documents that writing them during a move is the
+    /// user's race.) Reads by others may overlap the transfer's writes into a destination:
+    /// they copy plain bytes out and may see a partial value. The `Arc` keeps the buffer
+    /// allocated.
+    pub unsafe fn new(buffer: Arc<HostBuffer>) -> Self {
+        ClaimedHost(buffer)
+    }
+
+    /// The buffer.
+    pub fn buffer(&self) -> &Arc<HostBuffer> {
+        &self.0
+    }
+}
+
 /// Storage a transfer may access in bulk instead of slot by slot. A running transfer holds
 /// these by `Arc`, so the bytes outlive a concurrent release of the carrier's handle.
 #[derive(Clone, Debug)]
@@ -100,6 +128,8 @@ impl IntoCarrier for &Arc<dyn Carrier> {
 pub enum BulkStorage {
     /// Host memory behind a lock (see [`HostStore`]).
     Host(Arc<HostStore>),
+    /// Host memory its carrier guards by its claims (see [`ClaimedHost`]).
+    ClaimedHost(ClaimedHost),
     /// A file of native-endian slots.
     File(Arc<FileStore>),
     /// One extent of a block device.
@@ -312,5 +342,7 @@ pub fn scalar_kind(v: Scalar) -> ElemKind {
 
 /// Whether two carrier handles are the same object.
 pub fn same_carrier(a: &Arc<dyn Carrier>, b: &Arc<dyn Carrier>) -> bool {
-    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
+    // By the state each embeds: two adapters of one foreign carrier (a binding's) are one
+    // carrier.
+    std::ptr::eq(a.state(HOOK), b.state(HOOK))
 }

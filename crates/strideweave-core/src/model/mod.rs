@@ -63,13 +63,16 @@ mod typed_tests;
 
 #[cfg(feature = "block-devices")]
 pub use block::BlockCarrier;
-pub use carrier::{BulkStorage, Carrier, CarrierExt, ClassKey, HookToken, IntoCarrier};
+pub use carrier::{BulkStorage, Carrier, CarrierExt, ClaimedHost, ClassKey, HookToken, IntoCarrier};
 pub use element::{Element, SliceElement};
 pub use error::ModelError;
 pub use evictable::{Evictable, Tier};
 pub use file::FileCarrier;
 pub use host::{HostCarrier, HostStore};
-pub use movement::{move_async, move_tensor, route_kind, MoveHandle, MoveOutcome, RouteCache, RouteKind};
+pub use movement::{
+    move_async, move_tensor, prepare_move, prepare_window_move, route_kind, MoveHandle, MoveOutcome, PendingMove,
+    RouteCache, RouteKind,
+};
 pub use slices::{HostSlice, HostSliceMut};
 pub use state::{CarrierState, Claim, ClaimGuard, ClaimId, Foreign, ForeignObject, Owner, OwnerToken, Role};
 pub use state_cell::{ClaimJudge, ClaimRule, Refusal, ReleaseStart, StateCell, Strict, Verdict};

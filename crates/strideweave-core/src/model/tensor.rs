@@ -26,7 +26,9 @@ use crate::storage::{ElemKind, Scalar};
 pub struct Subtensor {
     carrier: Arc<dyn Carrier>,
     offset: usize,
-    layout: Layout,
+    /// Shared, so a tensor built over a layout somebody holds (a binding's layout object, a
+    /// move's output over its source's layout) costs no copy of the layout's trees.
+    layout: Arc<Layout>,
 }
 
 impl std::fmt::Debug for Subtensor {
@@ -40,8 +42,10 @@ impl std::fmt::Debug for Subtensor {
 }
 
 impl Subtensor {
-    /// A window of `carrier`: `offset + cosize` must fit in its slots.
-    pub fn new(carrier: Arc<dyn Carrier>, offset: usize, layout: Layout) -> Result<Self> {
+    /// A window of `carrier`: `offset + cosize` must fit in its slots. `layout` is a
+    /// [`Layout`] or a shared `Arc<Layout>`.
+    pub fn new(carrier: Arc<dyn Carrier>, offset: usize, layout: impl Into<Arc<Layout>>) -> Result<Self> {
+        let layout = layout.into();
         carrier.state(HOOK).check_live()?;
         let cosize = layout.cosize() as usize;
         let size = carrier.size();
@@ -63,6 +67,11 @@ impl Subtensor {
 
     /// The layout from coordinates to slots (relative to the offset).
     pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The layout, shared.
+    pub fn shared_layout(&self) -> &Arc<Layout> {
         &self.layout
     }
 }
@@ -90,8 +99,9 @@ pub struct Tensor {
 }
 
 impl Tensor {
-    /// A single-subtensor tensor whose dtype is the carrier's element kind.
-    pub fn new(carrier: Arc<dyn Carrier>, offset: usize, layout: Layout) -> Result<Self> {
+    /// A single-subtensor tensor whose dtype is the carrier's element kind. `layout` is a
+    /// [`Layout`] or a shared `Arc<Layout>`.
+    pub fn new(carrier: Arc<dyn Carrier>, offset: usize, layout: impl Into<Arc<Layout>>) -> Result<Self> {
         let dtype = carrier.elem_kind();
         Ok(Tensor { dtype, subtensors: Arc::new([Subtensor::new(carrier, offset, layout)?]) })
     }

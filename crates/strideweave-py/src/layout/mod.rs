@@ -27,6 +27,8 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyInt, PyList, PyTuple, PyType};
 use strideweave_core::layout::{Layout, ProfileNode};
 
+use std::sync::Arc;
+
 use crate::error;
 use keys::walk_key;
 use protocol::{argument, compare, hash_of, iter_modes, select_modes, type_name};
@@ -35,7 +37,9 @@ pub use trees::{PyShape, PyStride};
 /// An immutable hierarchical layout: a congruent Shape and Stride (docs/spec/layout-and-dtype.md §3–§7).
 #[pyclass(frozen, module = "strideweave.layout", name = "Layout")]
 pub struct PyLayout {
-    inner: Layout,
+    /// Shared with the core tensors built over this layout (a move's), which so cost no copy
+    /// of its trees.
+    inner: Arc<Layout>,
 }
 
 static NODE_MEMBERS: PyOnceLock<[Py<PyAny>; 3]> = PyOnceLock::new();
@@ -52,7 +56,12 @@ fn node_members(py: Python<'_>) -> PyResult<&'static [Py<PyAny>; 3]> {
 impl PyLayout {
     /// Wrap a core layout (results built in Rust: views, canonical layouts, …).
     pub fn from_core(inner: Layout) -> PyLayout {
-        PyLayout { inner }
+        PyLayout { inner: Arc::new(inner) }
+    }
+
+    /// The core layout, shared (for a core tensor over it).
+    pub fn shared(&self) -> &Arc<Layout> {
+        &self.inner
     }
 
     /// The core layout: `leaf_extents()` / `leaf_strides()` / `index_of_int()` for kernels.
@@ -99,12 +108,12 @@ impl PyLayout {
     }
 
     fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        iter_modes(py, &self.inner, PyLayout::from_core)
+        iter_modes(py, &*self.inner, PyLayout::from_core)
     }
 
     /// `Layout(shape[key], stride[key])`: an int or slice over the top-level modes.
     fn __getitem__(&self, key: &Bound<'_, PyAny>) -> PyResult<PyLayout> {
-        select_modes(&self.inner, key, "Layout").map(PyLayout::from_core)
+        select_modes(&*self.inner, key, "Layout").map(PyLayout::from_core)
     }
 
     #[getter]
@@ -296,11 +305,11 @@ impl PyLayout {
 
     fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> Py<PyAny> {
         let same = other.cast::<PyLayout>().ok();
-        compare(other.py(), &self.inner, same.map(|o| &o.get().inner), op)
+        compare(other.py(), &*self.inner, same.map(|o| &*o.get().inner), op)
     }
 
     fn __hash__(&self) -> u64 {
-        hash_of("Layout", &self.inner)
+        hash_of("Layout", &*self.inner)
     }
 
     fn __repr__(&self) -> String {

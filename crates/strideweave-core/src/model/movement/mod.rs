@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use super::carrier::IntoCarrier;
 use super::error::{ModelError, Result};
-use super::tensor::Tensor;
+use super::tensor::{Subtensor, Tensor};
 use crate::engine::{pool, Completion};
 
 pub use refusal::{MoveRefusal, Party, RefusalKind};
@@ -167,7 +167,81 @@ impl MoveHandle {
 /// assert_eq!(file.size(), 3); // grown to the layout's cosize
 /// ```
 pub fn move_tensor(tensor: &Tensor, destination: impl IntoCarrier) -> MoveOutcome {
-    request::initiate(tensor, &destination.into_carrier())?.run()
+    request::initiate(tensor, &destination.into_carrier(), None)?.run()
+}
+
+/// A move validated and holding both claims, its transfer not yet run: what
+/// [`prepare_move`] returns. [`run`](Self::run) transfers and commits on the calling thread;
+/// dropping it instead gives both claims back (a destination it grew shrinks back to empty
+/// first) and changes nothing else.
+#[must_use = "a pending move holds both carriers until it runs or is dropped"]
+pub struct PendingMove(request::Pending);
+
+impl std::fmt::Debug for PendingMove {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingMove").field("route", &self.route()).field("bytes", &self.bytes()).finish()
+    }
+}
+
+impl PendingMove {
+    /// The route the transfer takes.
+    pub fn route(&self) -> RouteKind {
+        self.0.route_kind()
+    }
+
+    /// The bytes the transfer spans (the layout's cosize in slots of the dtype).
+    pub fn bytes(&self) -> usize {
+        self.0.bytes()
+    }
+
+    /// Transfer, then the one terminal commit: the moved tensor with the source released, or
+    /// the failure with the source live and unchanged and the destination unclaimed.
+    pub fn run(self) -> MoveOutcome {
+        self.0.run()
+    }
+
+    /// [`run`](Self::run), without making the moved tensor: for a caller that makes its own
+    /// (a binding's tensor type), or has no use for it.
+    pub fn finish(self) -> Result<()> {
+        self.0.finish()
+    }
+}
+
+/// The first half of [`move_tensor`]: validate `tensor` → `destination` in the
+/// specification's order and claim both carriers (growing an empty allocatable destination),
+/// without transferring, so a caller can run the transfer where it likes (a binding runs it
+/// with its interpreter's lock released). `route` is the route a binding decided for the pair
+/// of its classes (None: by the classes' identities, as `move_tensor` does); it cannot permit
+/// a pair the identities refuse, and a route whose storages the carriers do not expose falls
+/// back to the elementwise transfer.
+///
+/// ```
+/// use strideweave_core::model::movement::prepare_move;
+/// use strideweave_core::model::{CarrierExt, HostCarrier, RouteKind, Tensor};
+///
+/// let src = HostCarrier::from_f32(&[1.0, 2.0]);
+/// let dst = HostCarrier::from_f32(&[0.0, 0.0]);
+/// let pending = prepare_move(&Tensor::canonical(src.clone(), &[2]).unwrap(), &dst, None).unwrap();
+/// assert_eq!((pending.route(), pending.bytes()), (RouteKind::HostToHost, 8));
+/// assert!(dst.set(0, strideweave_core::storage::Scalar::F32(9.0)).is_err()); // claimed
+/// let moved = pending.run().unwrap();
+/// assert_eq!(moved.values_f32().unwrap(), vec![1.0, 2.0]);
+/// assert!(src.is_released());
+/// ```
+pub fn prepare_move(tensor: &Tensor, destination: impl IntoCarrier, route: Option<RouteKind>) -> Result<PendingMove> {
+    request::initiate(tensor, &destination.into_carrier(), route).map(PendingMove)
+}
+
+/// [`prepare_move`] of the single-subtensor tensor whose one window is `window` (its dtype is
+/// the window's carrier's element kind): for a binding that holds the window's parts, which
+/// so makes no tensor to move.
+pub fn prepare_window_move(
+    window: &Subtensor,
+    destination: impl IntoCarrier,
+    route: Option<RouteKind>,
+) -> Result<PendingMove> {
+    let dtype = window.carrier().elem_kind();
+    request::initiate_window(window, dtype, &destination.into_carrier(), route).map(PendingMove)
 }
 
 /// Validate and start moving `tensor` into `destination`; the transfer and the terminal
@@ -185,7 +259,7 @@ pub fn move_tensor(tensor: &Tensor, destination: impl IntoCarrier) -> MoveOutcom
 /// assert_eq!(handle.wait().unwrap().values_f32().unwrap(), vec![4.0, 5.0]);
 /// ```
 pub fn move_async(tensor: &Tensor, destination: impl IntoCarrier) -> Result<MoveHandle> {
-    let pending = request::initiate(tensor, &destination.into_carrier())?;
+    let pending = request::initiate(tensor, &destination.into_carrier(), None)?;
     let route = pending.route_kind();
     let cell = Arc::new(Completion::new());
     let handle = MoveHandle {
@@ -214,3 +288,6 @@ fn run_contained(pending: request::Pending) -> MoveOutcome {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pending.run()))
         .unwrap_or_else(|_| Err(ModelError::TransferPanicked { message: "a carrier hook panicked".into() }))
 }
+
+#[cfg(test)]
+mod pending_tests;

@@ -8,20 +8,28 @@ use std::sync::Arc;
 use super::super::carrier::{same_carrier, Carrier, CarrierExt};
 use super::super::error::{ModelError, Result};
 use super::super::state::{ClaimGuard, ClaimId, Role};
-use super::super::tensor::Tensor;
+use super::super::tensor::{Subtensor, Tensor};
 use super::refusal::{MoveRefusal, Party};
 use super::route::{self, Job, Route, RouteKind};
 use super::table::{validate_rows, Check};
 use super::terminal::{CommitSteps, Terminal};
+use crate::layout::Layout;
+use crate::storage::ElemKind;
 
 /// A validated move holding both claims, ready to transfer. Dropping it without running
-/// gives both claims back (the guards' rollback).
+/// shrinks a destination it grew back to empty (while still claimed) and gives both claims
+/// back (the guards' rollback).
 pub(crate) struct Pending {
+    parts: Option<Parts>,
+}
+
+struct Parts {
     src_claim: ClaimGuard,
     dst_claim: ClaimGuard,
     route: Route,
     offset: usize,
-    output: Tensor,
+    layout: Arc<Layout>,
+    dtype: ElemKind,
     grew: bool,
 }
 
@@ -32,13 +40,27 @@ fn name(c: &dyn Carrier) -> String {
 /// Validates `tensor` → `destination` in the order of the specification's table
 /// ([`VALIDATION_ORDER`](super::VALIDATION_ORDER); the rows a Rust type cannot violate — "not
 /// a Tensor", "not a Carrier", a pinned class — pass at once), then claims both carriers and
-/// grows an empty allocatable destination.
-pub(crate) fn initiate(tensor: &Tensor, destination: &Arc<dyn Carrier>) -> Result<Pending> {
+/// grows an empty allocatable destination. `decided`: the route a binding decided for the pair
+/// of its classes; it cannot permit a pair the classes' identities refuse.
+pub(crate) fn initiate(tensor: &Tensor, destination: &Arc<dyn Carrier>, decided: Option<RouteKind>) -> Result<Pending> {
     // The table's first row: a source carrier exists only for a single-subtensor tensor.
-    let sub = tensor.single("move")?;
+    initiate_window(tensor.single("move")?, tensor.dtype(), destination, decided)
+}
+
+/// [`initiate`] for the window of a single-subtensor tensor of `dtype`.
+pub(crate) fn initiate_window(
+    sub: &Subtensor,
+    dtype: ElemKind,
+    destination: &Arc<dyn Carrier>,
+    decided: Option<RouteKind>,
+) -> Result<Pending> {
     let source = sub.carrier();
-    let layout = sub.layout().clone();
-    let kind = route::route_kind(source.class_key(), destination.class_key());
+    let layout = sub.shared_layout().clone();
+    let kind = match (route::route_kind(source.class_key(), destination.class_key()), decided) {
+        (RouteKind::Unsupported, _) => RouteKind::Unsupported,
+        (_, Some(decided)) => decided,
+        (by_class, None) => by_class,
+    };
     let cosize = layout.cosize() as usize;
     validate_rows(Check::IsTensor, Check::RoutePermitted, &mut |row| match row {
         Check::OneSubtensor | Check::IsTensor | Check::IsCarrier | Check::PinnedClasses => Ok(()),
@@ -54,9 +76,9 @@ pub(crate) fn initiate(tensor: &Tensor, destination: &Arc<dyn Carrier>) -> Resul
         }
         Check::DestinationMutable => Ok(()),
         Check::DestinationUnclaimed => unclaimed(&**destination, "move into"),
-        Check::SameDType if destination.elem_kind() != tensor.dtype() => Err(MoveRefusal::DTypeMismatch {
+        Check::SameDType if destination.elem_kind() != dtype => Err(MoveRefusal::DTypeMismatch {
             found: destination.elem_kind().dtype_name().into(),
-            expected: tensor.dtype().dtype_name().into(),
+            expected: dtype.dtype_name().into(),
         }
         .into()),
         Check::SameDType => Ok(()),
@@ -80,17 +102,9 @@ pub(crate) fn initiate(tensor: &Tensor, destination: &Arc<dyn Carrier>) -> Resul
             true
         }
     };
-    let output = match Tensor::new(destination.clone(), 0, layout) {
-        Ok(t) => t,
-        Err(e) => {
-            if grew {
-                let _ = destination.allocate(HOOK, 0);
-            }
-            return Err(e);
-        }
-    };
-    let route = route::resolve(&**source, &**destination);
-    Ok(Pending { src_claim, dst_claim, route, offset: sub.offset(), output, grew })
+    // From here a failure is the pending move's drop: a grown destination shrinks back.
+    let route = route::resolve_as(kind, &**source, &**destination);
+    Ok(Pending { parts: Some(Parts { src_claim, dst_claim, route, offset: sub.offset(), layout, dtype, grew }) })
 }
 
 fn live(carrier: &dyn Carrier, party: Party) -> Result<()> {
@@ -123,15 +137,31 @@ fn check_room(destination: &dyn Carrier, cosize: usize) -> Result<Room> {
     }
 }
 
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(parts) = self.parts.take() {
+            if parts.grew {
+                let _ = parts.dst_claim.carrier().allocate(HOOK, 0);
+            }
+            // The guards give both claims back.
+        }
+    }
+}
+
 impl Pending {
+    fn parts(&self) -> &Parts {
+        self.parts.as_ref().expect("a pending move has its parts until it runs")
+    }
+
     /// The bytes the transfer spans (the layout's cosize in slots of the dtype).
     pub(crate) fn bytes(&self) -> usize {
-        (self.output.layout().cosize() as usize).saturating_mul(self.output.dtype().size())
+        let parts = self.parts();
+        (parts.layout.cosize() as usize).saturating_mul(parts.dtype.size())
     }
 
     /// The route this move runs.
     pub(crate) fn route_kind(&self) -> RouteKind {
-        self.route.kind()
+        self.parts().route.kind()
     }
 
     /// Run the transfer, then the one terminal commit ([`Terminal`]): on success the source
@@ -140,15 +170,25 @@ impl Pending {
     /// shrinks back to empty while still claimed, both claims end, and the source stays live
     /// and unchanged.
     pub(crate) fn run(self) -> Result<Tensor> {
+        self.complete(true).map(|output| output.expect("asked for the moved tensor"))
+    }
+
+    /// [`run`](Self::run) without making the moved tensor (a binding makes its own).
+    pub(crate) fn finish(self) -> Result<()> {
+        self.complete(false).map(drop)
+    }
+
+    fn complete(mut self, with_output: bool) -> Result<Option<Tensor>> {
+        let parts = self.parts.take().expect("a pending move runs once");
         let outcome = {
             let job = Job {
-                src: &**self.src_claim.carrier(),
-                dst: &**self.dst_claim.carrier(),
-                offset: self.offset,
-                layout: self.output.layout(),
-                elem_size: self.output.dtype().size(),
+                src: &**parts.src_claim.carrier(),
+                dst: &**parts.dst_claim.carrier(),
+                offset: parts.offset,
+                layout: &parts.layout,
+                elem_size: parts.dtype.size(),
             };
-            catch_unwind(AssertUnwindSafe(|| route::execute(&self.route, &job))).unwrap_or_else(|panic| {
+            catch_unwind(AssertUnwindSafe(|| route::execute(&parts.route, &job))).unwrap_or_else(|panic| {
                 let message = panic
                     .downcast_ref::<&str>()
                     .map(|s| s.to_string())
@@ -157,7 +197,16 @@ impl Pending {
                 Err(ModelError::TransferPanicked { message })
             })
         };
-        let Pending { src_claim, dst_claim, route, output, grew, .. } = self;
+        let Parts { src_claim, dst_claim, route, layout, grew, .. } = parts;
+        // The moved tensor is made while the destination is still claimed, so nobody can
+        // release it in between; a failure to make it fails the move like the transfer's.
+        let (outcome, output) = match (outcome, with_output) {
+            (Ok(()), true) => match Tensor::new(dst_claim.carrier().clone(), 0, layout) {
+                Ok(output) => (Ok(()), Some(output)),
+                Err(e) => (Err(e), None),
+            },
+            (outcome, _) => (outcome, None),
+        };
         // The transfer is over: let go of its storages before the source's release hook.
         drop(route);
         let mut steps = Claims { source: Some(src_claim), destination: Some(dst_claim) };

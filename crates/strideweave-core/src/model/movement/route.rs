@@ -27,12 +27,12 @@ use std::sync::Arc;
 
 #[cfg(feature = "block-devices")]
 use super::super::block::BlockCarrier;
-use super::super::carrier::{BulkStorage, Carrier, ClassKey};
+use super::super::carrier::{BulkStorage, Carrier, ClaimedHost, ClassKey};
 use super::super::error::{ModelError, Result};
 use super::super::file::FileCarrier;
 use super::super::host::{HostCarrier, HostStore};
 use crate::copy;
-use crate::layout::Layout;
+use crate::layout::{plan, Layout};
 #[cfg(feature = "block-devices")]
 use crate::storage::block::{BlockDevice, Extent};
 use crate::storage::FileStore;
@@ -59,14 +59,78 @@ pub enum RouteKind {
 
 /// A transfer ready to run: its kind and the storages it holds.
 pub(crate) enum Route {
-    HostToFile(Arc<HostStore>, Arc<FileStore>),
-    FileToHost(Arc<FileStore>, Arc<HostStore>),
-    HostToHost(Arc<HostStore>, Arc<HostStore>),
+    HostToFile(HostSide, Arc<FileStore>),
+    FileToHost(Arc<FileStore>, HostSide),
+    HostToHost(HostSide, HostSide),
     #[cfg(feature = "block-devices")]
     HostToBlock(Arc<HostStore>, Arc<BlockDevice>, Extent),
     #[cfg(feature = "block-devices")]
     BlockToHost(Arc<BlockDevice>, Extent, Arc<HostStore>),
     Elementwise,
+}
+
+/// Host memory on one side of a transfer: behind its store's lock (this model's
+/// [`HostCarrier`]), or guarded by the move's claim ([`ClaimedHost`], a binding's carrier).
+pub(crate) enum HostSide {
+    Locked(Arc<HostStore>),
+    Claimed(ClaimedHost),
+}
+
+impl HostSide {
+    fn of(storage: BulkStorage) -> Option<Self> {
+        match storage {
+            BulkStorage::Host(store) => Some(HostSide::Locked(store)),
+            BulkStorage::ClaimedHost(claimed) => Some(HostSide::Claimed(claimed)),
+            _ => None,
+        }
+    }
+
+    fn len_bytes(&self) -> usize {
+        match self {
+            HostSide::Locked(store) => store.len_bytes(),
+            HostSide::Claimed(claimed) => claimed.buffer().len(),
+        }
+    }
+
+    /// Whether both sides are the same memory (a transfer needs two).
+    fn same(&self, other: &HostSide) -> bool {
+        let addr = |side: &HostSide| match side {
+            HostSide::Locked(store) => store.addr(),
+            HostSide::Claimed(claimed) => claimed.buffer().as_ptr() as usize,
+        };
+        addr(self) == addr(other)
+    }
+
+    /// `f` over the bytes `[start, end)` (checked against the length by the caller), read.
+    fn read<R>(&self, start: usize, end: usize, f: impl FnOnce(&[u8]) -> R) -> R {
+        match self {
+            HostSide::Locked(store) => f(&store.read().as_slice()[start..end]),
+            HostSide::Claimed(claimed) => {
+                let buffer = claimed.buffer();
+                assert!(start <= end && end <= buffer.len(), "span checked against the buffer");
+                // SAFETY: the range is inside the buffer, which the `Arc` keeps allocated; the
+                // move claims its carrier, so by `ClaimedHost::new`'s contract nobody writes
+                // these bytes while the slice lives.
+                f(unsafe { std::slice::from_raw_parts(buffer.as_ptr().add(start), end - start) })
+            }
+        }
+    }
+
+    /// `f` over the bytes `[start, end)` (checked by the caller), written.
+    fn write<R>(&self, start: usize, end: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        match self {
+            HostSide::Locked(store) => f(&mut store.write().as_mut_slice()[start..end]),
+            HostSide::Claimed(claimed) => {
+                let buffer = claimed.buffer();
+                assert!(start <= end && end <= buffer.len(), "span checked against the buffer");
+                // SAFETY: the range is inside the buffer, which the `Arc` keeps allocated; the
+                // move claims its carrier, so by `ClaimedHost::new`'s contract this transfer is
+                // the only writer while the slice lives (a reader may see a partial value, as
+                // that contract allows).
+                f(unsafe { std::slice::from_raw_parts_mut(buffer.as_ptr().add(start), end - start) })
+            }
+        }
+    }
 }
 
 /// The route kind for an exact class pair.
@@ -91,17 +155,24 @@ pub fn route_kind(source: ClassKey, destination: ClassKey) -> RouteKind {
     }
 }
 
-/// Resolve the route for a claimed pair, capturing the storages. A carrier that claims a
-/// built-in class but exposes no matching storage, or two carriers sharing one host store,
-/// get the elementwise transfer, which is correct for any pair.
-pub(crate) fn resolve(src: &dyn Carrier, dst: &dyn Carrier) -> Route {
-    let kind = route_kind(src.class_key(), dst.class_key());
+/// Resolve the route of kind `kind` for a claimed pair, capturing the storages: the kind of
+/// the classes' identities ([`route_kind`]) or one a binding decided for the pair of its
+/// classes. A carrier that exposes no storage matching the kind, or two carriers sharing one
+/// host buffer, get the elementwise transfer, which is correct for any pair.
+pub(crate) fn resolve_as(kind: RouteKind, src: &dyn Carrier, dst: &dyn Carrier) -> Route {
     match (kind, src.bulk_storage(HOOK), dst.bulk_storage(HOOK)) {
-        (RouteKind::HostToFile, Some(BulkStorage::Host(s)), Some(BulkStorage::File(d))) => Route::HostToFile(s, d),
-        (RouteKind::FileToHost, Some(BulkStorage::File(s)), Some(BulkStorage::Host(d))) => Route::FileToHost(s, d),
-        (RouteKind::HostToHost, Some(BulkStorage::Host(s)), Some(BulkStorage::Host(d))) if !Arc::ptr_eq(&s, &d) => {
-            Route::HostToHost(s, d)
-        }
+        (RouteKind::HostToFile, Some(s), Some(BulkStorage::File(d))) => match HostSide::of(s) {
+            Some(s) => Route::HostToFile(s, d),
+            None => Route::Elementwise,
+        },
+        (RouteKind::FileToHost, Some(BulkStorage::File(s)), Some(d)) => match HostSide::of(d) {
+            Some(d) => Route::FileToHost(s, d),
+            None => Route::Elementwise,
+        },
+        (RouteKind::HostToHost, Some(s), Some(d)) => match (HostSide::of(s), HostSide::of(d)) {
+            (Some(s), Some(d)) if !s.same(&d) => Route::HostToHost(s, d),
+            _ => Route::Elementwise,
+        },
         #[cfg(feature = "block-devices")]
         (RouteKind::HostToBlock, Some(BulkStorage::Host(s)), Some(BulkStorage::Block(dev, e))) => {
             Route::HostToBlock(s, dev, e)
@@ -156,14 +227,12 @@ pub(crate) fn execute(route: &Route, job: &Job<'_>) -> Result<()> {
     match route {
         Route::HostToFile(src, dst) => {
             let (start, end) = byte_span(job.offset, cosize, es, src.len_bytes())?;
-            let buf = src.read();
-            copy::file_write_from_host(dst.file(), 0, &buf.as_slice()[start..end])
+            src.read(start, end, |bytes| copy::file_write_from_host(dst.file(), 0, bytes))
                 .map_err(|e| ModelError::io("writing the span to the destination file", e))
         }
         Route::FileToHost(src, dst) => {
             let (_, end) = byte_span(0, cosize, es, dst.len_bytes())?;
-            let mut buf = dst.write();
-            copy::file_read_into_host(src.file(), (job.offset * es) as u64, &mut buf.as_mut_slice()[..end])
+            dst.write(0, end, |bytes| copy::file_read_into_host(src.file(), (job.offset * es) as u64, bytes))
                 .map_err(|e| ModelError::io("reading the span from the source file", e))
         }
         #[cfg(feature = "block-devices")]
@@ -181,26 +250,35 @@ pub(crate) fn execute(route: &Route, job: &Job<'_>) -> Result<()> {
                 .map_err(|e| ModelError::Device { context: "reading the span from the device", message: e.to_string() })
         }
         Route::HostToHost(src, dst) => {
-            byte_span(job.offset, cosize, es, src.len_bytes())?;
+            let (start, end) = byte_span(job.offset, cosize, es, src.len_bytes())?;
             byte_span(0, cosize, es, dst.len_bytes())?;
-            let from = src.read();
-            let mut to = dst.write();
-            // SAFETY: every addressed slot is below cosize (layout invariant), so the source
-            // slots lie in [offset, offset + cosize) and the destination slots in
-            // [0, cosize), both checked against the buffers above; the buffers are distinct
-            // allocations (resolve refuses one store on both sides), so they cannot overlap;
-            // the read guard and the write guard exclude every other writer for the call.
-            unsafe {
-                copy::copy_layout_elements(
-                    from.as_ptr(),
-                    job.offset as i64,
-                    to.as_mut_slice().as_mut_ptr(),
-                    0,
-                    job.layout.leaf_extents(),
-                    job.layout.leaf_strides(),
-                    es,
-                )
-            }
+            let leaves = (job.layout.leaf_extents(), job.layout.leaf_strides());
+            src.read(start, end, |from| {
+                dst.write(0, end - start, |to| {
+                    // A dense layout (the bulk of moves) is one span: a plain copy, no plan.
+                    if let Some(run) = plan::single_run(leaves.0, leaves.1) {
+                        let n = run * es;
+                        to[..n].copy_from_slice(&from[..n]);
+                        return Ok(());
+                    }
+                    // SAFETY: every addressed slot is below cosize (layout invariant), so the
+                    // source slots lie in `from` (the span [offset, offset + cosize)) and the
+                    // destination slots in `to` ([0, cosize)), both checked against their
+                    // buffers above; the two are distinct memory (`resolve` refuses one buffer
+                    // on both sides), so they cannot overlap.
+                    unsafe {
+                        copy::copy_layout_elements(
+                            from.as_ptr(),
+                            0,
+                            to.as_mut_ptr(),
+                            0,
+                            job.layout.leaf_extents(),
+                            job.layout.leaf_strides(),
+                            es,
+                        )
+                    }
+                })
+            })
             .map_err(ModelError::from)
         }
         Route::Elementwise => {

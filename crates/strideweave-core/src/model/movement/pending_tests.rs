@@ -1,0 +1,180 @@
+//! The pending move a binding drives (`prepare_move`, `prepare_window_move`): a route it
+//! decides, host memory its carriers guard by their claims (`ClaimedHost`), and a pending move
+//! dropped instead of run.
+
+use std::sync::Arc;
+
+use super::{prepare_move, prepare_window_move, RouteKind};
+use crate::model::carrier::{BulkStorage, Carrier, CarrierExt, ClaimedHost, ClassKey, HookToken};
+use crate::model::error::{ModelError, Result};
+use crate::model::movement::MoveRefusal;
+use crate::model::state::CarrierState;
+use crate::model::{FileCarrier, HostCarrier, Subtensor, Tensor};
+use crate::storage::{ElemKind, HostBuffer, Scalar};
+
+/// A binding's carrier in miniature: its own state, and a host buffer it guards by its
+/// claims (every write through the framework is refused while a move claims it).
+struct Guarded {
+    state: Arc<CarrierState>,
+    buffer: Arc<HostBuffer>,
+}
+
+impl Guarded {
+    fn new(values: &[f32]) -> Arc<Self> {
+        let mut buffer = HostBuffer::new(values.len() * 4, true).unwrap();
+        for (k, v) in values.iter().enumerate() {
+            buffer.write_mut(k * 4, &v.to_ne_bytes()).unwrap();
+        }
+        Arc::new(Guarded { state: Arc::new(CarrierState::new("Guarded")), buffer: Arc::new(buffer) })
+    }
+
+    /// A second adapter of the same carrier (the same state and buffer), as a binding makes
+    /// one per move.
+    fn adapter(&self) -> Arc<Self> {
+        Arc::new(Guarded { state: self.state.clone(), buffer: self.buffer.clone() })
+    }
+
+    fn values(&self) -> Vec<f32> {
+        (0..self.buffer.len() / 4)
+            .map(|k| {
+                let mut b = [0u8; 4];
+                self.buffer.read(k * 4, &mut b).unwrap();
+                f32::from_ne_bytes(b)
+            })
+            .collect()
+    }
+}
+
+impl Carrier for Guarded {
+    fn state(&self, _: &HookToken) -> &CarrierState {
+        &self.state
+    }
+
+    fn elem_kind(&self) -> ElemKind {
+        ElemKind::F32
+    }
+
+    fn size(&self) -> usize {
+        if self.state.is_released() {
+            0
+        } else {
+            self.buffer.len() / 4
+        }
+    }
+
+    fn read_slot(&self, _: &HookToken, i: usize) -> Result<Scalar> {
+        let mut b = [0u8; 4];
+        self.buffer.read(i * 4, &mut b).ok_or(ModelError::SlotOutOfRange { index: i as i64, size: self.size() })?;
+        Ok(Scalar::F32(f32::from_ne_bytes(b)))
+    }
+
+    fn write_slot(&self, _: &HookToken, i: usize, v: Scalar) -> Result<()> {
+        let Scalar::F32(x) = v else { unreachable!("checked by the framework") };
+        // SAFETY: the framework calls this hook only for a write it admitted: a public write of
+        // an unclaimed carrier (no transfer runs) or the elementwise transfer of the move that
+        // claims it (the only writer then); these tests write from one thread at a time.
+        unsafe { self.buffer.write(i * 4, &x.to_ne_bytes()) }
+            .ok_or(ModelError::SlotOutOfRange { index: i as i64, size: self.size() })
+    }
+
+    fn is_mutable_hook(&self) -> bool {
+        true
+    }
+
+    fn bulk_storage(&self, _: &HookToken) -> Option<BulkStorage> {
+        // SAFETY: every write of this carrier goes through the framework, which refuses the
+        // writes of a claimed carrier, so a move's transfer is its only writer; the `Arc`
+        // keeps the buffer allocated.
+        Some(BulkStorage::ClaimedHost(unsafe { ClaimedHost::new(self.buffer.clone()) }))
+    }
+
+    fn class_key(&self) -> ClassKey {
+        ClassKey::Foreign(1)
+    }
+}
+
+#[test]
+fn a_decided_host_route_moves_claimed_host_memory_in_bulk() {
+    let src = Guarded::new(&[1.0, 2.0, 3.0, 4.0]);
+    let dst = Guarded::new(&[0.0; 4]);
+    let t = Tensor::canonical(src.clone(), &[4]).unwrap();
+    let pending = prepare_move(&t, &dst, Some(RouteKind::HostToHost)).unwrap();
+    assert_eq!((pending.route(), pending.bytes()), (RouteKind::HostToHost, 16));
+    // Claimed: public writes of either carrier are refused while the move is pending.
+    assert!(matches!(dst.set(0, Scalar::F32(9.0)), Err(ModelError::Claimed { .. })));
+    assert!(matches!(src.set(0, Scalar::F32(9.0)), Err(ModelError::Claimed { .. })));
+    pending.finish().unwrap();
+    assert_eq!(dst.values(), vec![1.0, 2.0, 3.0, 4.0]);
+    assert!(src.is_released() && !dst.is_released());
+    assert!(!src.state.is_claimed() && !dst.state.is_claimed());
+    assert_eq!(dst.version(), 0); // a move's fill is not a write
+}
+
+#[test]
+fn a_gapped_window_of_claimed_host_memory_moves_through_the_layout_copy() {
+    use crate::layout::{Layout, Shape, Stride};
+    let src = Guarded::new(&[0.0, 1.0, 0.0, 2.0, 0.0, 3.0, 0.0]);
+    let layout = Layout::new(Shape::flat(&[3]).unwrap(), Stride::flat(&[2]).unwrap()).unwrap();
+    let window = Subtensor::new(src.clone(), 1, layout).unwrap();
+    let dst = Guarded::new(&[9.0; 5]);
+    let pending = prepare_window_move(&window, &dst, Some(RouteKind::HostToHost)).unwrap();
+    assert_eq!(pending.route(), RouteKind::HostToHost);
+    let moved = pending.run().unwrap();
+    assert_eq!(dst.values(), vec![1.0, 9.0, 2.0, 9.0, 3.0]); // the holes are untouched
+    assert_eq!(moved.values_f32().unwrap(), vec![1.0, 2.0, 3.0]);
+}
+
+#[test]
+fn claimed_host_memory_moves_to_and_from_a_file_in_one_span() {
+    let src = Guarded::new(&[5.0, 6.0, 7.0]);
+    let file: Arc<dyn Carrier> = FileCarrier::temp(ElemKind::F32).unwrap();
+    let pending =
+        prepare_move(&Tensor::canonical(src.clone(), &[3]).unwrap(), &file, Some(RouteKind::HostToFile)).unwrap();
+    assert_eq!(pending.route(), RouteKind::HostToFile);
+    let on_file = pending.run().unwrap();
+    assert_eq!(on_file.values_f32().unwrap(), vec![5.0, 6.0, 7.0]);
+    let back = Guarded::new(&[0.0; 3]);
+    let pending = prepare_move(&on_file, &back, Some(RouteKind::FileToHost)).unwrap();
+    assert_eq!(pending.route(), RouteKind::FileToHost);
+    pending.finish().unwrap();
+    assert_eq!(back.values(), vec![5.0, 6.0, 7.0]);
+    assert!(file.is_released());
+}
+
+#[test]
+fn a_decided_route_whose_storages_do_not_match_moves_elementwise() {
+    // The binding said host to host; the destination is a Rust host carrier and the source
+    // a file: no host span exists, and the move is still correct.
+    let file: Arc<dyn Carrier> = FileCarrier::temp(ElemKind::F32).unwrap();
+    let on_file =
+        super::move_tensor(&Tensor::canonical(HostCarrier::from_f32(&[1.0, 2.0]), &[2]).unwrap(), &file).unwrap();
+    let dst = Guarded::new(&[0.0, 0.0]);
+    let pending = prepare_move(&on_file, &dst, Some(RouteKind::HostToHost)).unwrap();
+    assert_eq!(pending.route(), RouteKind::Elementwise);
+    pending.finish().unwrap();
+    assert_eq!(dst.values(), vec![1.0, 2.0]);
+}
+
+#[test]
+fn two_adapters_of_one_carrier_are_one_carrier() {
+    let src = Guarded::new(&[1.0, 2.0]);
+    let t = Tensor::canonical(src.clone(), &[2]).unwrap();
+    let refused = prepare_move(&t, src.adapter(), Some(RouteKind::HostToHost)).unwrap_err();
+    assert!(matches!(refused, ModelError::Move(MoveRefusal::SameCarrier)), "{refused:?}");
+    assert!(!src.state.is_claimed() && !src.is_released());
+}
+
+#[test]
+fn a_pending_move_dropped_unrun_changes_nothing() {
+    let src = HostCarrier::from_f32(&[1.0, 2.0, 3.0]);
+    let file = FileCarrier::temp(ElemKind::F32).unwrap();
+    let t = Tensor::canonical(src.clone(), &[3]).unwrap();
+    let pending = prepare_move(&t, &file, None).unwrap();
+    assert_eq!(file.size(), 3); // grown to the span
+    drop(pending);
+    assert_eq!(file.size(), 0); // shrunk back
+    assert!(!src.is_released() && !file.is_released());
+    // Both claims were given back: the same move now runs.
+    let moved = prepare_move(&t, &file, None).unwrap().run().unwrap();
+    assert_eq!(moved.values_f32().unwrap(), vec![1.0, 2.0, 3.0]);
+}

@@ -43,6 +43,7 @@ pub mod layout;
 pub mod model;
 pub mod storage;
 pub mod tiles;
+pub mod transfer;
 
 /// The crate README's examples run as doc tests, so they stay true.
 #[cfg(doctest)]

@@ -32,12 +32,18 @@ enum SourceStorage {
     File(Py<FileStorage>),
 }
 
-/// What a worker needs to commit one successful built-in move without the GIL.
-#[pyclass(frozen, module = "strideweave._native")]
-pub struct MoveCommit {
+/// The carriers a commit releases and unclaims: the Python request's. A move of the core's
+/// request (`async_move.rs`) has committed them itself before this runs, and has none.
+struct Carriers {
     source: Py<CarrierBase>,
     source_storage: SourceStorage,
     destination: Py<CarrierBase>,
+}
+
+/// What a worker needs to commit one successful built-in move without the GIL.
+#[pyclass(frozen, module = "strideweave._native")]
+pub struct MoveCommit {
+    carriers: Option<Carriers>,
     handle: Py<AwaitResult>,
     progress: Option<Py<TransferProgress>>,
     /// The result Tensor; taken (moved into the handle) by the commit, so no reference is
@@ -71,25 +77,36 @@ impl MoveCommit {
         };
         let slot = Slot::default();
         drop(slot.put(Some(output)));
-        Ok(MoveCommit { source: source.clone().unbind(), source_storage, destination, handle, progress, output: slot })
+        let carriers = Carriers { source: source.clone().unbind(), source_storage, destination };
+        Ok(MoveCommit { carriers: Some(carriers), handle, progress, output: slot })
     }
 }
 
 impl MoveCommit {
+    /// The publication of a move the core's request has committed (released its source, ended
+    /// its claims) on the worker: the progress completes and the handle resolves with `output`.
+    pub(crate) fn publish(handle: Py<AwaitResult>, output: Py<PyAny>, progress: Option<Py<TransferProgress>>) -> Self {
+        let slot = Slot::default();
+        drop(slot.put(Some(output)));
+        MoveCommit { carriers: None, handle, progress, output: slot }
+    }
+
     /// The commit after a successful copy, without the GIL (see the module docs). `Err` with
     /// the release's failure, nothing else changed, when the Python commit must run.
     pub(crate) fn finish(&self) -> std::io::Result<()> {
-        match &self.source_storage {
-            SourceStorage::Host(host) => host.get().release_buffer(),
-            SourceStorage::File(file) => file.get().release_store()?,
+        if let Some(carriers) = &self.carriers {
+            match &carriers.source_storage {
+                SourceStorage::Host(host) => host.get().release_buffer(),
+                SourceStorage::File(file) => file.get().release_store()?,
+            }
+            let (source, destination) = (carriers.source.get(), carriers.destination.get());
+            // Released and unclaimed in one transition of the state cell: no move can take the
+            // source in between. Dropping the claim objects without the GIL only defers their
+            // decref to PyO3's pool.
+            let (_, held) = source.state().cell().release_claimed();
+            drop(held);
+            drop(destination.state().cell().replace_claim(None));
         }
-        let (source, destination) = (self.source.get(), self.destination.get());
-        // Released and unclaimed in one transition of the state cell: no move can take the
-        // source in between. Dropping the claim objects without the GIL only defers their
-        // decref to PyO3's pool.
-        let (_, held) = source.state().cell().release_claimed();
-        drop(held);
-        drop(destination.state().cell().replace_claim(None));
         if let Some(progress) = &self.progress {
             progress.get().complete();
         }

@@ -19,12 +19,12 @@ use pyo3::exceptions::{
 use pyo3::prelude::*;
 use strideweave_core::dlpack::DescError;
 use strideweave_core::kernels::KernelError;
-use strideweave_core::layout::plan::PlanError;
 use strideweave_core::layout::LayoutError;
 use strideweave_core::model::movement::{MoveRefusal, RefusalKind};
 use strideweave_core::model::{ModelError, StateRefusal};
 use strideweave_core::storage::block::BlockError;
 use strideweave_core::tiles::SpanError;
+use strideweave_core::transfer::TransferError;
 
 /// Layout algebra (docs/spec/layout-and-dtype.md §2–§7): a bad key type is a TypeError, a size beyond
 /// 64 bits an OverflowError, a top-level mode index out of range an IndexError, and every
@@ -81,12 +81,25 @@ pub fn move_refusal(refusal: MoveRefusal) -> PyErr {
 }
 
 /// A failure of the core's object model (a move it ran for Python carriers) as its Python
-/// exception: a move refusal as `move_refusal` maps it, an I/O failure as OSError, anything
-/// else RuntimeError with the core's text.
-pub fn model(e: ModelError) -> PyErr {
+/// exception: a move refusal as `move_refusal` maps it, an I/O failure (of a transfer, or of
+/// the source's release) as OSError with a note saying what was being done, a transfer's
+/// refused range as ValueError, anything else RuntimeError with the core's text.
+pub fn model(py: Python<'_>, e: ModelError) -> PyErr {
+    let with_note = |err: &io::Error, context: &str| {
+        let e = os(err
+            .raw_os_error()
+            .map_or_else(|| io::Error::new(err.kind(), err.to_string()), io::Error::from_raw_os_error));
+        let _ = e.add_note(py, context.to_string());
+        e
+    };
     match e {
         ModelError::Move(refusal) => move_refusal(refusal),
-        ModelError::Io { .. } => PyOSError::new_err(e.to_string()),
+        ModelError::Io { context, source } => with_note(&source, context),
+        ModelError::Transfer(transfer) => match &*transfer {
+            TransferError::Io { context, source } => with_note(source, context),
+            TransferError::Range(msg) => PyValueError::new_err(msg.clone()),
+            other => PyRuntimeError::new_err(other.to_string()),
+        },
         other => PyRuntimeError::new_err(other.to_string()),
     }
 }
@@ -101,12 +114,6 @@ pub fn state_refusal(refusal: StateRefusal) -> PyErr {
 /// prefixed with the class name (`"Shape extent must be >= 1, got 0"`).
 pub fn tree_leaf(class: &str, e: LayoutError) -> PyErr {
     PyValueError::new_err(format!("{class} {e}"))
-}
-
-/// A flattened layout the loop planner refuses (rank mismatch, negative extent, slots beyond
-/// 64 bits): ValueError.
-pub fn plan(e: PlanError) -> PyErr {
-    PyValueError::new_err(e.to_string())
 }
 
 /// A compute kernel refusing its operands: ValueError.
@@ -210,6 +217,18 @@ pub enum JobError {
     Panic(String),
     /// The core refused work the entry point had already checked (a defect in that check).
     Unchecked(String),
+    /// A move of the core's object model failed (its transfer, or its commit's release).
+    Model(ModelError),
+}
+
+impl From<TransferError> for JobError {
+    fn from(e: TransferError) -> Self {
+        match e {
+            TransferError::Io { context, source } => JobError::Io { err: source, context },
+            TransferError::Range(msg) | TransferError::Unchecked(msg) => JobError::Unchecked(msg),
+            other => JobError::Unchecked(other.to_string()),
+        }
+    }
 }
 
 /// A failed copy job: an I/O error as [`os`] with a note saying what was being copied; a
@@ -225,5 +244,6 @@ pub fn job(py: Python<'_>, e: JobError) -> PyErr {
         JobError::Panic(msg) | JobError::Unchecked(msg) => {
             PyRuntimeError::new_err(format!("internal error in engine copy job: {msg}"))
         }
+        JobError::Model(e) => model(py, e),
     }
 }

@@ -33,10 +33,9 @@ use pyo3::types::{PyTuple, PyType};
 
 use std::sync::Arc;
 
-use strideweave_core::model::{prepare_window_move, Carrier, ClaimRule, RouteKind, StateCell, Strict, Subtensor};
+use strideweave_core::model::{prepare_window_move, Carrier, RouteKind, Subtensor};
 
 use crate::carrier_base::CarrierBase;
-use crate::carrier_state::py_claim;
 use crate::error;
 use crate::py_carrier::PyCarrier;
 use crate::routes;
@@ -166,29 +165,6 @@ pub(crate) fn carriers_accept(
     Ok(d.dtype.with(py, |dtype| dtype.is(view.dtype.bind(py))).unwrap_or(false))
 }
 
-/// Claims both carriers for one move, with `claim` (made once per carrier), in one
-/// transition of their state cells that checks them too: the source live, unowned and
-/// unclaimed, the destination also mutable. `carriers_accept` reads the state without the
-/// cells' locks to give up early; this is where the checks hold. False: nothing claimed.
-pub(crate) fn claim_both(
-    source: &Bound<'_, CarrierBase>,
-    destination: &Bound<'_, CarrierBase>,
-    mut claim: impl FnMut() -> Py<PyAny>,
-) -> bool {
-    let (s, d) = (source.get(), destination.get());
-    let rules = [
-        (s.state().cell(), ClaimRule::FREE),
-        (d.state().cell(), ClaimRule { owner_refuses: true, mutable: d.mutable_flag() }),
-    ];
-    match StateCell::claim_array(rules, || py_claim(claim()), &Strict) {
-        Ok(displaced) => {
-            drop(displaced);
-            true
-        }
-        Err(_) => false,
-    }
-}
-
 /// The view of `tensor` when it is exactly a `Tensor` (no subclass: a subclass may override
 /// what the native moves skip) of one subtensor; None otherwise.
 pub(crate) fn exact_single_view<'a>(cfg: &Config, tensor: &'a Bound<'_, PyAny>) -> Option<&'a View> {
@@ -260,7 +236,7 @@ pub(crate) fn move_inline(
     if !carriers_accept(view, src, dst)? {
         return Ok(None);
     }
-    let (Some(from), Some(into)) = (PyCarrier::host(src), PyCarrier::host(dst)) else {
+    let (Some(from), Some(into)) = (PyCarrier::builtin(src), PyCarrier::builtin(dst)) else {
         return Ok(None);
     };
     let Ok(offset) = usize::try_from(view.offset) else {
@@ -281,7 +257,7 @@ pub(crate) fn move_inline(
     // dropped after, with the GIL held.
     let outcome = py.detach(|| pending.finish());
     drop((window, into_carrier, from, into));
-    outcome.map_err(error::model)?;
+    outcome.map_err(|e| error::model(py, e))?;
     let output = result_view(cfg, dst, view)?;
     if recording {
         // The node the Python request records at initiation and attaches at its commit;

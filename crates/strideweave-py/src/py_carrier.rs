@@ -7,50 +7,90 @@
 //! `CarrierState`, the one state of every carrier) and its storage natively. It adapts only a
 //! carrier whose class keeps the built-in move path (an exact `CPU`, or a subclass that
 //! overrides none of `_builtin._MOVE_PATH`: `_sw_plain_move`), so no Python hook is ever
-//! skipped: for any other carrier [`PyCarrier::host`] gives None and the move takes the general
+//! skipped: for any other carrier [`PyCarrier::builtin`] gives None and the move takes the general
 //! request, which calls the class's hooks. The Python layer decides which classes qualify once
 //! per pair (the route's `native` flag, cached by `routes.rs`); this file trusts that decision
-//! and checks only what varies per carrier (a host storage, still live).
+//! and checks only what varies per carrier (a built-in storage, still live).
 //!
-//! Dropping a `PyCarrier` drops Python references: callers keep their adapters alive until
-//! they hold the GIL again, so no decref is deferred to PyO3's pool.
+//! Dropping a `PyCarrier` drops Python references: the inline move keeps its adapters alive
+//! until it holds the GIL again; a worker that commits a bulk move drops them without it,
+//! which PyO3 defers to its pool, as every worker commit always has.
 
 use std::sync::Arc;
 
+use pyo3::exceptions::PyIndexError;
 use pyo3::prelude::*;
-use strideweave_core::model::{BulkStorage, Carrier, CarrierState, ClaimedHost, ClassKey, HookToken, ModelError};
+use strideweave_core::model::{BulkStorage, Carrier, CarrierState, ClassKey, HookToken, ModelError};
 use strideweave_core::storage::{ElemKind, Scalar};
 
 use crate::carrier_base::CarrierBase;
-use crate::storage::{HostStorage, SlotAccess};
+use crate::storage::{FileStorage, HostStorage, SlotAccess};
+use crate::transfer::claimed;
 
-/// A Python carrier whose storage is host memory (`HostStorage`), as a core carrier.
+/// The storage of a built-in carrier.
+enum Storage {
+    Host(Py<HostStorage>),
+    File(Py<FileStorage>),
+}
+
+/// A Python carrier whose storage is host memory (`HostStorage`, a `CPU`) or a file
+/// (`FileStorage`, a `FileBacked`), as a core carrier.
 pub(crate) struct PyCarrier {
     carrier: Py<CarrierBase>,
-    storage: Py<HostStorage>,
+    storage: Storage,
     kind: ElemKind,
     class: ClassKey,
 }
 
 impl PyCarrier {
     /// The adapter of `carrier`, a carrier of a class that keeps the built-in move path, when
-    /// its storage is live host memory; None otherwise (nothing changed).
-    pub(crate) fn host(carrier: &Bound<'_, CarrierBase>) -> Option<Arc<Self>> {
+    /// its storage is a live built-in storage; None otherwise (nothing changed).
+    pub(crate) fn builtin(carrier: &Bound<'_, CarrierBase>) -> Option<Arc<Self>> {
         let py = carrier.py();
-        let storage = carrier.get().storage.get(py)?.into_bound(py).cast_into::<HostStorage>().ok()?;
-        storage.get().live_count().ok()?;
-        let kind = storage.get().kind();
+        let storage = carrier.get().storage.get(py)?.into_bound(py);
+        let (storage, kind) = if let Ok(host) = storage.cast::<HostStorage>() {
+            host.get().live_count().ok()?;
+            (Storage::Host(host.clone().unbind()), host.get().kind())
+        } else {
+            let file = storage.cast::<FileStorage>().ok()?;
+            file.get().store()?;
+            (Storage::File(file.clone().unbind()), file.get().kind())
+        };
         let class = ClassKey::Foreign(carrier.get_type_ptr() as usize as u64);
-        Some(Arc::new(PyCarrier { carrier: carrier.clone().unbind(), storage: storage.unbind(), kind, class }))
+        Some(Arc::new(PyCarrier { carrier: carrier.clone().unbind(), storage, kind, class }))
     }
 
-    fn storage(&self) -> &HostStorage {
-        self.storage.get()
+    fn slots(&self) -> &dyn SlotStorage {
+        match &self.storage {
+            Storage::Host(host) => host.get(),
+            Storage::File(file) => file.get(),
+        }
+    }
+}
+
+/// `SlotAccess` as an object (its generic methods aside).
+trait SlotStorage {
+    fn count(&self) -> usize;
+    fn read(&self, slot: usize, bytes: &mut [u8]) -> bool;
+    fn write(&self, slot: usize, bytes: &[u8]) -> bool;
+}
+
+impl<S: SlotAccess> SlotStorage for S {
+    fn count(&self) -> usize {
+        self.live_count().unwrap_or(0)
+    }
+
+    fn read(&self, slot: usize, bytes: &mut [u8]) -> bool {
+        self.read_encoded(slot, bytes).is_ok()
+    }
+
+    fn write(&self, slot: usize, bytes: &[u8]) -> bool {
+        self.write_encoded(slot, bytes, PyErr::new::<PyIndexError, _>).is_ok()
     }
 }
 
 fn released() -> ModelError {
-    ModelError::Released { carrier: "CPU".into() }
+    ModelError::Released { carrier: "carrier".into() }
 }
 
 impl Carrier for PyCarrier {
@@ -63,13 +103,15 @@ impl Carrier for PyCarrier {
     }
 
     fn size(&self) -> usize {
-        self.storage().live_count().unwrap_or(0)
+        self.slots().count()
     }
 
     fn read_slot(&self, _: &HookToken, i: usize) -> Result<Scalar, ModelError> {
         let size = self.kind.size();
         let mut bytes = [0u8; 8];
-        self.storage().read_encoded(i, &mut bytes[..size]).map_err(|_| released())?;
+        if !self.slots().read(i, &mut bytes[..size]) {
+            return Err(released());
+        }
         Ok(self.kind.decode(&bytes[..size]))
     }
 
@@ -77,9 +119,10 @@ impl Carrier for PyCarrier {
         let size = self.kind.size();
         let mut bytes = [0u8; 8];
         self.kind.encode(v, &mut bytes[..size]);
-        self.storage()
-            .write_encoded(i, &bytes[..size], PyErr::new::<pyo3::exceptions::PyIndexError, _>)
-            .map_err(|_| ModelError::SlotOutOfRange { index: i as i64, size: self.size() })
+        if !self.slots().write(i, &bytes[..size]) {
+            return Err(ModelError::SlotOutOfRange { index: i as i64, size: self.size() });
+        }
+        Ok(())
     }
 
     fn is_mutable_hook(&self) -> bool {
@@ -87,21 +130,44 @@ impl Carrier for PyCarrier {
     }
 
     fn bulk_storage(&self, _: &HookToken) -> Option<BulkStorage> {
-        let buffer = self.storage().buffer()?;
-        // SAFETY: `ClaimedHost::new`'s contract holds for a Python carrier's host buffer. While
-        // a move claims the carrier its state cell refuses every write through the framework
-        // (the native element path, the Python reference path, a transfer's `output` of any
-        // other move), so the move's transfer is the only writer; readers copy plain bytes out
-        // (`HostBuffer::read`); the `Arc` keeps the buffer allocated after a release drops the
-        // storage's reference. A DLPack consumer writing an export during a move is the
-        // user's race, which the binding's transfers have always documented.
-        Some(BulkStorage::ClaimedHost(unsafe { ClaimedHost::new(buffer) }))
+        match &self.storage {
+            // `claimed` says why the claims guard a built-in carrier's host buffer.
+            Storage::Host(host) => Some(BulkStorage::ClaimedHost(claimed(host.get().buffer()?))),
+            Storage::File(file) => Some(BulkStorage::File(file.get().store()?)),
+        }
     }
 
-    /// The built-in release: the storage drops its buffer (a large one is unmapped on an
-    /// engine thread).
-    fn release_storage(&self, _: &HookToken) {
-        self.storage().release_buffer();
+    /// The built-in release: the storage drops its buffer or deletes its file (a large one is
+    /// unmapped or closed on an engine thread).
+    fn release_storage(&self, token: &HookToken) {
+        let _ = self.release_claimed_storage(token);
+    }
+
+    /// As `release_storage`; a file that cannot be deleted fails the move (OSError).
+    fn release_claimed_storage(&self, _: &HookToken) -> Result<(), ModelError> {
+        match &self.storage {
+            Storage::Host(host) => {
+                host.get().release_buffer();
+                Ok(())
+            }
+            Storage::File(file) => {
+                file.get().release_store().map_err(|e| ModelError::io("releasing the moved source", e))
+            }
+        }
+    }
+
+    /// A `FileBacked` grows (an empty destination to the moved span) and shrinks back.
+    fn can_allocate(&self) -> bool {
+        matches!(self.storage, Storage::File(_))
+    }
+
+    fn allocate(&self, _: &HookToken, slots: usize) -> Result<(), ModelError> {
+        let Storage::File(file) = &self.storage else {
+            return Err(ModelError::NotAllocatable { carrier: "CPU".into() });
+        };
+        let store = file.get().store().ok_or_else(released)?;
+        let bytes = (slots as u64).saturating_mul(self.kind.size() as u64);
+        store.set_len(bytes).map_err(|e| ModelError::io("resizing the destination file", e))
     }
 
     fn class_key(&self) -> ClassKey {

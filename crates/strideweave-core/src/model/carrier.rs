@@ -222,6 +222,16 @@ pub trait Carrier: Send + Sync + 'static {
     /// Free the storage; called once, after the framework marked the carrier released.
     fn release_storage(&self, _: &HookToken) {}
 
+    /// Free the storage of a carrier whose move is committing: called once, while the move's
+    /// claim still keeps everybody else off the storage and before the framework marks the
+    /// carrier released. A failure (a file that cannot be unlinked, say) fails the move, which
+    /// leaves the carrier live. The default is [`release_storage`](Carrier::release_storage),
+    /// which cannot fail.
+    fn release_claimed_storage(&self, token: &HookToken) -> Result<()> {
+        self.release_storage(token);
+        Ok(())
+    }
+
     /// Whether [`allocate`](Carrier::allocate) can grow an empty carrier.
     fn can_allocate(&self) -> bool {
         false

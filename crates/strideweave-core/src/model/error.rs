@@ -184,6 +184,9 @@ pub enum ModelError {
         /// The size asked for.
         bytes: usize,
     },
+    /// A bulk transfer failed (its I/O) or refused its ranges; the move was rolled back.
+    #[error("{0}")]
+    Transfer(Arc<crate::transfer::TransferError>),
     /// A transfer's code panicked; the move was rolled back.
     #[error("the transfer panicked: {message}")]
     TransferPanicked {
@@ -198,6 +201,12 @@ pub enum ModelError {
         /// The hook's message.
         message: String,
     },
+}
+
+impl From<crate::transfer::TransferError> for ModelError {
+    fn from(e: crate::transfer::TransferError) -> Self {
+        ModelError::Transfer(Arc::new(e))
+    }
 }
 
 impl ModelError {

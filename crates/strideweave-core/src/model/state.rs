@@ -451,15 +451,21 @@ impl ClaimGuard {
         drop(self)
     }
 
-    /// End the claim by releasing the carrier (the source of a committed move): marks it
-    /// released and drops the claim atomically, then runs the carrier's release hook.
-    pub fn commit_release(mut self) {
-        let carrier = self.carrier.take().expect("live until consumed");
-        let (newly, held) = carrier.state(HOOK).cell.release_claimed();
-        debug_assert_eq!(held.and_then(|held| held.move_id()), Some(self.id));
-        if newly {
-            carrier.release_storage(HOOK);
+    /// End the claim by releasing the carrier (the source of a committed move): runs the
+    /// carrier's release hook ([`Carrier::release_claimed_storage`]) while the claim still
+    /// keeps everybody else off the storage, then marks the carrier released and drops the
+    /// claim in one step, so nobody can slip in between the claim ending and the release. A
+    /// hook that fails leaves the carrier live and still claimed: the guard comes back with
+    /// the error, and dropping it gives the claim back.
+    pub fn commit_release(mut self) -> std::result::Result<(), (ClaimGuard, ModelError)> {
+        let released = self.carrier().release_claimed_storage(HOOK);
+        if let Err(e) = released {
+            return Err((self, e));
         }
+        let carrier = self.carrier.take().expect("live until consumed");
+        let (_, held) = carrier.state(HOOK).cell.release_claimed();
+        debug_assert_eq!(held.and_then(|held| held.move_id()), Some(self.id));
+        Ok(())
     }
 }
 

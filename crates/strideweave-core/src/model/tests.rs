@@ -59,7 +59,7 @@ fn claims_refuse_release_write_and_a_second_claim_until_dropped() {
 fn commit_release_ends_the_claim_and_releases_in_one_step() {
     let c = host(&[1.0]);
     let guard = c.state(HOOK).try_claim(&c, ClaimId::fresh(), Role::Source).unwrap();
-    guard.commit_release();
+    guard.commit_release().unwrap();
     assert!(c.is_released());
     assert!(!c.state(HOOK).is_claimed());
 }
@@ -477,7 +477,7 @@ proptest! {
                 StateOp::DropClaim => claim = None,
                 StateOp::CommitRelease => {
                     if let Some(g) = claim.take() {
-                        g.commit_release();
+                        g.commit_release().unwrap();
                         released = true;
                     }
                 }

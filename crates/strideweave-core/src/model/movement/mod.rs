@@ -194,6 +194,12 @@ impl PendingMove {
         self.0.bytes()
     }
 
+    /// Count the transfer's bytes into `progress` while it runs (a bulk transfer of host
+    /// memory its carrier's claims guard counts chunk by chunk; others count nothing).
+    pub fn count_into(&mut self, progress: Arc<crate::transfer::Progress>) {
+        self.0.count_into(progress)
+    }
+
     /// Transfer, then the one terminal commit: the moved tensor with the source released, or
     /// the failure with the source live and unchanged and the destination unclaimed.
     pub fn run(self) -> MoveOutcome {

@@ -17,6 +17,8 @@ use crate::storage::{ElemKind, HostBuffer, Scalar};
 struct Guarded {
     state: Arc<CarrierState>,
     buffer: Arc<HostBuffer>,
+    /// The release of a committing move fails (as a file that cannot be deleted does).
+    refuse_release: bool,
 }
 
 impl Guarded {
@@ -25,13 +27,21 @@ impl Guarded {
         for (k, v) in values.iter().enumerate() {
             buffer.write_mut(k * 4, &v.to_ne_bytes()).unwrap();
         }
-        Arc::new(Guarded { state: Arc::new(CarrierState::new("Guarded")), buffer: Arc::new(buffer) })
+        Arc::new(Guarded {
+            state: Arc::new(CarrierState::new("Guarded")),
+            buffer: Arc::new(buffer),
+            refuse_release: false,
+        })
     }
 
     /// A second adapter of the same carrier (the same state and buffer), as a binding makes
     /// one per move.
     fn adapter(&self) -> Arc<Self> {
-        Arc::new(Guarded { state: self.state.clone(), buffer: self.buffer.clone() })
+        Arc::new(Guarded {
+            state: self.state.clone(),
+            buffer: self.buffer.clone(),
+            refuse_release: self.refuse_release,
+        })
     }
 
     fn values(&self) -> Vec<f32> {
@@ -86,6 +96,13 @@ impl Carrier for Guarded {
         // writes of a claimed carrier, so a move's transfer is its only writer; the `Arc`
         // keeps the buffer allocated.
         Some(BulkStorage::ClaimedHost(unsafe { ClaimedHost::new(self.buffer.clone()) }))
+    }
+
+    fn release_claimed_storage(&self, _: &HookToken) -> Result<()> {
+        if self.refuse_release {
+            return Err(ModelError::io("releasing the moved source", std::io::Error::other("refused")));
+        }
+        Ok(())
     }
 
     fn class_key(&self) -> ClassKey {
@@ -177,4 +194,33 @@ fn a_pending_move_dropped_unrun_changes_nothing() {
     // Both claims were given back: the same move now runs.
     let moved = prepare_move(&t, &file, None).unwrap().run().unwrap();
     assert_eq!(moved.values_f32().unwrap(), vec![1.0, 2.0, 3.0]);
+}
+
+#[test]
+fn a_release_that_fails_at_the_commit_fails_the_move_and_keeps_the_source() {
+    let src = Arc::new(Guarded { refuse_release: true, ..Arc::try_unwrap(Guarded::new(&[1.0, 2.0])).ok().unwrap() });
+    let file = FileCarrier::temp(ElemKind::F32).unwrap();
+    let t = Tensor::canonical(src.clone(), &[2]).unwrap();
+    let failed = prepare_move(&t, &file, Some(RouteKind::HostToFile)).unwrap().run().unwrap_err();
+    assert!(matches!(failed, ModelError::Io { context: "releasing the moved source", .. }), "{failed:?}");
+    // The source is live, unclaimed and unchanged; the grown file shrank back, unclaimed.
+    assert!(!src.is_released() && !src.state.is_claimed());
+    assert_eq!(src.values(), vec![1.0, 2.0]);
+    assert_eq!(file.size(), 0);
+    assert!(file.set(0, Scalar::F32(0.0)).is_err()); // out of range (empty), not claimed
+    let moved = super::move_tensor(&Tensor::canonical(HostCarrier::from_f32(&[3.0]), &[1]).unwrap(), &file).unwrap();
+    assert_eq!(moved.values_f32().unwrap(), vec![3.0]); // the file is free for another move
+}
+
+#[test]
+fn a_bulk_transfer_counts_its_bytes_into_the_progress_it_is_handed() {
+    let src = Guarded::new(&[1.0; 1000]);
+    let file = FileCarrier::temp(ElemKind::F32).unwrap();
+    let progress = Arc::new(crate::transfer::Progress::new(0));
+    let mut pending =
+        prepare_move(&Tensor::canonical(src, &[1000]).unwrap(), &file, Some(RouteKind::HostToFile)).unwrap();
+    pending.count_into(progress.clone());
+    assert_eq!(progress.done(), 0);
+    pending.finish().unwrap();
+    assert_eq!((progress.done(), progress.total()), (4000, 4000));
 }

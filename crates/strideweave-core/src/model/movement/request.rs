@@ -15,6 +15,7 @@ use super::table::{validate_rows, Check};
 use super::terminal::{CommitSteps, Terminal};
 use crate::layout::Layout;
 use crate::storage::ElemKind;
+use crate::transfer::Progress;
 
 /// A validated move holding both claims, ready to transfer. Dropping it without running
 /// shrinks a destination it grew back to empty (while still claimed) and gives both claims
@@ -31,6 +32,7 @@ struct Parts {
     layout: Arc<Layout>,
     dtype: ElemKind,
     grew: bool,
+    progress: Option<Arc<Progress>>,
 }
 
 fn name(c: &dyn Carrier) -> String {
@@ -104,7 +106,9 @@ pub(crate) fn initiate_window(
     };
     // From here a failure is the pending move's drop: a grown destination shrinks back.
     let route = route::resolve_as(kind, &**source, &**destination);
-    Ok(Pending { parts: Some(Parts { src_claim, dst_claim, route, offset: sub.offset(), layout, dtype, grew }) })
+    Ok(Pending {
+        parts: Some(Parts { src_claim, dst_claim, route, offset: sub.offset(), layout, dtype, grew, progress: None }),
+    })
 }
 
 fn live(carrier: &dyn Carrier, party: Party) -> Result<()> {
@@ -159,6 +163,14 @@ impl Pending {
         (parts.layout.cosize() as usize).saturating_mul(parts.dtype.size())
     }
 
+    /// Count the transfer's bytes into `progress` as it runs (a bulk transfer of host memory
+    /// guarded by claims counts chunk by chunk).
+    pub(crate) fn count_into(&mut self, progress: Arc<Progress>) {
+        if let Some(parts) = self.parts.as_mut() {
+            parts.progress = Some(progress);
+        }
+    }
+
     /// The route this move runs.
     pub(crate) fn route_kind(&self) -> RouteKind {
         self.parts().route.kind()
@@ -187,6 +199,7 @@ impl Pending {
                 offset: parts.offset,
                 layout: &parts.layout,
                 elem_size: parts.dtype.size(),
+                progress: parts.progress.as_ref(),
             };
             catch_unwind(AssertUnwindSafe(|| route::execute(&parts.route, &job))).unwrap_or_else(|panic| {
                 let message = panic
@@ -229,7 +242,11 @@ impl CommitSteps for Claims {
 
     fn release_source(&mut self) -> Result<()> {
         if let Some(claim) = self.source.take() {
-            claim.commit_release();
+            if let Err((claim, e)) = claim.commit_release() {
+                // Still claimed: `end_claims` gives it back, and the source stays live.
+                self.source = Some(claim);
+                return Err(e);
+            }
         }
         Ok(())
     }

@@ -36,6 +36,7 @@ use crate::layout::{plan, Layout};
 #[cfg(feature = "block-devices")]
 use crate::storage::block::{BlockDevice, Extent};
 use crate::storage::FileStore;
+use crate::transfer::{Endpoint, LayoutCopy, Progress, SpanCopy};
 
 /// Which built-in transfer a move runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -207,6 +208,8 @@ pub(crate) struct Job<'a> {
     pub offset: usize,
     pub layout: &'a Layout,
     pub elem_size: usize,
+    /// Where a bulk transfer of claimed host memory counts its bytes.
+    pub progress: Option<&'a Arc<Progress>>,
 }
 
 /// `[start, end)` in bytes of `slots` slots from slot `first`, checked against `len`.
@@ -225,6 +228,40 @@ pub(crate) fn execute(route: &Route, job: &Job<'_>) -> Result<()> {
     let cosize = job.layout.cosize() as usize;
     let es = job.elem_size;
     match route {
+        Route::HostToFile(HostSide::Claimed(src), dst) => {
+            let span = SpanCopy::new(
+                Endpoint::Host(src.clone()),
+                job.offset as u64,
+                Endpoint::File(dst.clone()),
+                0,
+                cosize as u64,
+                es,
+            )?;
+            Ok(span.run(job.progress)?)
+        }
+        Route::FileToHost(src, HostSide::Claimed(dst)) => {
+            let span = SpanCopy::new(
+                Endpoint::File(src.clone()),
+                job.offset as u64,
+                Endpoint::Host(dst.clone()),
+                0,
+                cosize as u64,
+                es,
+            )?;
+            Ok(span.run(job.progress)?)
+        }
+        Route::HostToHost(HostSide::Claimed(src), HostSide::Claimed(dst)) => {
+            let copy = LayoutCopy::new(
+                src.clone(),
+                job.offset as i64,
+                dst.clone(),
+                0,
+                job.layout.leaf_extents(),
+                job.layout.leaf_strides(),
+                es,
+            )?;
+            Ok(copy.run(job.progress)?)
+        }
         Route::HostToFile(src, dst) => {
             let (start, end) = byte_span(job.offset, cosize, es, src.len_bytes())?;
             src.read(start, end, |bytes| copy::file_write_from_host(dst.file(), 0, bytes))

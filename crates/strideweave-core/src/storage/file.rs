@@ -276,4 +276,36 @@ mod tests {
         store.set_len(0).unwrap(); // both snapshots are gone
         store.unlink().unwrap();
     }
+
+    /// The page-cache query (`cachestat`, else `mincore`) answers as `mincore` on the snapshot
+    /// does, with the file's bytes dropped from the cache and after they were read back.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_snapshot_knows_whether_its_bytes_are_cached() {
+        use std::os::fd::AsRawFd;
+        let path = temp_path("snapshot-cached");
+        let store = Arc::new(FileStore::create_new(&path).unwrap());
+        let bytes = vec![3u8; 4 << 20];
+        store.set_len(bytes.len() as u64).unwrap();
+        store.write_at(0, &bytes).unwrap();
+        store.file().sync_all().unwrap();
+        let by_mincore = |snap: &HostBuffer| {
+            let mut resident = vec![0u8; snap.len().div_ceil(4096)];
+            // SAFETY: the snapshot's own page-aligned mapping, one byte per 4 KiB page (the
+            // test runs where pages are 4 KiB or larger, so this is enough room).
+            assert_eq!(unsafe { libc::mincore(snap.as_ptr().cast(), snap.len(), resident.as_mut_ptr()) }, 0);
+            resident.iter().all(|&r| r & 1 == 1)
+        };
+        // SAFETY: advice on the store's own open descriptor; it changes no byte.
+        unsafe { libc::posix_fadvise(store.file().as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        // SAFETY: nothing else writes or truncates this test's file meanwhile.
+        let snap = unsafe { store.snapshot(0, bytes.len()) }.unwrap();
+        assert_eq!(snap.pages_in_memory().unwrap(), by_mincore(&snap), "dropped from the cache");
+        let mut back = vec![0u8; bytes.len()];
+        store.read_at(0, &mut back).unwrap();
+        assert!(snap.pages_in_memory().unwrap(), "read back: cached");
+        assert!(by_mincore(&snap));
+        drop(snap);
+        store.unlink().unwrap();
+    }
 }

@@ -299,14 +299,22 @@ impl HostBuffer {
     }
 
     /// Whether every page of this buffer is in memory: for a file snapshot, whether the file's
-    /// bytes it maps are all in the page cache (`mincore`), so reading it waits for no disk.
-    /// Other buffers answer true. An error of the query is returned as is.
+    /// bytes it maps are all in the page cache, so reading it waits for no disk. Other buffers
+    /// answer true. An error of the query is returned as is.
+    ///
+    /// The page cache is asked by `cachestat` (Linux 6.5), whose cost is per cached folio: a
+    /// few microseconds for a file the kernel caches in 2 MiB folios. Where it does not exist,
+    /// `mincore` on the snapshot, which looks each 4 KiB page up (about 220 µs for 16 MiB).
     pub fn pages_in_memory(&self) -> std::io::Result<bool> {
         #[cfg(target_os = "linux")]
-        if self.origin == Origin::FileSnapshot {
+        if let (Origin::FileSnapshot, Some((file, byte_off))) = (self.origin, &self.mapped_file) {
             // SAFETY: sysconf has no preconditions.
             let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1);
-            let mut resident = vec![0u8; self.len.div_ceil(page)];
+            let pages = self.len.div_ceil(page);
+            if let Some(cached) = cached_pages(file, *byte_off, self.len) {
+                return Ok(cached >= pages as u64);
+            }
+            let mut resident = vec![0u8; pages];
             // SAFETY: the range is exactly this buffer's own page-aligned mapping, alive while
             // `&self` is, and `resident` has one byte per page of it, as mincore writes.
             let rc = unsafe { libc::mincore(self.ptr.as_ptr().cast(), self.len, resident.as_mut_ptr()) };
@@ -525,6 +533,45 @@ impl Drop for HostBuffer {
             }
         }
     }
+}
+
+/// The number of pages of `file`'s bytes `[byte_off, byte_off + len)` in the page cache, by
+/// the `cachestat` system call; None where the kernel has no such call (before Linux 6.5) or
+/// refuses it. The `libc` crate declares neither the call's number nor its structures for
+/// x86_64 glibc, so they are written here, from the kernel's uapi (`linux/mman.h`): the number
+/// is 451 on every architecture since the call exists.
+#[cfg(target_os = "linux")]
+fn cached_pages(file: &FileStore, byte_off: u64, len: usize) -> Option<u64> {
+    use std::os::fd::AsRawFd;
+    #[repr(C)]
+    struct CachestatRange {
+        off: u64,
+        len: u64,
+    }
+    #[repr(C)]
+    #[derive(Default)]
+    struct Cachestat {
+        nr_cache: u64,
+        nr_dirty: u64,
+        nr_writeback: u64,
+        nr_evicted: u64,
+        nr_recently_evicted: u64,
+    }
+    const SYS_CACHESTAT: libc::c_long = 451;
+    let range = CachestatRange { off: byte_off, len: len as u64 };
+    let mut stat = Cachestat::default();
+    // SAFETY: cachestat reads `range` and writes `stat`, both live locals of the layouts the
+    // kernel's uapi declares; the descriptor is the store's open file, alive while `file` is.
+    let rc = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            file.file().as_raw_fd() as libc::c_uint,
+            &range as *const CachestatRange,
+            &mut stat as *mut Cachestat,
+            0 as libc::c_uint,
+        )
+    };
+    (rc == 0).then_some(stat.nr_cache)
 }
 
 #[cfg(test)]

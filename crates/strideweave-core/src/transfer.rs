@@ -10,7 +10,7 @@
 //! ([`ClaimedHost::new`]'s contract); this module only checks ranges.
 //!
 //! Large spans into host memory are copied in pieces spread over idle copy threads
-//! ([`engine::pieces`](crate::engine::pieces)), so another core faults in and fills part of
+//! ([`engine::pieces`]), so another core faults in and fills part of
 //! the destination meanwhile; a span into a file stays on one thread, since its writes take the
 //! file's inode lock one at a time.
 //!

@@ -260,6 +260,8 @@ impl CarrierBase {
         drop(self.state.cell().replace_owner(owner));
     }
 
+    /// The claim's Python object; None when unclaimed or claimed by the core's own move
+    /// request (a native fast route's move), which every check treats as a pending move.
     #[getter(_sw_claim)]
     fn get_claim(&self, py: Python<'_>) -> Option<Py<PyAny>> {
         self.state.cell().with_claim(|claim| claim.and_then(claim_object).map(|c| c.clone_ref(py)))

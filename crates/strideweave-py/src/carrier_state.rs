@@ -55,8 +55,8 @@ fn payload_object(foreign: Option<&Foreign>) -> Option<&Py<PyAny>> {
     foreign?.downcast_ref::<PyPayload>().map(|payload| &payload.0)
 }
 
-/// The Python object of a claim (None for a claim of the Rust model, which no Python carrier
-/// holds).
+/// The Python object of a claim (None for a claim of the core's own move request, which the
+/// native fast routes take: `inline_move.rs`, `async_move.rs`).
 pub(crate) fn claim_object(claim: &Claim) -> Option<&Py<PyAny>> {
     payload_object(claim.foreign())
 }
@@ -94,7 +94,7 @@ impl ClaimJudge<Owner, Claim> for PyJudge<'_, '_> {
     type Owner = Option<Py<PyType>>;
 
     /// Identity (`is`) with `active` and `releasing`; a claim that is no Python object (the
-    /// Rust model's, never held by a Python carrier) blocks as a pending move.
+    /// core's move request's, which the native fast routes take) blocks as a pending move.
     fn judge(&self, held: &Claim) -> Verdict<Held> {
         match claim_object(held) {
             Some(held) if self.active.is_some_and(|active| active.is(held)) => Verdict::Passes,

@@ -4,6 +4,11 @@
 //! tiers: while it lives, every public write, release or move of a tier is refused
 //! (`Owned`/`NotMutable`), and releasing the composite releases both.
 //!
+//! Each transition copies by the tiers' route, a move's (one span between host memory and a
+//! file or a block device, one host copy; slot by slot only for carriers with no bulk
+//! storage). A composite made with [`Evictable::retaining_clean`] keeps the secondary as a
+//! clean copy when it promotes, and an evict of values unchanged since writes nothing.
+//!
 //! Evict and promote are failure-atomic: on any error (a tier too small that cannot grow, a
 //! hook's failure) a tier the operation grew shrinks back, the values stay where they were
 //! and the composite's state is unchanged. Both refuse a released composite and one a pending
@@ -34,8 +39,10 @@ use parking_lot::Mutex;
 
 use super::carrier::{Carrier, CarrierExt, HookToken, IntoCarrier, HOOK};
 use super::error::{ModelError, Result};
+use super::movement::route::{self, route_kind, Job};
 use super::movement::MoveRefusal;
 use super::state::{CarrierState, OwnerToken};
+use crate::layout::{Layout, Shape};
 use crate::storage::ElemKind;
 
 /// Which tier of an [`Evictable`] holds its values.
@@ -52,6 +59,10 @@ struct Tiers {
     primary: Arc<dyn Carrier>,
     secondary: Arc<dyn Carrier>,
     resident: Tier,
+    /// `Some(v)` after a promote that kept the secondary (`retaining_clean`): the secondary
+    /// holds the values the composite had at version `v`, so while the version is still `v`
+    /// an evict writes nothing.
+    clean_version: Option<u64>,
 }
 
 impl Tiers {
@@ -68,12 +79,18 @@ pub struct Evictable {
     state: CarrierState,
     owner: OwnerToken,
     kind: ElemKind,
+    /// Whether a promote copies and keeps the secondary as a clean copy.
+    retain_clean: bool,
     tiers: Mutex<Tiers>,
 }
 
 impl std::fmt::Debug for Evictable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Evictable").field("kind", &self.kind).field("resident", &self.resident()).finish()
+        f.debug_struct("Evictable")
+            .field("kind", &self.kind)
+            .field("resident", &self.resident())
+            .field("retain_clean", &self.retain_clean)
+            .finish()
     }
 }
 
@@ -82,7 +99,37 @@ impl Evictable {
     /// must be live, unowned, unclaimed, distinct and of one element kind; the composite
     /// becomes their owner. On failure neither tier changes.
     pub fn new(primary: impl IntoCarrier, secondary: impl IntoCarrier) -> Result<Arc<Self>> {
-        let (primary, secondary) = (primary.into_carrier(), secondary.into_carrier());
+        Self::build(primary.into_carrier(), secondary.into_carrier(), false)
+    }
+
+    /// [`new`](Self::new), with clean tiers: [`promote`](Self::promote) copies the values and
+    /// keeps the secondary as a clean copy of them, and an [`evict`](Self::evict) of values
+    /// unchanged since (the composite's version is the same) writes nothing. For weights read
+    /// far more often than written, every eviction after the first is free.
+    ///
+    /// ```
+    /// use strideweave_core::model::{Carrier, CarrierExt, Evictable, FileCarrier, HostCarrier, Tier};
+    /// use strideweave_core::storage::{ElemKind, Scalar};
+    ///
+    /// let host = HostCarrier::from_f32(&[1.0, 2.0]);
+    /// let file = FileCarrier::temp(ElemKind::F32).unwrap();
+    /// let e = Evictable::retaining_clean(&host, &file).unwrap();
+    /// e.evict().unwrap(); // written once
+    /// e.promote().unwrap();
+    /// assert!(e.is_clean() && file.size() == 2); // the file keeps the values
+    /// e.evict().unwrap(); // clean: nothing written
+    /// e.promote().unwrap();
+    /// e.set(1, Scalar::F32(5.0)).unwrap(); // dirty now
+    /// assert!(!e.is_clean());
+    /// e.evict().unwrap(); // written back
+    /// assert_eq!(e.resident(), Tier::Secondary);
+    /// assert_eq!(e.get(1).unwrap(), Scalar::F32(5.0));
+    /// ```
+    pub fn retaining_clean(primary: impl IntoCarrier, secondary: impl IntoCarrier) -> Result<Arc<Self>> {
+        Self::build(primary.into_carrier(), secondary.into_carrier(), true)
+    }
+
+    fn build(primary: Arc<dyn Carrier>, secondary: Arc<dyn Carrier>, retain_clean: bool) -> Result<Arc<Self>> {
         if super::carrier::same_carrier(&primary, &secondary) {
             return Err(ModelError::TiersNotDistinct { composite: "Evictable" });
         }
@@ -104,13 +151,22 @@ impl Evictable {
             state: CarrierState::new("Evictable"),
             owner,
             kind,
-            tiers: Mutex::new(Tiers { primary, secondary, resident: Tier::Primary }),
+            retain_clean,
+            tiers: Mutex::new(Tiers { primary, secondary, resident: Tier::Primary, clean_version: None }),
         }))
     }
 
     /// The tier holding the values now.
     pub fn resident(&self) -> Tier {
         self.tiers.lock().resident
+    }
+
+    /// Whether the secondary holds the current values: evicted, or promoted by a composite
+    /// made with [`retaining_clean`](Self::retaining_clean) and not written since (an
+    /// [`evict`](Self::evict) then writes nothing).
+    pub fn is_clean(&self) -> bool {
+        let tiers = self.tiers.lock();
+        tiers.resident == Tier::Secondary || tiers.clean_version == Some(self.state.version())
     }
 
     /// Move the values to the secondary tier (nothing to do if they are there).
@@ -132,15 +188,28 @@ impl Evictable {
         if tiers.resident == target {
             return Ok(());
         }
-        let (from, to) = match target {
-            Tier::Secondary => (tiers.primary.clone(), tiers.secondary.clone()),
-            Tier::Primary => (tiers.secondary.clone(), tiers.primary.clone()),
-        };
-        copy_tier(&*from, &*to)?;
-        // The values now live in `to`; an allocatable source gives its space back (a failure
-        // to shrink leaves it larger, never the values elsewhere).
-        if from.can_allocate() {
-            let _ = from.allocate(HOOK, 0);
+        let (primary, secondary) = (tiers.primary.clone(), tiers.secondary.clone());
+        match target {
+            Tier::Secondary => {
+                // Unchanged since a promote that kept the secondary: it holds these values.
+                if tiers.clean_version != Some(self.state.version()) {
+                    copy_tier(&*primary, &*secondary)?;
+                }
+                // The values now live in the secondary; an allocatable primary gives its space
+                // back (a failure to shrink leaves it larger, never the values elsewhere).
+                if primary.can_allocate() {
+                    let _ = primary.allocate(HOOK, 0);
+                }
+                tiers.clean_version = None;
+            }
+            Tier::Primary => {
+                copy_tier(&*secondary, &*primary)?;
+                if self.retain_clean {
+                    tiers.clean_version = Some(self.state.version());
+                } else if secondary.can_allocate() {
+                    let _ = secondary.allocate(HOOK, 0);
+                }
+            }
         }
         tiers.resident = target;
         Ok(()) // the gate drops uncommitted: evict and promote are not writes
@@ -163,11 +232,26 @@ fn copy_tier(from: &dyn Carrier, to: &dyn Carrier) -> Result<()> {
         }
         to.allocate(HOOK, n)?;
     }
-    let copied = (0..n).try_for_each(|i| to.write_slot(HOOK, i, from.read_slot(HOOK, i)?));
+    let copied = transfer(from, to, n);
     if copied.is_err() && grew {
         let _ = to.allocate(HOOK, 0);
     }
     copied
+}
+
+/// Slots `[0, n)` of `from` into the same slots of `to`, by the pair's route, a move's: one
+/// span between host memory and a file or a block device, one host copy, or slot by slot for
+/// carriers with no bulk storage.
+fn transfer(from: &dyn Carrier, to: &dyn Carrier, n: usize) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    let extent = i64::try_from(n).map_err(|_| ModelError::Layout(crate::layout::LayoutError::SizeOverflow))?;
+    let layout = Layout::canonical(&Shape::flat(&[extent])?)?;
+    let route = route::resolve_as(route_kind(from.class_key(), to.class_key()), from, to);
+    let job =
+        Job { src: from, dst: to, offset: 0, layout: &layout, elem_size: from.elem_kind().size(), progress: None };
+    route::execute(&route, &job)
 }
 
 impl Carrier for Evictable {

@@ -26,18 +26,16 @@
 
 use pyo3::exceptions::PyBaseException;
 use pyo3::prelude::*;
-use std::sync::Arc;
 
-use strideweave_core::model::{prepare_window_move, Carrier, RouteKind, Subtensor};
+use strideweave_core::model::{prepare_window_move, RouteKind};
 
 use crate::carrier_base::CarrierBase;
 use crate::commit::MoveCommit;
 use crate::engine::{new_handle, AwaitResult};
 use crate::error::JobError;
-use crate::inline_move::{carriers_accept, config, exact_single_view, profiling, result_view, BuiltinPair};
+use crate::inline_move::{config, core_window, exact_single_view, profiling, result_view, BuiltinPair};
 use crate::jobs::submit_committing;
 use crate::move_request::request_hooks;
-use crate::py_carrier::PyCarrier;
 use crate::routes;
 use crate::transfer::TransferProgress;
 
@@ -83,17 +81,7 @@ pub(crate) fn move_async_builtin(
     let (Ok(src), Ok(dst)) = (source.cast::<CarrierBase>(), destination.cast::<CarrierBase>()) else {
         return Ok(None);
     };
-    // The Python dtype (the core compares element kinds only), and a quick look at the state.
-    if !carriers_accept(view, src, dst)? {
-        return Ok(None);
-    }
-    let (Some(from), Some(into)) = (PyCarrier::builtin(src), PyCarrier::builtin(dst)) else {
-        return Ok(None);
-    };
-    let Ok(offset) = usize::try_from(view.offset) else {
-        return Ok(None);
-    };
-    let Ok(window) = Subtensor::new(from.clone(), offset, layout.get().shared().clone()) else {
+    let Some((window, into_carrier)) = core_window(view, src, dst)? else {
         return Ok(None);
     };
     let kind = match pair {
@@ -101,10 +89,9 @@ pub(crate) fn move_async_builtin(
         BuiltinPair::CpuToFile => RouteKind::HostToFile,
         BuiltinPair::FileToCpu => RouteKind::FileToHost,
     };
-    let into_carrier: Arc<dyn Carrier> = into;
     // Validation, both claims and the growth of an empty file, GIL released (a resize is I/O).
     let prepared = py.detach(|| prepare_window_move(&window, &into_carrier, Some(kind)));
-    drop((window, into_carrier, from));
+    drop((window, into_carrier));
     let Ok(mut pending) = prepared else {
         return Ok(None);
     };

@@ -175,6 +175,32 @@ pub(crate) fn exact_single_view<'a>(cfg: &Config, tensor: &'a Bound<'_, PyAny>) 
     t.get().view().ok().filter(|view| view.single)
 }
 
+/// What both native moves hand the core's request: the tensor's window over its source and the
+/// destination, as core carriers (`PyCarrier`). None, nothing changed, when the Python path must
+/// decide: the Python dtypes differ (the core compares element kinds only), a quick look at the
+/// state refuses, or a carrier has no live built-in storage. The adapters hold Python
+/// references: the caller drops them with the GIL held, or lets a worker drop them.
+pub(crate) fn core_window(
+    view: &View,
+    source: &Bound<'_, CarrierBase>,
+    destination: &Bound<'_, CarrierBase>,
+) -> PyResult<Option<(Subtensor, Arc<dyn Carrier>)>> {
+    if !carriers_accept(view, source, destination)? {
+        return Ok(None);
+    }
+    let (Some(from), Some(into)) = (PyCarrier::builtin(source), PyCarrier::builtin(destination)) else {
+        return Ok(None);
+    };
+    let Ok(offset) = usize::try_from(view.offset) else {
+        return Ok(None);
+    };
+    let layout = view.layout.bind(source.py()).get().shared().clone();
+    let Ok(window) = Subtensor::new(from, offset, layout) else {
+        return Ok(None);
+    };
+    Ok(Some((window, into)))
+}
+
 /// The moved Tensor both native moves publish: a `Tensor` over `destination` at offset 0
 /// with the source view's layout and dtype.
 pub(crate) fn result_view<'py>(
@@ -231,24 +257,12 @@ pub(crate) fn move_inline(
     let (Ok(src), Ok(dst)) = (source.cast::<CarrierBase>(), destination.cast::<CarrierBase>()) else {
         return Ok(None);
     };
-    // The Python dtype (the core compares element kinds only), and a quick look at the state
-    // so that a move the Python path must refuse gives up before building anything.
-    if !carriers_accept(view, src, dst)? {
-        return Ok(None);
-    }
-    let (Some(from), Some(into)) = (PyCarrier::builtin(src), PyCarrier::builtin(dst)) else {
-        return Ok(None);
-    };
-    let Ok(offset) = usize::try_from(view.offset) else {
-        return Ok(None);
-    };
     // The core's request: its validation table, both claims in one step each (of two racing
     // moves exactly one claims), then below the transfer and its one terminal commit. A refusal
     // here changed nothing: the Python request decides it, raising in the specified words.
-    let Ok(window) = Subtensor::new(from.clone(), offset, layout.get().shared().clone()) else {
+    let Some((window, into_carrier)) = core_window(view, src, dst)? else {
         return Ok(None);
     };
-    let into_carrier: Arc<dyn Carrier> = into.clone();
     let Ok(pending) = prepare_window_move(&window, &into_carrier, Some(RouteKind::HostToHost)) else {
         return Ok(None);
     };
@@ -256,7 +270,7 @@ pub(crate) fn move_inline(
     // commit releases the source and ends both claims. The adapters (Python references) are
     // dropped after, with the GIL held.
     let outcome = py.detach(|| pending.finish());
-    drop((window, into_carrier, from, into));
+    drop((window, into_carrier));
     outcome.map_err(|e| error::model(py, e))?;
     let output = result_view(cfg, dst, view)?;
     if recording {

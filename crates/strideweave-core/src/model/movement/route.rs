@@ -222,6 +222,14 @@ fn byte_span(first: usize, slots: usize, elem_size: usize, len: usize) -> Result
     }
 }
 
+/// The cosize span from the job's offset in `src` to slot 0 of `dst`, by the core's span copy
+/// (pieces, progress), for host memory its carrier's claims guard.
+fn claimed_span(job: &Job<'_>, src: Endpoint, dst: Endpoint) -> Result<()> {
+    let cosize = job.layout.cosize() as u64;
+    let span = SpanCopy::new(src, job.offset as u64, dst, 0, cosize, job.elem_size)?;
+    Ok(span.run(job.progress)?)
+}
+
 /// Run the transfer. The caller holds both claims, so neither carrier is released or
 /// written by anyone else meanwhile; the storages' own locks make the byte access sound.
 pub(crate) fn execute(route: &Route, job: &Job<'_>) -> Result<()> {
@@ -229,26 +237,10 @@ pub(crate) fn execute(route: &Route, job: &Job<'_>) -> Result<()> {
     let es = job.elem_size;
     match route {
         Route::HostToFile(HostSide::Claimed(src), dst) => {
-            let span = SpanCopy::new(
-                Endpoint::Host(src.clone()),
-                job.offset as u64,
-                Endpoint::File(dst.clone()),
-                0,
-                cosize as u64,
-                es,
-            )?;
-            Ok(span.run(job.progress)?)
+            claimed_span(job, Endpoint::Host(src.clone()), Endpoint::File(dst.clone()))
         }
         Route::FileToHost(src, HostSide::Claimed(dst)) => {
-            let span = SpanCopy::new(
-                Endpoint::File(src.clone()),
-                job.offset as u64,
-                Endpoint::Host(dst.clone()),
-                0,
-                cosize as u64,
-                es,
-            )?;
-            Ok(span.run(job.progress)?)
+            claimed_span(job, Endpoint::File(src.clone()), Endpoint::Host(dst.clone()))
         }
         Route::HostToHost(HostSide::Claimed(src), HostSide::Claimed(dst)) => {
             let copy = LayoutCopy::new(

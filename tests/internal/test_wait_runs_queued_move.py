@@ -140,9 +140,12 @@ def test_racing_waiters_and_workers_run_each_move_exactly_once():
         values = np.arange(n, dtype=np.float32) + round_
         destination = CPU(n, empty=True)
         handle = sw.move_async(cpu_tensor(values), destination)
-        threads = finishing_threads(handle)
+        # One callback both counts and signals: a second callback, added after a worker has
+        # marked the handle done, runs at once on this thread and may set the signal before
+        # the worker has run the first (as with concurrent.futures.Future).
+        threads = []
         called = threading.Event()
-        handle.add_done_callback(lambda h: called.set())
+        handle.add_done_callback(lambda h: (threads.append(threading.get_ident()), called.set()))
         start = threading.Barrier(waiters)
         results = [None] * waiters
 

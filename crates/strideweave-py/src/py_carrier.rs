@@ -47,14 +47,19 @@ impl PyCarrier {
     /// its storage is a live built-in storage; None otherwise (nothing changed).
     pub(crate) fn builtin(carrier: &Bound<'_, CarrierBase>) -> Option<Arc<Self>> {
         let py = carrier.py();
-        let storage = carrier.get().storage.get(py)?.into_bound(py);
-        let (storage, kind) = if let Ok(host) = storage.cast::<HostStorage>() {
-            host.get().live_count().ok()?;
-            (Storage::Host(host.clone().unbind()), host.get().kind())
-        } else {
-            let file = storage.cast::<FileStorage>().ok()?;
-            file.get().store()?;
-            (Storage::File(file.clone().unbind()), file.get().kind())
+        // The slot's reference becomes the adapter's: one reference taken, none cloned.
+        let (storage, kind) = match carrier.get().storage.get(py)?.into_bound(py).cast_into::<HostStorage>() {
+            Ok(host) => {
+                host.get().live_count().ok()?;
+                let kind = host.get().kind();
+                (Storage::Host(host.unbind()), kind)
+            }
+            Err(other) => {
+                let file = other.into_inner().cast_into::<FileStorage>().ok()?;
+                file.get().store()?;
+                let kind = file.get().kind();
+                (Storage::File(file.unbind()), kind)
+            }
         };
         let class = ClassKey::Foreign(carrier.get_type_ptr() as usize as u64);
         Some(Arc::new(PyCarrier { carrier: carrier.clone().unbind(), storage, kind, class }))

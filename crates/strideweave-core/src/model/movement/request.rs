@@ -11,7 +11,7 @@ use super::super::state::{ClaimGuard, ClaimId, Role};
 use super::super::tensor::{Subtensor, Tensor};
 use super::refusal::{MoveRefusal, Party};
 use super::route::{self, Job, Route, RouteKind};
-use super::table::{validate_rows, Check};
+use super::table::{validate, Check};
 use super::terminal::{CommitSteps, Terminal};
 use crate::layout::Layout;
 use crate::storage::ElemKind;
@@ -64,7 +64,7 @@ pub(crate) fn initiate_window(
         (by_class, None) => by_class,
     };
     let cosize = layout.cosize() as usize;
-    validate_rows(Check::IsTensor, Check::RoutePermitted, &mut |row| match row {
+    validate(|row| match row {
         Check::OneSubtensor | Check::IsTensor | Check::IsCarrier | Check::PinnedClasses => Ok(()),
         Check::SourceLive => live(&**source, Party::Source),
         Check::SourceUnowned if source.is_owned() => Err(ModelError::Owned { carrier: name(&**source) }),

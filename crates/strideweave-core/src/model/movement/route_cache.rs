@@ -29,9 +29,9 @@
 //! ```
 
 use std::collections::hash_map::Entry;
-use std::collections::HashMap;
 
 use parking_lot::RwLock;
+use rustc_hash::FxHashMap;
 
 use crate::model::carrier::ClassKey;
 
@@ -45,7 +45,9 @@ pub struct RouteCache<V> {
 #[derive(Debug)]
 struct Entries<V> {
     generation: u64,
-    by_pair: HashMap<(ClassKey, ClassKey), V>,
+    // Fx, not SipHash: every move looks its pair up, and the keys are class identities the
+    // program made, not input an attacker chooses.
+    by_pair: FxHashMap<(ClassKey, ClassKey), V>,
 }
 
 impl<V> Default for RouteCache<V> {
@@ -57,7 +59,7 @@ impl<V> Default for RouteCache<V> {
 impl<V> RouteCache<V> {
     /// An empty cache at generation 0.
     pub fn new() -> Self {
-        RouteCache { inner: RwLock::new(Entries { generation: 0, by_pair: HashMap::new() }) }
+        RouteCache { inner: RwLock::new(Entries { generation: 0, by_pair: FxHashMap::default() }) }
     }
 
     /// The current generation: read it before resolving a pair, pass it to

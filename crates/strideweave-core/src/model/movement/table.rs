@@ -78,8 +78,9 @@ pub const VALIDATION_ORDER: [Check; 14] = [
 ];
 
 /// Ask `check` every row of [`VALIDATION_ORDER`] in turn; the first refusal is the result,
-/// and no later row is asked.
-pub fn validate<E>(check: &mut dyn FnMut(Check) -> Result<(), E>) -> Result<(), E> {
+/// and no later row is asked. (Generic, not `dyn`: a request's answer is inlined into the walk,
+/// which every move runs.)
+pub fn validate<E>(mut check: impl FnMut(Check) -> Result<(), E>) -> Result<(), E> {
     VALIDATION_ORDER.iter().try_for_each(|&row| check(row))
 }
 
@@ -104,7 +105,7 @@ impl Check {
 /// and the first of them that refuses now is the answer. A carrier released (say) between its
 /// own row and a later one then reports "released", the cause, not the later row's symptom
 /// ("too small": a released carrier has no slots).
-pub fn validate_settled<E>(check: &mut dyn FnMut(Check) -> Result<(), E>) -> Result<(), E> {
+pub fn validate_settled<E>(mut check: impl FnMut(Check) -> Result<(), E>) -> Result<(), E> {
     let mut failed = None;
     let outcome = VALIDATION_ORDER.iter().try_for_each(|&row| {
         failed = Some(row);
@@ -124,7 +125,7 @@ pub fn validate_settled<E>(check: &mut dyn FnMut(Check) -> Result<(), E>) -> Res
 
 /// [`validate`] over the rows from `first` to `last` inclusive, for a request that answers
 /// the table in stages (the arguments before the route is resolved, the rest after).
-pub fn validate_rows<E>(first: Check, last: Check, check: &mut dyn FnMut(Check) -> Result<(), E>) -> Result<(), E> {
+pub fn validate_rows<E>(first: Check, last: Check, mut check: impl FnMut(Check) -> Result<(), E>) -> Result<(), E> {
     let position = |row: Check| VALIDATION_ORDER.iter().position(|&r| r == row).expect("every check is in the table");
     VALIDATION_ORDER[position(first)..=position(last)].iter().try_for_each(|&row| check(row))
 }

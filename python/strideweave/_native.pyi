@@ -50,7 +50,7 @@ __all__ = ["__version__", "Shape", "Stride", "Layout", "Tree", "NodeId", "HostSt
            "submit_place_blocks", "release_storages", "FileSlab", "FileRegion", "copy_buffer_to_host",
            "configure_inline_move", "pending_move_refusal", "configure_initiate", "initiate", "Route", "cached_route", "route_generation", "remember_route", "forget_routes", "configure_move_entry", "move", "move_async",
            "MoveRollback", "count_active_profilers", "grad_enabled", "set_grad_enabled", "MoveCommit", "submit_prefault", "load_snapshot", "submit_load_snapshot",
-           "MoveRequest", "configure_move_request", "configure_element_access"]
+           "MoveRequest", "MoveState", "configure_move_request", "configure_element_access"]
 
 class _IntTree:
     """What Shape and Stride share (stub only: at run time each is its own class, and
@@ -519,6 +519,20 @@ class Route:
     @property
     def native(self) -> bool: ...
     def check_permitted(self) -> Route: ...
+
+@final
+class MoveState:
+    """What a recorded move's autograd node keeps for backward (move_state.rs)."""
+    def __new__(cls, source_carrier: Carrier, destination_carrier: Carrier, source_layout: Layout,
+                reverse_route: Route | None) -> Self: ...
+    @property
+    def source_carrier(self) -> Carrier: ...
+    @property
+    def destination_carrier(self) -> Carrier: ...
+    @property
+    def source_layout(self) -> Layout: ...
+    @property
+    def reverse_route(self) -> Route | None: ...
 
 def pending_move_refusal(carrier: str, action: str) -> RuntimeError: ...
 def configure_initiate(hooks: dict[str, Any]) -> None: ...

@@ -179,3 +179,26 @@ def test_a_registered_route_for_a_plain_pair_takes_the_request_until_unregistere
         sw.move(filled([1.0], PlainCPU), CPU(1))  # re-resolves
         sw.move(filled([1.0], PlainCPU), CPU(1))
     assert len(python_requests) == 1 and Counting.runs == 2
+
+
+def test_a_recorded_native_move_keeps_a_frozen_move_state_that_the_collector_sees(python_requests):
+    import gc
+    import weakref
+
+    t = filled([1.0, 2.0])
+    source, dest = t.carrier, CPU(2)
+    out = sw.move(t, dest)
+    assert python_requests == []
+    node = out.autograd_ctx
+    state = node._sw_move
+    assert state.source_carrier is source and state.destination_carrier is dest
+    assert state.source_layout == t.layout and state.reverse_route is not None
+    with pytest.raises(AttributeError):
+        state.source_carrier = dest  # the recorded move is history
+    # A cycle through the state (destination -> node -> state -> destination) is collected:
+    # the state shows the collector its references.
+    dest.keep = node
+    gone = weakref.ref(dest)
+    del t, source, dest, out, node, state
+    gc.collect()
+    assert gone() is None

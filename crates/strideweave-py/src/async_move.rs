@@ -33,7 +33,7 @@ use crate::carrier_base::CarrierBase;
 use crate::commit::MoveCommit;
 use crate::engine::{new_handle, AwaitResult};
 use crate::error::JobError;
-use crate::inline_move::{config, core_window, exact_single_view, profiling, result_view, BuiltinPair};
+use crate::inline_move::{config, core_window, exact_single_view, profiling, record_node, result_view, BuiltinPair};
 use crate::jobs::submit_committing;
 use crate::move_request::request_hooks;
 use crate::routes;
@@ -105,7 +105,8 @@ pub(crate) fn move_async_builtin(
     // The node is attached to the result before the copy starts (nobody can reach the result
     // until the handle completes); a failure clears it (`MoveRollback`).
     let node = if recording {
-        Some(cfg.record.bind(py).call1((tensor, &output, source, dst, layout, route, reverse))?.unbind())
+        let (from, into, moved) = (source.as_any(), dst.as_any(), layout.as_any());
+        Some(record_node(cfg, tensor, &output, from, into, moved, &route, reverse.as_ref())?.unbind())
     } else {
         None
     };

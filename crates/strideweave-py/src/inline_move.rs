@@ -37,8 +37,9 @@ use strideweave_core::model::{prepare_window_move, Carrier, RouteKind, Subtensor
 
 use crate::carrier_base::CarrierBase;
 use crate::error;
+use crate::move_state::MoveState;
 use crate::py_carrier::PyCarrier;
-use crate::routes;
+use crate::routes::{self, Route};
 use crate::tensor_base::{TensorBase, View};
 
 /// What the Python layer registers once (`carriers/inline_move.py`, at import), as a dict
@@ -55,7 +56,8 @@ pub(crate) struct Config {
     differentiable: Py<PyTuple>,
     /// The largest cosize run on the caller's thread (`move.INLINE_SLOTS`).
     pub(crate) max_slots: i64,
-    /// `record(tensor, output)`: makes the autograd node of a recorded move, attaches it to
+    /// `record(tensor, output, route, state)`: makes the autograd node of a recorded move (an
+    /// instance of the route's operation class keeping `state`, a `MoveState`), attaches it to
     /// the result and returns it (`inline_move._record_native_move`).
     pub(crate) record: Py<PyAny>,
     /// `(dtype, move._slot_bytes(dtype))` for every dtype a built-in carrier stores: the slot
@@ -201,6 +203,24 @@ pub(crate) fn core_window(
     Ok(Some((window, into)))
 }
 
+/// The autograd node of a move both native moves record: `record(tensor, output, route,
+/// state)`, the state built here (`MoveState`) so that recording calls Python once.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn record_node<'py>(
+    cfg: &Config,
+    tensor: &Bound<'py, PyAny>,
+    output: &Bound<'py, TensorBase>,
+    source: &Bound<'py, PyAny>,
+    destination: &Bound<'py, PyAny>,
+    layout: &Bound<'py, PyAny>,
+    route: &Py<Route>,
+    reverse: Option<&Py<Route>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = tensor.py();
+    let state = MoveState::of(py, source, destination, layout, reverse.map(|r| r.bind(py).as_any()))?;
+    cfg.record.bind(py).call1((tensor, output, route, state))
+}
+
 /// The moved Tensor both native moves publish: a `Tensor` over `destination` at offset 0
 /// with the source view's layout and dtype.
 pub(crate) fn result_view<'py>(
@@ -276,7 +296,7 @@ pub(crate) fn move_inline(
     if recording {
         // The node the Python request records at initiation and attaches at its commit;
         // recording reads the source's version, which the move does not change.
-        cfg.record.bind(py).call1((tensor, &output, src, dst, layout, route, reverse))?;
+        record_node(cfg, tensor, &output, src.as_any(), dst.as_any(), layout.as_any(), &route, reverse.as_ref())?;
     }
     Ok(Some(output.into_any().unbind()))
 }

@@ -20,6 +20,7 @@ mod kernels;
 mod layout;
 mod move_entry;
 mod move_request;
+mod move_state;
 mod prefault;
 mod py_carrier;
 mod routes;
@@ -48,6 +49,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     async_move::register(m)?;
     commit::register(m)?;
     move_request::register(m)?;
+    move_state::register(m)?;
     initiate::register(m)?;
     routes::register(m)?;
     move_entry::register(m)?;

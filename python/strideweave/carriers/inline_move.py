@@ -16,22 +16,19 @@ from strideweave.carriers.cpu import CPU
 from strideweave.carriers.dtype import DType
 from strideweave.carriers.file_backed import FileBacked
 from strideweave.carriers.move import INLINE_SLOTS, AwaitMove, MoveOperation, _MoveState, _slot_bytes
-from strideweave.carriers.base import Carrier
-from strideweave.layout import Layout
 from strideweave.tensor import Tensor
 
 __all__: list[str] = []
 
 
-def _record_native_move(tensor: Tensor, output: Tensor, source: Carrier, destination: Carrier,
-                        layout: Layout, route: _native.Route, reverse: _native.Route | None) -> MoveOperation:
+def _record_native_move(tensor: Tensor, output: Tensor, route: _native.Route, state: _MoveState) -> MoveOperation:
     """The autograd node of a native move, attached to its result: what `_initiate` records
     and attaches for a recorded move between built-in carriers over the pair's default route
-    (the native side checked grad mode, the dtype and both routes, and hands over the
-    tensor's carrier and layout, the destination, the pair's route decision and the reverse
-    one backward takes, all of which it has already read)."""
+    (the native side checked grad mode, the dtype and both routes, and built the node's
+    `_MoveState` from the tensor's carrier and layout, the destination and the reverse route
+    backward takes, all of which it had already read)."""
     op = cast(type[MoveOperation], route.operation_class)()
-    op._sw_move = _MoveState(source, destination, layout, reverse)
+    op._sw_move = state
     _autograd.record_unary(op, tensor, output)
     return op
 

@@ -389,17 +389,9 @@ def _grows_when_empty(carrier: Carrier) -> bool:
 
 # ===== one request ===============================================================================
 
-class _MoveState:
-    """What a move node keeps for backward."""
-
-    __slots__ = ("source_carrier", "destination_carrier", "source_layout", "reverse_route")
-
-    def __init__(self, source_carrier: Carrier, destination_carrier: Carrier, source_layout: Layout,
-                 reverse_route: _Route | None) -> None:
-        self.source_carrier = source_carrier
-        self.destination_carrier = destination_carrier
-        self.source_layout = source_layout
-        self.reverse_route = reverse_route
+# What a move node keeps for backward (`source_carrier`, `destination_carrier`, `source_layout`,
+# `reverse_route`): a frozen native value, since every recorded move makes one.
+_MoveState = _native.MoveState
 
 
 def _slot_bytes(dtype: Any) -> int:

@@ -46,7 +46,9 @@ Issue 10 (the general move request, `_native.MoveRequest`):
   plain subclass /       1024-element moves from a user's CPU subclass that overrides nothing
   general request        (served natively once its route is resolved, issue 21) and from one
                          that overrides a hook (the general request), grad off and on, against
-                         `a.copy()`
+                         `a.copy()` (the goal's reference) and against NumPy doing the same
+                         work: `np.copyto` from fresh filled arrays into fresh `np.zeros`,
+                         since each move's source and destination are fresh memory too
 """
 from __future__ import annotations
 
@@ -335,13 +337,21 @@ class HookedCPU(sw.CPU):
 def small_move_costs(make_source: Callable[[], sw.Tensor], make_destination: Callable[[], sw.Carrier],
                      data: np.ndarray, count: int) -> dict:
     """Best seconds per blocking move of `count` fresh sources, grad off (`False`) and on
-    (`True`), and per `data.copy()` (`"numpy"`): the same bytes a NumPy user copies."""
-    best = {"numpy": float("inf"), False: float("inf"), True: float("inf")}
+    (`True`), per `data.copy()` (`"numpy"`: the same bytes a NumPy user copies, from and into
+    memory the loop keeps hot), and per `np.copyto` of `count` fresh filled arrays into `count`
+    fresh `np.zeros` (`"same work"`: NumPy doing what the moves do, memory as cold)."""
+    best = {"numpy": float("inf"), "same work": float("inf"), False: float("inf"), True: float("inf")}
     for _ in range(5):
         start = time.perf_counter()
         for _ in range(count):
             data.copy()
         best["numpy"] = min(best["numpy"], (time.perf_counter() - start) / count)
+        arrays = [(data.copy(), np.zeros_like(data)) for _ in range(count)]
+        start = time.perf_counter()
+        for source_array, destination_array in arrays:
+            np.copyto(destination_array, source_array)
+        best["same work"] = min(best["same work"], (time.perf_counter() - start) / count)
+        del arrays
         for grad in (False, True):
             pairs = [(make_source(), make_destination()) for _ in range(count)]
             sw.set_grad_enabled(grad)
@@ -372,7 +382,9 @@ def bench_general_request(repeats: int) -> None:
         for grad in (False, True):
             print(f"  {what} (1024 Float32, blocking), grad {'on ' if grad else 'off'}: "
                   f"{best[grad] * 1e6:6.2f} µs   a.copy() {best['numpy'] * 1e6:5.2f} µs   "
-                  f"ratio {best[grad] / best['numpy']:5.1f}x{goal if not grad else ''}")
+                  f"ratio {best[grad] / best['numpy']:5.1f}x{goal if not grad else ''}   "
+                  f"same work in NumPy (copyto into fresh zeros) {best['same work'] * 1e6:5.2f} µs, "
+                  f"ratio {best[grad] / best['same work']:4.1f}x")
         gc.collect()
 
 

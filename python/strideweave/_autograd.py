@@ -182,16 +182,14 @@ class Operation:
     ``backward(gradient) -> tuple``; ``forward`` records the node when recording is on and
     some positional Tensor input is differentiable."""
 
-    # Class-level defaults keep a subclass that skips ``super().__init__()`` usable.
+    # The class-level defaults are a fresh node's state: there is no ``__init__`` to run (every
+    # recorded operation makes a node, and the call cost as much as the recording's other
+    # steps), and a subclass that skips ``super().__init__()`` is as usable as one that calls
+    # it. The values are immutable; recording assigns the instance's own.
     _sw_inputs: tuple[Tensor, ...] = ()
     _sw_versions: tuple[Any, ...] = ()
     _sw_released: bool = False
     _sw_ctx: dict[str, Any]  # made by `ctx` on first use: most nodes never touch it
-
-    def __init__(self) -> None:
-        self._sw_inputs = ()
-        self._sw_versions = ()
-        self._sw_released = False
 
     @property
     def ctx(self) -> dict[str, Any]:

@@ -105,8 +105,7 @@ pub(crate) fn move_async_builtin(
     // The node is attached to the result before the copy starts (nobody can reach the result
     // until the handle completes); a failure clears it (`MoveRollback`).
     let node = if recording {
-        let (from, into, moved) = (source.as_any(), dst.as_any(), layout.as_any());
-        Some(record_node(cfg, tensor, &output, from, into, moved, &route, reverse.as_ref())?.unbind())
+        Some(record_node(cfg, tensor, &output, view, dst, &route, reverse.as_ref())?.unbind())
     } else {
         None
     };

@@ -204,20 +204,24 @@ pub(crate) fn core_window(
 }
 
 /// The autograd node of a move both native moves record: `record(tensor, output, route,
-/// state)`, the state built here (`MoveState`) so that recording calls Python once.
-#[allow(clippy::too_many_arguments)]
+/// state)`, the state (`MoveState`: the view's carrier and layout, the destination, the reverse
+/// route) built here so that recording calls Python once.
 pub(crate) fn record_node<'py>(
     cfg: &Config,
     tensor: &Bound<'py, PyAny>,
     output: &Bound<'py, TensorBase>,
-    source: &Bound<'py, PyAny>,
-    destination: &Bound<'py, PyAny>,
-    layout: &Bound<'py, PyAny>,
+    view: &View,
+    destination: &Bound<'py, CarrierBase>,
     route: &Py<Route>,
     reverse: Option<&Py<Route>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = tensor.py();
-    let state = MoveState::of(py, source, destination, layout, reverse.map(|r| r.bind(py).as_any()))?;
+    let state = MoveState::new(
+        view.carrier.bind(py).clone(),
+        destination.clone().into_any(),
+        view.layout.bind(py).clone().into_any(),
+        reverse.map(|r| r.bind(py).clone().into_any()),
+    );
     cfg.record.bind(py).call1((tensor, output, route, state))
 }
 
@@ -296,7 +300,7 @@ pub(crate) fn move_inline(
     if recording {
         // The node the Python request records at initiation and attaches at its commit;
         // recording reads the source's version, which the move does not change.
-        record_node(cfg, tensor, &output, src.as_any(), dst.as_any(), layout.as_any(), &route, reverse.as_ref())?;
+        record_node(cfg, tensor, &output, view, dst, &route, reverse.as_ref())?;
     }
     Ok(Some(output.into_any().unbind()))
 }

@@ -27,32 +27,13 @@ pub struct MoveState {
     reverse_route: Option<Py<PyAny>>,
 }
 
-impl MoveState {
-    /// The state of a move recorded by native code, which already holds every part.
-    pub(crate) fn of<'py>(
-        py: Python<'py>,
-        source_carrier: &Bound<'py, PyAny>,
-        destination_carrier: &Bound<'py, PyAny>,
-        source_layout: &Bound<'py, PyAny>,
-        reverse_route: Option<&Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, MoveState>> {
-        Bound::new(
-            py,
-            MoveState {
-                source_carrier: source_carrier.clone().unbind(),
-                destination_carrier: destination_carrier.clone().unbind(),
-                source_layout: source_layout.clone().unbind(),
-                reverse_route: reverse_route.map(|r| r.clone().unbind()),
-            },
-        )
-    }
-}
-
 #[pymethods]
 impl MoveState {
+    /// The state of a recorded move: what the Python request passes, and what the native moves
+    /// build from the parts they already hold.
     #[new]
     #[pyo3(signature = (source_carrier, destination_carrier, source_layout, reverse_route))]
-    fn new(
+    pub(crate) fn new(
         source_carrier: Bound<'_, PyAny>,
         destination_carrier: Bound<'_, PyAny>,
         source_layout: Bound<'_, PyAny>,
@@ -62,7 +43,7 @@ impl MoveState {
             source_carrier: source_carrier.unbind(),
             destination_carrier: destination_carrier.unbind(),
             source_layout: source_layout.unbind(),
-            reverse_route: reverse_route.filter(|r| !r.is_none()).map(Bound::unbind),
+            reverse_route: reverse_route.map(Bound::unbind),
         }
     }
 

@@ -70,8 +70,8 @@ pub use evictable::{Evictable, Tier};
 pub use file::FileCarrier;
 pub use host::{HostCarrier, HostStore};
 pub use movement::{
-    move_async, move_tensor, prepare_move, prepare_window_move, route_kind, MoveHandle, MoveOutcome, PendingMove,
-    RouteCache, RouteKind,
+    move_async, move_tensor, prepare_move, prepare_window_move, route_kind, MoveCommit, MoveHandle, MoveOutcome,
+    MoveOutput, PendingMove, RouteCache, RouteKind,
 };
 pub use slices::{HostSlice, HostSliceMut};
 pub use state::{CarrierState, Claim, ClaimGuard, ClaimId, Foreign, ForeignObject, Owner, OwnerToken, Role};

@@ -414,6 +414,12 @@ impl WriteGate<'_> {
         Ok(())
     }
 
+    /// Whether the pending move `id` holds the carrier: its own transfer's writes pass.
+    #[inline]
+    pub(crate) fn claimed_by(&self, id: ClaimId) -> bool {
+        self.gate.claim().and_then(Claim::move_id) == Some(id)
+    }
+
     /// Count the successful write: the version rises by exactly one.
     #[inline]
     pub fn commit(self) {

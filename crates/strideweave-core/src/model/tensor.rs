@@ -238,6 +238,6 @@ impl Tensor {
 
 /// An ordinal as the layout's signed index type.
 #[inline]
-fn ordinal(k: usize) -> Result<i64> {
+pub(crate) fn ordinal(k: usize) -> Result<i64> {
     i64::try_from(k).map_err(|_| ModelError::Layout(LayoutError::OrdinalOutOfRange(i64::MAX)))
 }

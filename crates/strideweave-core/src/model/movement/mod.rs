@@ -23,6 +23,7 @@
 //! assert!(src.is_released()); // a move releases its source
 //! ```
 
+mod output;
 mod refusal;
 mod request;
 pub mod route;
@@ -38,6 +39,7 @@ use super::error::{ModelError, Result};
 use super::tensor::{Subtensor, Tensor};
 use crate::engine::{pool, Completion};
 
+pub use output::{MoveCommit, MoveOutput};
 pub use refusal::{MoveRefusal, Party, RefusalKind};
 pub use route::{route_kind, RouteKind};
 pub use route_cache::RouteCache;
@@ -211,6 +213,37 @@ impl PendingMove {
     pub fn finish(self) -> Result<()> {
         self.0.finish()
     }
+
+    /// Run the transfer yourself (a device's queue, an I/O ring, a worker of your own): the
+    /// destination window to fill, [`MoveOutput`], and the move's one terminal commit,
+    /// [`MoveCommit`], to make from whichever thread finishes. The claim admits writes through
+    /// the output, from any thread, and refuses every other write, release or move of either
+    /// carrier until the commit.
+    ///
+    /// ```
+    /// use strideweave_core::model::movement::prepare_move;
+    /// use strideweave_core::model::{CarrierExt, HostCarrier, ModelError, Tensor};
+    /// use strideweave_core::storage::Scalar;
+    ///
+    /// let src = HostCarrier::from_f32(&[1.0, 2.0, 3.0]);
+    /// let dst = HostCarrier::from_f32(&[0.0; 3]);
+    /// let t = Tensor::canonical(src.clone(), &[3]).unwrap();
+    /// let (output, commit) = prepare_move(&t, &dst, None).unwrap().into_transfer();
+    /// assert!(matches!(dst.set(0, Scalar::F32(9.0)), Err(ModelError::Claimed { .. })));
+    /// let moved = std::thread::spawn(move || {
+    ///     for k in 0..output.len() {
+    ///         output.set(k, t.get::<f32>(k)?)?; // admitted: the move's own transfer
+    ///     }
+    ///     commit.commit(Ok::<(), ModelError>(()))
+    /// });
+    /// let moved = moved.join().unwrap().unwrap();
+    /// assert_eq!(moved.values_f32().unwrap(), vec![1.0, 2.0, 3.0]);
+    /// assert!(src.is_released());
+    /// assert_eq!(dst.version(), 0); // the fill is not a write
+    /// ```
+    pub fn into_transfer(self) -> (MoveOutput, MoveCommit) {
+        (self.0.output(), MoveCommit(self.0))
+    }
 }
 
 /// The first half of [`move_tensor`]: validate `tensor` → `destination` in the
@@ -295,5 +328,7 @@ fn run_contained(pending: request::Pending) -> MoveOutcome {
         .unwrap_or_else(|_| Err(ModelError::TransferPanicked { message: "a carrier hook panicked".into() }))
 }
 
+#[cfg(test)]
+mod output_tests;
 #[cfg(test)]
 mod pending_tests;

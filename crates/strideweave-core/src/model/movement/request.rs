@@ -9,6 +9,7 @@ use super::super::carrier::{same_carrier, Carrier, CarrierExt};
 use super::super::error::{ModelError, Result};
 use super::super::state::{ClaimGuard, ClaimId, Role};
 use super::super::tensor::{Subtensor, Tensor};
+use super::output::MoveOutput;
 use super::refusal::{MoveRefusal, Party};
 use super::route::{self, Job, Route, RouteKind};
 use super::table::{validate, Check};
@@ -176,23 +177,38 @@ impl Pending {
         self.parts().route.kind()
     }
 
+    /// The destination window as this move's own transfer writes it ([`MoveOutput`]).
+    pub(crate) fn output(&self) -> MoveOutput {
+        let parts = self.parts();
+        MoveOutput::new(parts.dst_claim.carrier().clone(), parts.layout.clone(), parts.dst_claim.id())
+    }
+
     /// Run the transfer, then the one terminal commit ([`Terminal`]): on success the source
     /// is released together with the end of its claim, then the destination's claim ends
     /// (its value is published with the result tensor); on failure a grown destination
     /// shrinks back to empty while still claimed, both claims end, and the source stays live
     /// and unchanged.
     pub(crate) fn run(self) -> Result<Tensor> {
-        self.complete(true).map(|output| output.expect("asked for the moved tensor"))
+        self.complete(None, true).map(|output| output.expect("asked for the moved tensor"))
     }
 
     /// [`run`](Self::run) without making the moved tensor (a binding makes its own).
     pub(crate) fn finish(self) -> Result<()> {
-        self.complete(false).map(drop)
+        self.complete(None, false).map(drop)
     }
 
-    fn complete(mut self, with_output: bool) -> Result<Option<Tensor>> {
+    /// The terminal commit of a transfer the caller ran (through [`output`](Self::output)):
+    /// `transfer` is its outcome. As [`run`](Self::run) from there on.
+    pub(crate) fn commit(self, transfer: Result<()>) -> Result<Tensor> {
+        self.complete(Some(transfer), true).map(|output| output.expect("asked for the moved tensor"))
+    }
+
+    /// `transfer`: the outcome of a transfer the caller ran; None runs the route's.
+    fn complete(mut self, transfer: Option<Result<()>>, with_output: bool) -> Result<Option<Tensor>> {
         let parts = self.parts.take().expect("a pending move runs once");
-        let outcome = {
+        let outcome = if let Some(transfer) = transfer {
+            transfer
+        } else {
             let job = Job {
                 src: &**parts.src_claim.carrier(),
                 dst: &**parts.dst_claim.carrier(),

@@ -1,0 +1,116 @@
+//! A move's transfer run by its caller: [`PendingMove::into_transfer`](super::PendingMove::into_transfer)
+//! splits a pending move into the destination window the transfer fills ([`MoveOutput`]) and
+//! the one terminal commit ([`MoveCommit`]), which any thread may make once the transfer is
+//! over.
+//!
+//! The claim admits what the transfer was handed, never a thread: while the move is pending,
+//! a write through its `MoveOutput` passes (uncounted: a move's fill is not a write), and
+//! every other write, release or move of the destination is refused with `Claimed`, from
+//! whichever thread, the filling one included. Once the commit has ended the claim, a write
+//! through the output is an ordinary public write. Each write through the output holds the
+//! destination's state lock while it stores, so writes from several threads are serialized and
+//! none can fall after the commit's end of the claim.
+
+use std::sync::Arc;
+
+use super::request::Pending;
+use super::MoveOutcome;
+use crate::layout::Layout;
+use crate::model::carrier::{checked_slot, scalar_kind, Carrier, CarrierExt, HOOK};
+use crate::model::element::Element;
+use crate::model::error::{ModelError, Result};
+use crate::model::state::ClaimId;
+use crate::model::tensor::ordinal;
+
+/// The destination window of a pending move, as the caller's own transfer writes it: the
+/// move's layout at offset 0 of the destination. Clones write the same window (one per
+/// filling thread, say).
+#[derive(Clone)]
+pub struct MoveOutput {
+    carrier: Arc<dyn Carrier>,
+    layout: Arc<Layout>,
+    claim: ClaimId,
+}
+
+impl std::fmt::Debug for MoveOutput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MoveOutput").field("claim", &self.claim).field("size", &self.len()).finish()
+    }
+}
+
+impl MoveOutput {
+    pub(super) fn new(carrier: Arc<dyn Carrier>, layout: Arc<Layout>, claim: ClaimId) -> Self {
+        MoveOutput { carrier, layout, claim }
+    }
+
+    /// The window's layout (the moved tensor's).
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// How many elements the window has (the layout's size).
+    pub fn len(&self) -> usize {
+        self.layout.size() as usize
+    }
+
+    /// Whether the window has no element.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn slot(&self, k: usize) -> Result<i64> {
+        Ok(self.layout.try_index_of_int(ordinal(k)?)?)
+    }
+
+    /// Write element `k` (ordinal, first mode fastest) as the move's transfer: admitted while
+    /// the move claims the destination, and not counted in its version; after the commit, an
+    /// ordinary public write.
+    pub fn set<T: Element>(&self, k: usize, value: T) -> Result<()> {
+        let slot = self.slot(k)?;
+        let value = value.to_scalar();
+        let carrier = &*self.carrier;
+        let gate = carrier.state(HOOK).begin_write()?;
+        if !gate.claimed_by(self.claim) {
+            // The move has committed (or rolled back): no longer its transfer's write.
+            drop(gate);
+            return carrier.set(slot, value);
+        }
+        let slot = checked_slot(slot, carrier.size())?;
+        if !carrier.is_mutable_hook() {
+            return Err(ModelError::NotMutable { carrier: carrier.state(HOOK).class_name().into() });
+        }
+        let kind = carrier.elem_kind();
+        if scalar_kind(value) != kind {
+            return Err(ModelError::ValueKind { value, kind });
+        }
+        // Stored under the gate, which then drops uncounted: the claim cannot end meanwhile.
+        carrier.write_slot(HOOK, slot, value)
+    }
+
+    /// Element `k` of the window (a public read).
+    pub fn get<T: Element>(&self, k: usize) -> Result<T> {
+        T::from_scalar(self.carrier.get(self.slot(k)?)?)
+    }
+}
+
+/// The terminal commit of a move whose transfer the caller runs. Send it to the thread that
+/// finishes the transfer; dropping it uncommitted rolls the move back as a failure would.
+#[must_use = "a move whose transfer the caller runs holds both carriers until it is committed or dropped"]
+pub struct MoveCommit(pub(super) Pending);
+
+impl std::fmt::Debug for MoveCommit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MoveCommit").field("bytes", &self.0.bytes()).finish()
+    }
+}
+
+impl MoveCommit {
+    /// The one terminal commit, with `transfer` the outcome of the caller's transfer. `Ok`:
+    /// the source is released and the moved tensor (the destination at offset 0, the same
+    /// layout) returned. `Err`: the source stays live and unchanged, a destination the move
+    /// grew shrinks back to empty, both claims end, and the error is returned; the
+    /// destination keeps whatever the transfer wrote.
+    pub fn commit(self, transfer: Result<()>) -> MoveOutcome {
+        self.0.commit(transfer)
+    }
+}

@@ -2,20 +2,23 @@
 //! whole (user hooks, definition routes, profiled and logged moves, subclasses, a composite's
 //! moves between its tiers, `MoveOperation.forward`, a recorded move's backward).
 //!
-//! In order, and every step here:
-//! 1. the validation table (`MoveRequest::check_rows`, the core's `VALIDATION_ORDER`), which
-//!    asks once for the pair's route decision (`routes.rs`) and, for a recorded move, the
-//!    reverse one, before the route's rows;
-//! 2. a definition route's `prepare` (its refusals raise here, before any effect), falling
-//!    back to the elementwise operation where the definition permits it;
-//! 3. the request (it is the claim) and its operation;
-//! 4. both claims, checked and taken in one step (of two racing requests exactly one wins);
-//! 5. the move's log record and profiler event, the growth of an empty destination, the
-//!    `output` the transfer writes through (the claim admits it, by a weak reference to the
-//!    request), a provider's `TransferRequest.output`, the autograd node of a recorded move;
-//!    a failure here abandons the request (nothing stays claimed or grown) and raises;
-//! 6. the submission of the transfer; from here every failure is the request's one terminal
-//!    commit, and the caller gets the handle.
+//! It runs the core's one move request (`model::movement::Request`, the request the Rust
+//! model's moves and the fast routes run), with the Python carriers as its parties
+//! ([`Parties`]: `MoveParties` answered in Python terms). In order:
+//! 1. the core validates: the table (`Rows`, the core's `VALIDATION_ORDER`), which asks once
+//!    for the pair's route decision (`routes.rs`) and, for a recorded move, the reverse one,
+//!    before the route's rows; then a definition route's `prepare` (its refusals raise here,
+//!    before any effect), falling back to the elementwise operation where the definition
+//!    permits it;
+//! 2. the request object (it is the claim) and its operation;
+//! 3. the core admits it: both claims, checked and taken in one step (of two racing requests
+//!    exactly one wins), then the growth of an empty destination while claimed;
+//! 4. the move's log record and profiler event, the `output` the transfer writes through (the
+//!    claim admits it, by a weak reference to the request), a provider's
+//!    `TransferRequest.output`, the autograd node of a recorded move; a failure here abandons
+//!    the request (nothing stays claimed or grown) and raises;
+//! 5. the submission of the transfer; from here every failure is the request's one terminal
+//!    commit (the core's), and the caller gets the handle.
 //!
 //! What runs in Python is what the specification defines in Python terms, handed over once
 //! at import by `carriers/move.py` (`configure_initiate`): route resolution from the
@@ -28,10 +31,13 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyTuple, PyType, PyWeakrefReference};
 
+use strideweave_core::model::movement::{Check, CommitSteps, MoveParties, MoveRefusal, Request};
+
 use crate::carrier_base::CarrierBase;
-use crate::carrier_state::{take_claims, PyJudge};
+use crate::carrier_state::{take_claims, type_name, PyJudge};
+use crate::error;
 use crate::inline_move::grad_enabled;
-use crate::move_request::{request_hooks, MoveRequest};
+use crate::move_request::{request_hooks, Checked, MoveRequest, Rows, Steps};
 use crate::routes::Route;
 
 /// What `carriers/move.py` hands the initiation once, at import (one item per field).
@@ -101,8 +107,10 @@ fn initiate<'py>(
     let route = route.filter(|r| !r.is_none());
     let operation = operation.filter(|o| !o.is_none());
 
-    // 1. The table, with the routes asked for once the arguments have passed their rows (so
-    //    `tensor` is a Tensor and `destination` a Carrier by then).
+    // 1. The core's request validates: the table, with the routes asked for once the
+    //    arguments have passed their rows (so `tensor` is a Tensor and `destination` a Carrier
+    //    by then), then a definition route's prepare, whose refusal raises before any effect.
+    let operation_class = operation.as_ref().map(|op| op.get_type());
     let mut resolve = || -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>, bool)> {
         let source_class = tensor.getattr(intern!(py, "carrier"))?.get_type();
         let destination_class = destination.get_type();
@@ -115,36 +123,29 @@ fn initiate<'py>(
         } else {
             py.None().into_bound(py)
         };
-        let chosen = match (&route, &operation) {
+        let chosen = match (&route, &operation_class) {
             (Some(route), _) => route.clone(),
             (None, None) => hooks.lookup_route.bind(py).call1((&source_class, &destination_class))?,
-            (None, Some(op)) => {
-                hooks.operation_route.bind(py).call1((op.get_type(), &source_class, &destination_class))?
-            }
+            (None, Some(class)) => hooks.operation_route.bind(py).call1((class, &source_class, &destination_class))?,
         };
         Ok((chosen, reverse, recording))
     };
-    let checked = MoveRequest::check_rows(tensor, destination, between_tiers, &mut resolve)?;
+    let mut parties = Parties {
+        hooks,
+        rows: Rows::new(tensor, destination, between_tiers, &mut resolve)?,
+        tensor,
+        destination,
+        prepared: None,
+        request: None,
+    };
+    let validated = Request::validate(&mut parties)?;
+    let Prepared { route: chosen, prepared, transfer_request, checked } =
+        parties.prepared.take().expect("validation prepared the route");
     let destination = destination.cast::<CarrierBase>()?;
     let source = tensor.getattr(intern!(py, "carrier"))?.cast_into::<CarrierBase>()?;
-
-    // 2. A definition route's prepare: its refusal raises before any effect.
-    let mut chosen = checked.route.cast_into::<Route>()?;
     let decision = chosen.getattr(intern!(py, "decision"))?;
-    let (mut prepared, mut transfer_request) = (None, None);
-    if !decision.is_none() {
-        let out = hooks.prepare_route.bind(py).call1((&decision, tensor, destination))?;
-        let (p, t): (Bound<'py, PyAny>, Bound<'py, PyAny>) = out.extract()?;
-        if p.is_none() {
-            let fallback = hooks.elementwise.bind(py).clone().into_any();
-            chosen = Bound::new(py, Route::operation(fallback))?;
-        } else {
-            prepared = Some(p);
-            transfer_request = Some(t).filter(|t| !t.is_none());
-        }
-    }
 
-    // 3. The request and its operation.
+    // 2. The request (it is the claim) and its operation.
     let request = Bound::new(py, MoveRequest::new(tensor, destination, between_tiers)?)?;
     let operation = match operation {
         Some(op) => op,
@@ -159,17 +160,12 @@ fn initiate<'py>(
     };
     request.get().set_parts(prepared.clone(), None, None);
 
-    // 4. Both claims in one step.
-    let request_hooks = request_hooks(py)?;
-    let releasing = request_hooks.releasing.bind(py);
-    let entries = [
-        (source.clone(), "source".to_string(), "move".to_string()),
-        (destination.clone(), "destination".to_string(), "move into".to_string()),
-    ];
-    take_claims(request.as_any(), &entries, &PyJudge { active: None, releasing, owner: None })?;
+    // 3. The core's request admits it: both claims in one step (of two racing requests
+    //    exactly one wins), then the growth of an empty destination, while claimed.
+    parties.request = Some(request.clone());
+    request.get().request().admit(validated, &mut parties)?;
 
-    // 5. What the transfer is handed; a failure abandons the request.
-    let cosize = request.get().cosize();
+    // 4. What the transfer is handed; a failure abandons the request.
     let token = match prepare_transfer(
         py,
         hooks,
@@ -180,7 +176,7 @@ fn initiate<'py>(
         &implementation,
         transfer_request.as_ref(),
         &checked.reverse,
-        (checked.grow, checked.recording, cosize),
+        checked.recording,
     ) {
         Ok(token) => token,
         Err(err) => {
@@ -190,7 +186,7 @@ fn initiate<'py>(
         }
     };
 
-    // 6. The submission; past it, every failure is terminal.
+    // 5. The submission; past it, every failure is terminal.
     if let Err(err) = hooks.submit.bind(py).call1((&request, &operation, prepared)) {
         MoveRequest::commit(&request, Some(err.into_value(py).into_bound(py).into_any()))?;
     }
@@ -200,8 +196,8 @@ fn initiate<'py>(
     Ok(request)
 }
 
-/// Step 5: the log record, growth, `output`, a provider's window and the autograd node.
-/// Returns the log token (None between tiers).
+/// Step 4: the log record, `output`, a provider's window and the autograd node. Returns the
+/// log token (None between tiers).
 #[allow(clippy::too_many_arguments)]
 fn prepare_transfer<'py>(
     py: Python<'py>,
@@ -213,7 +209,7 @@ fn prepare_transfer<'py>(
     implementation: &Bound<'py, PyType>,
     transfer_request: Option<&Bound<'py, PyAny>>,
     reverse: &Bound<'py, PyAny>,
-    (grow, recording, cosize): (bool, bool, i64),
+    recording: bool,
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
     let token = if request.get().is_between_tiers() {
         None
@@ -224,14 +220,6 @@ fn prepare_transfer<'py>(
         request.get().set_parts(None, None, Some(token.clone()));
         Some(token)
     };
-    if grow {
-        if hooks.is_definition_backed.bind(py).call1((destination,))?.is_truthy()? {
-            hooks.allocate_definition.bind(py).call1((destination, cosize))?;
-        } else {
-            request_hooks(py)?.allocate_claimed.bind(py).call1((destination, request, cosize))?;
-        }
-        request.get().mark_grown();
-    }
     // The claim admits writes through what the transfer is handed, never through the
     // destination itself: a weak reference, so a published result does not keep its request
     // alive.
@@ -247,6 +235,129 @@ fn prepare_transfer<'py>(
         hooks.record.bind(py).call1(args)?;
     }
     Ok(token)
+}
+
+/// What a definition route's preparation gave, with the table's decisions.
+struct Prepared<'py> {
+    /// The route the move takes (the elementwise operation when a definition declined).
+    route: Bound<'py, Route>,
+    prepared: Option<Bound<'py, PyAny>>,
+    transfer_request: Option<Bound<'py, PyAny>>,
+    checked: Checked<'py>,
+}
+
+/// The Python carriers of one general move as the core request's parties: the table's rows
+/// answered in Python terms (`Rows`), a definition route's preparation, the claims held by the
+/// request object, a growth through the destination's own allocation hook, and the request's
+/// commit steps.
+struct Parties<'a, 'py> {
+    hooks: &'a Hooks,
+    rows: Rows<'a, 'py>,
+    tensor: &'a Bound<'py, PyAny>,
+    destination: &'a Bound<'py, PyAny>,
+    prepared: Option<Prepared<'py>>,
+    /// The request object, once made (between validation and admission): the claim.
+    request: Option<Bound<'py, MoveRequest>>,
+}
+
+impl<'py> Parties<'_, 'py> {
+    fn request(&self) -> &Bound<'py, MoveRequest> {
+        self.request.as_ref().expect("the request is made before its admission")
+    }
+
+    fn destination(&self) -> &Bound<'py, CarrierBase> {
+        self.destination.cast::<CarrierBase>().expect("a Carrier once the table passed")
+    }
+}
+
+impl CommitSteps for Parties<'_, '_> {
+    type Error = PyErr;
+
+    fn release_source(&mut self) -> PyResult<()> {
+        Steps::of(self.request())?.release_source()
+    }
+
+    fn shrink_destination(&mut self) {
+        if let Ok(mut steps) = Steps::of(self.request()) {
+            steps.shrink_destination();
+        }
+    }
+
+    fn end_claims(&mut self) {
+        if let Ok(mut steps) = Steps::of(self.request()) {
+            steps.end_claims();
+        }
+    }
+}
+
+impl<'py> MoveParties for Parties<'_, 'py> {
+    fn check(&mut self, row: Check) -> PyResult<()> {
+        self.rows.check(row)
+    }
+
+    /// A definition route's prepare: it may still refuse, or decline in favour of the
+    /// elementwise operation where the definition permits it.
+    fn prepare(&mut self) -> PyResult<()> {
+        let py = self.tensor.py();
+        let checked = self.rows.checked();
+        let mut route = checked.route.clone().cast_into::<Route>()?;
+        let decision = route.getattr(intern!(py, "decision"))?;
+        let (mut prepared, mut transfer_request) = (None, None);
+        if !decision.is_none() {
+            let out = self.hooks.prepare_route.bind(py).call1((&decision, self.tensor, self.destination))?;
+            let (p, t): (Bound<'py, PyAny>, Bound<'py, PyAny>) = out.extract()?;
+            if p.is_none() {
+                let fallback = self.hooks.elementwise.bind(py).clone().into_any();
+                route = Bound::new(py, Route::operation(fallback))?;
+            } else {
+                prepared = Some(p);
+                transfer_request = Some(t).filter(|t| !t.is_none());
+            }
+        }
+        self.prepared = Some(Prepared { route, prepared, transfer_request, checked });
+        Ok(())
+    }
+
+    fn claim(&mut self) -> PyResult<()> {
+        let py = self.tensor.py();
+        let source = self.tensor.getattr(intern!(py, "carrier"))?.cast_into::<CarrierBase>()?;
+        let entries = [
+            (source, "source".to_string(), "move".to_string()),
+            (self.destination().clone(), "destination".to_string(), "move into".to_string()),
+        ];
+        let releasing = request_hooks(py)?.releasing.bind(py);
+        take_claims(self.request().as_any(), &entries, &PyJudge { active: None, releasing, owner: None })
+    }
+
+    /// Through the destination's own allocation (a definition's, or its `_allocate` as the
+    /// request's act), when the table allowed it and the destination, now claimed, is still
+    /// empty.
+    fn grow(&mut self) -> PyResult<bool> {
+        if !self.rows.may_grow() {
+            return Ok(false);
+        }
+        let py = self.tensor.py();
+        let (destination, request) = (self.destination(), self.request());
+        let cosize = request.get().cosize();
+        let size: i64 = destination.call_method0(intern!(py, "size"))?.extract()?;
+        if size >= cosize {
+            // Grown by another move between the table and the claim: room enough now.
+            return Ok(false);
+        }
+        if size != 0 {
+            return Err(error::move_refusal(MoveRefusal::TooSmall {
+                carrier: type_name(destination.as_any())?,
+                size: usize::try_from(size).unwrap_or(0),
+                needed: usize::try_from(cosize).unwrap_or(0),
+            }));
+        }
+        if self.hooks.is_definition_backed.bind(py).call1((destination,))?.is_truthy()? {
+            self.hooks.allocate_definition.bind(py).call1((destination, cosize))?;
+        } else {
+            request_hooks(py)?.allocate_claimed.bind(py).call1((destination, request, cosize))?;
+        }
+        Ok(true)
+    }
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

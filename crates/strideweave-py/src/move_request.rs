@@ -1,11 +1,11 @@
-//! `_native.MoveRequest`: one move of the Python carriers from its validation to its one
+//! `_native.MoveRequest`: one move of the Python carriers from its admission to its one
 //! terminal commit, for every move the two native moves (`inline_move.rs`, `async_move.rs`)
-//! do not take whole.
-//!
-//! The request walks the core's validation table (`model::movement::VALIDATION_ORDER`) and
-//! finishes through the core's [`Terminal`], so the order of the checks, the order of the
-//! commit's steps and its exactly-once guarantee are the Rust model's own. What the Python
-//! carriers add enters through their hooks, called here where the specification calls them:
+//! do not take whole. It holds the core's [`Request`], the one move request every move runs
+//! (`initiate.rs` validates and admits through it), and is the Python carriers' side of it:
+//! the table's rows answered for them (`Rows`, in the core's `VALIDATION_ORDER`) and the
+//! commit's steps (`Steps`), so the order of the checks, of admission and of the commit's
+//! steps, and the commit's exactly-once guarantee, are the core's. What the Python carriers
+//! add enters through their hooks, called where the specification calls them:
 //! `_is_mutable`/`is_mutable`, `dtype`, `release` (with its `_release` hook), `_allocate(0)`
 //! to shrink a grown destination, and the framework's own Python pieces the request drives:
 //! route resolution (a callback: routes are Python classes and definitions), the autograd
@@ -13,11 +13,11 @@
 //!
 //! What stays in `carriers/move.py` is what the specification defines in Python terms: which
 //! route a pair takes, how a `MoveOperation` or a provider runs its transfer, and the node
-//! a recorded move makes. The request object is also the claim its carriers hold, so the
-//! claim its carriers hold: it admits the writes through the Tensors it handed the transfer
-//! (`output`), its own commit's release of the source and its own resizing of the destination.
+//! a recorded move makes. The request object is also the claim its carriers hold: it admits
+//! the writes through the Tensors it handed the transfer (`output`), its own commit's release
+//! of the source and its own resizing of the destination.
 //!
-//! Commit order (the core's [`Terminal`]): on success attach the node, release the source
+//! Commit order (the core's `Terminal`): on success attach the node, release the source
 //! while the request still claims it (so no other move takes it in between), then drop both
 //! claims, complete the progress, record `move_complete` and resolve the handle; on failure
 //! shrink a grown destination while it is still claimed (so no other move starts filling it
@@ -31,7 +31,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyTuple, PyType};
 use pyo3::{PyTraverseError, PyVisit};
 
-use strideweave_core::model::movement::{validate_settled, Check, CommitSteps, Terminal};
+use strideweave_core::model::movement::{validate_settled, Check, CommitSteps, Request};
 use strideweave_core::model::movement::{MoveRefusal, Party};
 
 use crate::error;
@@ -115,7 +115,6 @@ struct Parts {
     token: Option<Py<PyAny>>,
     output: Option<Py<PyAny>>,
     prepared: Option<Py<PyAny>>,
-    grown: bool,
 }
 
 /// One move between its initiation and its terminal commit; also the claim its carriers hold.
@@ -136,7 +135,7 @@ pub struct MoveRequest {
     #[pyo3(get)]
     between_tiers: bool,
     progress: Py<TransferProgress>,
-    terminal: Terminal,
+    request: Request,
     parts: Mutex<Parts>,
 }
 
@@ -164,34 +163,75 @@ pub(crate) struct Checked<'py> {
 /// `(route, reverse_route_or_None, recording)`, asked once the arguments passed their rows.
 pub(crate) type Resolve<'a, 'py> = dyn FnMut() -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>, bool)> + 'a;
 
+/// The rows of the validation table answered for the Python carriers: the arguments' rows
+/// (`Arguments`), then, with the route asked for once before the first of them, the route's
+/// rows (`Route`). The core's request walks them in its order.
+pub(crate) struct Rows<'a, 'py> {
+    arguments: Arguments<'a, 'py>,
+    resolve: &'a mut Resolve<'a, 'py>,
+    resolved: Option<(Bound<'py, PyAny>, Bound<'py, PyAny>, bool)>,
+    grow: bool,
+}
+
+impl<'a, 'py> Rows<'a, 'py> {
+    pub(crate) fn new(
+        tensor: &'a Bound<'py, PyAny>,
+        destination: &'a Bound<'py, PyAny>,
+        between_tiers: bool,
+        resolve: &'a mut Resolve<'a, 'py>,
+    ) -> PyResult<Self> {
+        let hooks = hooks(tensor.py())?;
+        let arguments = Arguments { hooks, tensor, destination, between_tiers, source: None };
+        Ok(Rows { arguments, resolve, resolved: None, grow: false })
+    }
+
+    /// Answer one row (see `MoveParties::check`).
+    pub(crate) fn check(&mut self, row: Check) -> PyResult<()> {
+        match row {
+            Check::PinnedClasses | Check::Room | Check::RoutePermitted => {
+                if self.resolved.is_none() {
+                    self.resolved = Some((self.resolve)()?);
+                }
+                let (route, reverse, _) = self.resolved.as_ref().expect("resolved above");
+                let hooks = self.arguments.hooks;
+                let mut rows = Route { hooks, arguments: &self.arguments, route, reverse, grow: self.grow };
+                rows.check(row)?;
+                self.grow = rows.grow;
+                Ok(())
+            }
+            row => self.arguments.check(row),
+        }
+    }
+
+    /// Whether the table allowed an empty destination to grow to the moved span.
+    pub(crate) fn may_grow(&self) -> bool {
+        self.grow
+    }
+
+    /// What the table decided, once every row passed.
+    pub(crate) fn checked(&self) -> Checked<'py> {
+        let (route, reverse, recording) = self.resolved.clone().expect("the route's rows ran");
+        Checked { route, reverse, recording, grow: self.grow }
+    }
+}
+
 impl MoveRequest {
     /// Every check of docs/spec/interop-movement.md's table before any effect, in the core's
     /// order (`VALIDATION_ORDER`); `resolve` is called once, before the route's rows.
-    pub(crate) fn check_rows<'py>(
-        tensor: &Bound<'py, PyAny>,
-        destination: &Bound<'py, PyAny>,
+    pub(crate) fn check_rows<'a, 'py>(
+        tensor: &'a Bound<'py, PyAny>,
+        destination: &'a Bound<'py, PyAny>,
         between_tiers: bool,
-        resolve: &mut Resolve<'_, 'py>,
+        resolve: &'a mut Resolve<'a, 'py>,
     ) -> PyResult<Checked<'py>> {
-        let hooks = hooks(tensor.py())?;
-        let mut arguments = Arguments { hooks, tensor, destination, between_tiers, source: None };
-        let mut resolved: Option<(Bound<'py, PyAny>, Bound<'py, PyAny>, bool)> = None;
-        let mut grow = false;
-        validate_settled(&mut |row| match row {
-            Check::PinnedClasses | Check::Room | Check::RoutePermitted => {
-                if resolved.is_none() {
-                    resolved = Some(resolve()?);
-                }
-                let (route, reverse, _) = resolved.as_ref().expect("resolved above");
-                let mut rows = Route { hooks, arguments: &arguments, route, reverse, grow };
-                rows.check(row)?;
-                grow = rows.grow;
-                Ok(())
-            }
-            row => arguments.check(row),
-        })?;
-        let (route, reverse, recording) = resolved.expect("the route's rows ran");
-        Ok(Checked { route, reverse, recording, grow })
+        let mut rows = Rows::new(tensor, destination, between_tiers, resolve)?;
+        validate_settled(|row| rows.check(row))?;
+        Ok(rows.checked())
+    }
+
+    /// The core's request this one runs (its admission, its one terminal commit).
+    pub(crate) fn request(&self) -> &Request {
+        &self.request
     }
 
     /// The moved span in slots (the layout's cosize).
@@ -230,11 +270,6 @@ impl MoveRequest {
         if token.is_some() {
             self.write(|p| &mut p.token, token);
         }
-    }
-
-    /// Marks the destination as grown by this request (the commit shrinks it on failure).
-    pub(crate) fn mark_grown(&self) {
-        self.parts.lock().grown = true;
     }
 
     fn read(&self, py: Python<'_>, field: fn(&Parts) -> &Option<Py<PyAny>>) -> Option<Py<PyAny>> {
@@ -453,9 +488,16 @@ impl Route<'_, '_> {
 }
 
 /// The request's side of the core's terminal commit (see the module docs).
-struct Steps<'a, 'py> {
+pub(crate) struct Steps<'a, 'py> {
     request: &'a Bound<'py, MoveRequest>,
     hooks: &'a RequestHooks,
+}
+
+impl<'a, 'py> Steps<'a, 'py> {
+    /// The commit steps of `request`.
+    pub(crate) fn of(request: &'a Bound<'py, MoveRequest>) -> PyResult<Self> {
+        Ok(Steps { request, hooks: hooks(request.py())? })
+    }
 }
 
 impl CommitSteps for Steps<'_, '_> {
@@ -537,7 +579,7 @@ impl MoveRequest {
             handle: handle.cast_into::<AwaitResult>()?.unbind(),
             between_tiers,
             progress,
-            terminal: Terminal::new(),
+            request: Request::new(),
             parts: Mutex::new(Parts::default()),
         })
     }
@@ -592,7 +634,7 @@ impl MoveRequest {
     /// Whether the terminal commit has run.
     #[getter]
     fn committed(&self) -> bool {
-        self.terminal.is_committed()
+        self.request.is_committed()
     }
 
     #[getter]
@@ -645,14 +687,20 @@ impl MoveRequest {
         self.write(|p| &mut p.prepared, value)
     }
 
+    /// Whether the destination was grown for this request (a failed commit shrinks it).
     #[getter]
     fn grown(&self) -> bool {
-        self.parts.lock().grown
+        self.request.grown()
     }
 
+    /// Records a growth made outside the request's admission (a request driven by hand).
     #[setter]
-    fn set_grown(&self, grown: bool) {
-        self.parts.lock().grown = grown;
+    fn set_grown(&self, grown: bool) -> PyResult<()> {
+        if !grown {
+            return Err(PyValueError::new_err("a grown destination stays grown until the commit"));
+        }
+        self.request.mark_grown();
+        Ok(())
     }
 
     /// The one terminal commit (the module docs' order), on whichever thread finishes the
@@ -667,9 +715,8 @@ impl MoveRequest {
             None => Ok(()),
             Some(e) => Err(PyErr::from_value(e)),
         };
-        let grown = request.parts.lock().grown;
         let mut steps = Steps { request: slf, hooks };
-        let Some(outcome) = request.terminal.commit(&mut steps, transfer, grown) else {
+        let Some(outcome) = request.request.commit(&mut steps, transfer) else {
             return Ok(());
         };
         let (prepared, node, token, output) = {
@@ -704,10 +751,9 @@ impl MoveRequest {
         let py = slf.py();
         let hooks = hooks(py)?;
         let request = slf.get();
-        let grown = request.parts.lock().grown;
         let mut steps = Steps { request: slf, hooks };
-        let abandoned = Err(PyRuntimeError::new_err("the move request was abandoned before its transfer"));
-        if request.terminal.commit(&mut steps, abandoned, grown).is_none() {
+        let abandoned = PyRuntimeError::new_err("the move request was abandoned before its transfer");
+        if !request.request.abandon(&mut steps, abandoned) {
             return Ok(());
         }
         let (prepared, node) = {

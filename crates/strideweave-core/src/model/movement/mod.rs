@@ -2,12 +2,12 @@
 //! [`move_async`] (returns a [`MoveHandle`] at once; the transfer runs on the engine's
 //! worker pool).
 //!
-//! Both run the same request (`request.rs`): validation in the specification's order
-//! ([`VALIDATION_ORDER`], which the Python binding's request walks too),
-//! claims on both carriers taken atomically with their checks, growth of an empty
-//! allocatable destination to the layout's cosize, the transfer of the exact pair's route
-//! ([`route`]), and one terminal commit ([`Terminal`], shared with the Python binding's
-//! request) — publish the result, then release the source — or
+//! Both run the one move request ([`Request`], which every move of the Python binding runs
+//! too, each party answering in its own terms: [`MoveParties`]): validation in the
+//! specification's order ([`VALIDATION_ORDER`]), claims on both carriers taken atomically
+//! with their checks, growth of an empty allocatable destination to the layout's cosize, the
+//! transfer of the exact pair's route ([`route`]), and one terminal commit ([`Terminal`]) —
+//! publish the result, then release the source — or
 //! a rollback that leaves the source live, shrinks a grown destination and frees both
 //! claims. A pending move refuses every conflicting write, release and move of its carriers
 //! with [`ModelError::Claimed`].
@@ -23,6 +23,7 @@
 //! assert!(src.is_released()); // a move releases its source
 //! ```
 
+mod carrier_request;
 mod output;
 mod refusal;
 mod request;
@@ -41,6 +42,7 @@ use crate::engine::{pool, Completion};
 
 pub use output::{MoveCommit, MoveOutput};
 pub use refusal::{MoveRefusal, Party, RefusalKind};
+pub use request::{MoveParties, Request, Validated};
 pub use route::{route_kind, RouteKind};
 pub use route_cache::RouteCache;
 pub use table::{validate, validate_rows, validate_settled, Check, VALIDATION_ORDER};
@@ -169,7 +171,7 @@ impl MoveHandle {
 /// assert_eq!(file.size(), 3); // grown to the layout's cosize
 /// ```
 pub fn move_tensor(tensor: &Tensor, destination: impl IntoCarrier) -> MoveOutcome {
-    request::initiate(tensor, &destination.into_carrier(), None)?.run()
+    carrier_request::initiate(tensor, &destination.into_carrier(), None)?.run()
 }
 
 /// A move validated and holding both claims, its transfer not yet run: what
@@ -177,7 +179,7 @@ pub fn move_tensor(tensor: &Tensor, destination: impl IntoCarrier) -> MoveOutcom
 /// dropping it instead gives both claims back (a destination it grew shrinks back to empty
 /// first) and changes nothing else.
 #[must_use = "a pending move holds both carriers until it runs or is dropped"]
-pub struct PendingMove(request::Pending);
+pub struct PendingMove(carrier_request::Pending);
 
 impl std::fmt::Debug for PendingMove {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -268,7 +270,7 @@ impl PendingMove {
 /// assert!(src.is_released());
 /// ```
 pub fn prepare_move(tensor: &Tensor, destination: impl IntoCarrier, route: Option<RouteKind>) -> Result<PendingMove> {
-    request::initiate(tensor, &destination.into_carrier(), route).map(PendingMove)
+    carrier_request::initiate(tensor, &destination.into_carrier(), route).map(PendingMove)
 }
 
 /// [`prepare_move`] of the single-subtensor tensor whose one window is `window` (its dtype is
@@ -280,7 +282,7 @@ pub fn prepare_window_move(
     route: Option<RouteKind>,
 ) -> Result<PendingMove> {
     let dtype = window.carrier().elem_kind();
-    request::initiate_window(window, dtype, &destination.into_carrier(), route).map(PendingMove)
+    carrier_request::initiate_window(window, dtype, &destination.into_carrier(), route).map(PendingMove)
 }
 
 /// Validate and start moving `tensor` into `destination`; the transfer and the terminal
@@ -298,7 +300,7 @@ pub fn prepare_window_move(
 /// assert_eq!(handle.wait().unwrap().values_f32().unwrap(), vec![4.0, 5.0]);
 /// ```
 pub fn move_async(tensor: &Tensor, destination: impl IntoCarrier) -> Result<MoveHandle> {
-    let pending = request::initiate(tensor, &destination.into_carrier(), None)?;
+    let pending = carrier_request::initiate(tensor, &destination.into_carrier(), None)?;
     let route = pending.route_kind();
     let cell = Arc::new(Completion::new());
     let handle = MoveHandle {
@@ -323,7 +325,7 @@ pub fn move_async(tensor: &Tensor, destination: impl IntoCarrier) -> Result<Move
 /// Run a pending move to its outcome. `run` contains the transfer's panics; this catches one
 /// from a carrier's release or allocate hook, so the handle still reaches an outcome (the
 /// claims' guards have rolled back during the unwind).
-fn run_contained(pending: request::Pending) -> MoveOutcome {
+fn run_contained(pending: carrier_request::Pending) -> MoveOutcome {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pending.run()))
         .unwrap_or_else(|_| Err(ModelError::TransferPanicked { message: "a carrier hook panicked".into() }))
 }

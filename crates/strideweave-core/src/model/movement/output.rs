@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use super::request::Pending;
+use super::carrier_request::Pending;
 use super::MoveOutcome;
 use crate::layout::Layout;
 use crate::model::carrier::{checked_slot, scalar_kind, Carrier, CarrierExt, HOOK};

@@ -1,284 +1,264 @@
-//! One move request: validation in the specification's order, claims, destination growth,
-//! the transfer, and one terminal commit or rollback.
+//! The one move request every move runs, whatever its carriers: the Rust model's
+//! (`carrier_request.rs`, which the fast routes of the Python binding run too) and the Python
+//! binding's general request (`crates/strideweave-py/src/move_request.rs`).
+//!
+//! [`Request`] owns the sequence and its rules; the parties ([`MoveParties`]) answer and act in
+//! their own terms (the Rust carrier trait, or Python hooks and Python class names):
+//!
+//! 1. [`Request::validate`]: every row of the validation table, in its order
+//!    ([`validate_settled`]: a refusal reports the earliest row that fails by then), then the
+//!    parties' last refusal before any effect ([`MoveParties::prepare`]). Nothing has changed.
+//! 2. [`Request::admit`]: both claims in one step ([`MoveParties::claim`], which re-makes the
+//!    table's claim checks atomically), then, while claimed, the growth of an empty destination
+//!    the table allowed to grow. A growth that fails ends the claims and changes nothing else.
+//! 3. The transfer: the caller's (a route, an operation, a provider), writing through what it
+//!    was handed.
+//! 4. [`Request::commit`]: the one terminal commit ([`Terminal`]), from whichever thread
+//!    finishes, exactly once; or [`Request::abandon`] of a request whose transfer never started.
+//!
+//! ```
+//! use strideweave_core::model::movement::{Check, CommitSteps, MoveParties, Request};
+//!
+//! /// Parties that only log what the request asks of them.
+//! #[derive(Default)]
+//! struct Log(Vec<String>);
+//! impl CommitSteps for Log {
+//!     type Error = String;
+//!     fn release_source(&mut self) -> Result<(), String> { self.0.push("release".into()); Ok(()) }
+//!     fn shrink_destination(&mut self) { self.0.push("shrink".into()); }
+//!     fn end_claims(&mut self) { self.0.push("end claims".into()); }
+//! }
+//! impl MoveParties for Log {
+//!     fn check(&mut self, _: Check) -> Result<(), String> { Ok(()) }
+//!     fn claim(&mut self) -> Result<(), String> { self.0.push("claim".into()); Ok(()) }
+//!     fn grow(&mut self) -> Result<bool, String> { self.0.push("grow".into()); Ok(true) }
+//! }
+//!
+//! let mut parties = Log::default();
+//! let request = Request::initiate(&mut parties).unwrap();
+//! // ... the transfer fails ...
+//! assert_eq!(request.commit(&mut parties, Err("copy failed".into())), Some(Err("copy failed".into())));
+//! assert_eq!(parties.0, ["claim", "grow", "shrink", "end claims"]);
+//! assert_eq!(request.commit(&mut parties, Ok(())), None); // committed once only
+//! ```
 
-use crate::model::carrier::HOOK;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::super::carrier::{same_carrier, Carrier, CarrierExt};
-use super::super::error::{ModelError, Result};
-use super::super::state::{ClaimGuard, ClaimId, Role};
-use super::super::tensor::{Subtensor, Tensor};
-use super::output::MoveOutput;
-use super::refusal::{MoveRefusal, Party};
-use super::route::{self, Job, Route, RouteKind};
-use super::table::{validate, Check};
+use super::table::{validate_settled, Check};
 use super::terminal::{CommitSteps, Terminal};
-use crate::layout::Layout;
-use crate::storage::ElemKind;
-use crate::transfer::Progress;
 
-/// A validated move holding both claims, ready to transfer. Dropping it without running
-/// shrinks a destination it grew back to empty (while still claimed) and gives both claims
-/// back (the guards' rollback).
-pub(crate) struct Pending {
-    parts: Option<Parts>,
+/// What a request asks of a move's two carriers, answered in the parties' own terms. The
+/// commit's steps ([`CommitSteps`]) are theirs too: [`Request::admit`] ends the claims through
+/// them when the growth fails.
+pub trait MoveParties: CommitSteps {
+    /// Answer one row of the validation table: `Err` refuses the move with the row's error.
+    /// Called in the table's order, before any effect; a row may be asked again after a later
+    /// row refused (see [`validate_settled`]).
+    fn check(&mut self, row: Check) -> Result<(), Self::Error>;
+
+    /// After the table, before any effect: a refusal only the parties can still make (a
+    /// route's own preparation). Passes by default.
+    fn prepare(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    /// Claim both carriers in one step, checking again, atomically, that each is live and no
+    /// other claim holds it. Refused: neither is claimed.
+    fn claim(&mut self) -> Result<(), Self::Error>;
+
+    /// Grow the claimed destination to the span if it must: it is empty and the table allowed
+    /// it to grow (asked again now, under the claim, where nobody else can resize it). True if
+    /// it grew; failed, the destination is as it was.
+    fn grow(&mut self) -> Result<bool, Self::Error>;
 }
 
-struct Parts {
-    src_claim: ClaimGuard,
-    dst_claim: ClaimGuard,
-    route: Route,
-    offset: usize,
-    layout: Arc<Layout>,
-    dtype: ElemKind,
-    grew: bool,
-    progress: Option<Arc<Progress>>,
+/// Proof that a request's parties passed the table and their preparation: what
+/// [`Request::admit`] takes.
+#[derive(Debug)]
+#[must_use = "a validated move claims nothing until it is admitted"]
+pub struct Validated(());
+
+/// One move from its admission to its one terminal commit. Share it with whoever finishes the
+/// transfer: any thread may commit it, and only the first commit does anything.
+#[derive(Debug, Default)]
+pub struct Request {
+    terminal: Terminal,
+    grown: AtomicBool,
 }
 
-fn name(c: &dyn Carrier) -> String {
-    c.state(HOOK).class_name().to_string()
-}
-
-/// Validates `tensor` → `destination` in the order of the specification's table
-/// ([`VALIDATION_ORDER`](super::VALIDATION_ORDER); the rows a Rust type cannot violate — "not
-/// a Tensor", "not a Carrier", a pinned class — pass at once), then claims both carriers and
-/// grows an empty allocatable destination. `decided`: the route a binding decided for the pair
-/// of its classes; it cannot permit a pair the classes' identities refuse.
-pub(crate) fn initiate(tensor: &Tensor, destination: &Arc<dyn Carrier>, decided: Option<RouteKind>) -> Result<Pending> {
-    // The table's first row: a source carrier exists only for a single-subtensor tensor.
-    initiate_window(tensor.single("move")?, tensor.dtype(), destination, decided)
-}
-
-/// [`initiate`] for the window of a single-subtensor tensor of `dtype`.
-pub(crate) fn initiate_window(
-    sub: &Subtensor,
-    dtype: ElemKind,
-    destination: &Arc<dyn Carrier>,
-    decided: Option<RouteKind>,
-) -> Result<Pending> {
-    let source = sub.carrier();
-    let layout = sub.shared_layout().clone();
-    let kind = match (route::route_kind(source.class_key(), destination.class_key()), decided) {
-        (RouteKind::Unsupported, _) => RouteKind::Unsupported,
-        (_, Some(decided)) => decided,
-        (by_class, None) => by_class,
-    };
-    let cosize = layout.cosize() as usize;
-    validate(|row| match row {
-        Check::OneSubtensor | Check::IsTensor | Check::IsCarrier | Check::PinnedClasses => Ok(()),
-        Check::SourceLive => live(&**source, Party::Source),
-        Check::SourceUnowned if source.is_owned() => Err(ModelError::Owned { carrier: name(&**source) }),
-        Check::SourceUnowned => Ok(()),
-        Check::SourceUnclaimed => unclaimed(&**source, "move"),
-        Check::DistinctCarriers if same_carrier(source, destination) => Err(MoveRefusal::SameCarrier.into()),
-        Check::DistinctCarriers => Ok(()),
-        Check::DestinationLive => live(&**destination, Party::Destination),
-        Check::DestinationMutable if !destination.is_mutable() => {
-            Err(MoveRefusal::DestinationNotMutable { carrier: name(&**destination) }.into())
-        }
-        Check::DestinationMutable => Ok(()),
-        Check::DestinationUnclaimed => unclaimed(&**destination, "move into"),
-        Check::SameDType if destination.elem_kind() != dtype => Err(MoveRefusal::DTypeMismatch {
-            found: destination.elem_kind().dtype_name().into(),
-            expected: dtype.dtype_name().into(),
-        }
-        .into()),
-        Check::SameDType => Ok(()),
-        Check::Room => check_room(&**destination, cosize).map(drop),
-        // A pair without a transfer is refused after the validation table, before any effect.
-        Check::RoutePermitted if kind == RouteKind::Unsupported => {
-            Err(ModelError::NoRoute { from: name(&**source), to: name(&**destination) })
-        }
-        Check::RoutePermitted => Ok(()),
-    })?;
-
-    // The checks above are re-made atomically by the claims; they ran first only to report
-    // in the specified order.
-    let id = ClaimId::fresh();
-    let src_claim = source.state(HOOK).try_claim(source, id, Role::Source)?;
-    let dst_claim = destination.state(HOOK).try_claim(destination, id, Role::Destination)?;
-    let grew = match check_room(&**destination, cosize)? {
-        Room::Enough => false,
-        Room::Grow => {
-            destination.allocate(HOOK, cosize)?;
-            true
-        }
-    };
-    // From here a failure is the pending move's drop: a grown destination shrinks back.
-    let route = route::resolve_as(kind, &**source, &**destination);
-    Ok(Pending {
-        parts: Some(Parts { src_claim, dst_claim, route, offset: sub.offset(), layout, dtype, grew, progress: None }),
-    })
-}
-
-fn live(carrier: &dyn Carrier, party: Party) -> Result<()> {
-    if carrier.is_released() {
-        return Err(MoveRefusal::Released { party, carrier: name(carrier) }.into());
-    }
-    Ok(())
-}
-
-fn unclaimed(carrier: &dyn Carrier, action: &'static str) -> Result<()> {
-    if carrier.state(HOOK).is_claimed() {
-        return Err(ModelError::Claimed { carrier: name(carrier), action });
-    }
-    Ok(())
-}
-
-enum Room {
-    Enough,
-    Grow,
-}
-
-fn check_room(destination: &dyn Carrier, cosize: usize) -> Result<Room> {
-    let size = destination.size();
-    if size >= cosize {
-        Ok(Room::Enough)
-    } else if size == 0 && destination.can_allocate() {
-        Ok(Room::Grow)
-    } else {
-        Err(MoveRefusal::TooSmall { carrier: name(destination), size, needed: cosize }.into())
-    }
-}
-
-impl Drop for Pending {
-    fn drop(&mut self) {
-        if let Some(parts) = self.parts.take() {
-            if parts.grew {
-                let _ = parts.dst_claim.carrier().allocate(HOOK, 0);
-            }
-            // The guards give both claims back.
-        }
-    }
-}
-
-impl Pending {
-    fn parts(&self) -> &Parts {
-        self.parts.as_ref().expect("a pending move has its parts until it runs")
+impl Request {
+    /// A request not yet admitted: nothing claimed, nothing grown, not committed.
+    pub const fn new() -> Self {
+        Request { terminal: Terminal::new(), grown: AtomicBool::new(false) }
     }
 
-    /// The bytes the transfer spans (the layout's cosize in slots of the dtype).
-    pub(crate) fn bytes(&self) -> usize {
-        let parts = self.parts();
-        (parts.layout.cosize() as usize).saturating_mul(parts.dtype.size())
+    /// Validate, then admit, `parties` (steps 1 and 2 of the module docs) into a new request.
+    #[inline]
+    pub fn initiate<P: MoveParties>(parties: &mut P) -> Result<Request, P::Error> {
+        let validated = Self::validate(parties)?;
+        let request = Request::new();
+        request.admit(validated, parties)?;
+        Ok(request)
     }
 
-    /// Count the transfer's bytes into `progress` as it runs (a bulk transfer of host memory
-    /// guarded by claims counts chunk by chunk).
-    pub(crate) fn count_into(&mut self, progress: Arc<Progress>) {
-        if let Some(parts) = self.parts.as_mut() {
-            parts.progress = Some(progress);
-        }
+    /// Step 1: the table in its order, then [`MoveParties::prepare`]. Nothing changes.
+    #[inline]
+    pub fn validate<P: MoveParties>(parties: &mut P) -> Result<Validated, P::Error> {
+        validate_settled(|row| parties.check(row))?;
+        parties.prepare()?;
+        Ok(Validated(()))
     }
 
-    /// The route this move runs.
-    pub(crate) fn route_kind(&self) -> RouteKind {
-        self.parts().route.kind()
-    }
-
-    /// The destination window as this move's own transfer writes it ([`MoveOutput`]).
-    pub(crate) fn output(&self) -> MoveOutput {
-        let parts = self.parts();
-        MoveOutput::new(parts.dst_claim.carrier().clone(), parts.layout.clone(), parts.dst_claim.id())
-    }
-
-    /// Run the transfer, then the one terminal commit ([`Terminal`]): on success the source
-    /// is released together with the end of its claim, then the destination's claim ends
-    /// (its value is published with the result tensor); on failure a grown destination
-    /// shrinks back to empty while still claimed, both claims end, and the source stays live
-    /// and unchanged.
-    pub(crate) fn run(self) -> Result<Tensor> {
-        self.complete(None, true).map(|output| output.expect("asked for the moved tensor"))
-    }
-
-    /// [`run`](Self::run) without making the moved tensor (a binding makes its own).
-    pub(crate) fn finish(self) -> Result<()> {
-        self.complete(None, false).map(drop)
-    }
-
-    /// The terminal commit of a transfer the caller ran (through [`output`](Self::output)):
-    /// `transfer` is its outcome. As [`run`](Self::run) from there on.
-    pub(crate) fn commit(self, transfer: Result<()>) -> Result<Tensor> {
-        self.complete(Some(transfer), true).map(|output| output.expect("asked for the moved tensor"))
-    }
-
-    /// `transfer`: the outcome of a transfer the caller ran; None runs the route's.
-    fn complete(mut self, transfer: Option<Result<()>>, with_output: bool) -> Result<Option<Tensor>> {
-        let parts = self.parts.take().expect("a pending move runs once");
-        let outcome = if let Some(transfer) = transfer {
-            transfer
-        } else {
-            let job = Job {
-                src: &**parts.src_claim.carrier(),
-                dst: &**parts.dst_claim.carrier(),
-                offset: parts.offset,
-                layout: &parts.layout,
-                elem_size: parts.dtype.size(),
-                progress: parts.progress.as_ref(),
-            };
-            catch_unwind(AssertUnwindSafe(|| route::execute(&parts.route, &job))).unwrap_or_else(|panic| {
-                let message = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "non-string panic payload".into());
-                Err(ModelError::TransferPanicked { message })
-            })
-        };
-        let Parts { src_claim, dst_claim, route, layout, grew, .. } = parts;
-        // The moved tensor is made while the destination is still claimed, so nobody can
-        // release it in between; a failure to make it fails the move like the transfer's.
-        let (outcome, output) = match (outcome, with_output) {
-            (Ok(()), true) => match Tensor::new(dst_claim.carrier().clone(), 0, layout) {
-                Ok(output) => (Ok(()), Some(output)),
-                Err(e) => (Err(e), None),
-            },
-            (outcome, _) => (outcome, None),
-        };
-        // The transfer is over: let go of its storages before the source's release hook.
-        drop(route);
-        let mut steps = Claims { source: Some(src_claim), destination: Some(dst_claim) };
-        match Terminal::new().commit(&mut steps, outcome, grew) {
-            Some(Ok(())) => Ok(output),
-            Some(Err(e)) => Err(e),
-            None => unreachable!("a fresh terminal commits"),
-        }
-    }
-}
-
-/// The Rust request's claims, ended by its terminal commit.
-struct Claims {
-    source: Option<ClaimGuard>,
-    destination: Option<ClaimGuard>,
-}
-
-impl CommitSteps for Claims {
-    type Error = ModelError;
-
-    fn release_source(&mut self) -> Result<()> {
-        if let Some(claim) = self.source.take() {
-            if let Err((claim, e)) = claim.commit_release() {
-                // Still claimed: `end_claims` gives it back, and the source stays live.
-                self.source = Some(claim);
-                return Err(e);
+    /// Step 2: claim both carriers, then grow an empty destination the table allowed to grow.
+    /// A growth that fails ends the claims (through the parties' commit steps, so the request
+    /// counts as committed) and is returned; nothing else changed.
+    #[inline]
+    pub fn admit<P: MoveParties>(&self, _: Validated, parties: &mut P) -> Result<(), P::Error> {
+        parties.claim()?;
+        match parties.grow() {
+            Ok(true) => self.mark_grown(),
+            Ok(false) => {}
+            Err(error) => {
+                return match self.terminal.commit(parties, Err(error), false) {
+                    Some(Err(error)) => Err(error),
+                    _ => unreachable!("a fresh request commits the growth's failure"),
+                };
             }
         }
         Ok(())
     }
 
-    fn shrink_destination(&mut self) {
-        if let Some(claim) = &self.destination {
-            let _ = claim.carrier().allocate(HOOK, 0);
+    /// Record that the destination was grown for this request (admission does; a caller that
+    /// grows it outside [`admit`](Self::admit) says so here), so a failed commit shrinks it.
+    #[inline]
+    pub fn mark_grown(&self) {
+        self.grown.store(true, Ordering::Release);
+    }
+
+    /// Whether the destination was grown for this request.
+    #[inline]
+    pub fn grown(&self) -> bool {
+        self.grown.load(Ordering::Acquire)
+    }
+
+    /// Step 4: the one terminal commit with `transfer`, the transfer's outcome ([`Terminal`]'s
+    /// order). None when the request was committed already: nothing happens then.
+    #[inline]
+    pub fn commit<S: CommitSteps + ?Sized>(
+        &self,
+        steps: &mut S,
+        transfer: Result<(), S::Error>,
+    ) -> Option<Result<(), S::Error>> {
+        self.terminal.commit(steps, transfer, self.grown())
+    }
+
+    /// Undo an admitted request whose transfer never started, for `reason`: a grown
+    /// destination shrinks back, the claims end, the source stays as it was. False when the
+    /// request was committed already.
+    #[inline]
+    pub fn abandon<S: CommitSteps + ?Sized>(&self, steps: &mut S, reason: S::Error) -> bool {
+        self.commit(steps, Err(reason)).is_some()
+    }
+
+    /// Whether the terminal commit (or an abandonment) has run.
+    pub fn is_committed(&self) -> bool {
+        self.terminal.is_committed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Parties that log each step and refuse the one named.
+    #[derive(Default)]
+    struct Log {
+        steps: Vec<String>,
+        refuse: Option<&'static str>,
+        grow: bool,
+    }
+
+    impl Log {
+        fn step(&mut self, name: &str) -> Result<(), String> {
+            self.steps.push(name.into());
+            if self.refuse == Some(name) {
+                Err(name.into())
+            } else {
+                Ok(())
+            }
         }
     }
 
-    fn end_claims(&mut self) {
-        if let Some(claim) = self.destination.take() {
-            claim.finish();
+    impl CommitSteps for Log {
+        type Error = String;
+        fn release_source(&mut self) -> Result<(), String> {
+            self.step("release")
         }
-        // A source claim still held here belongs to a failed move: dropping it gives the
-        // claim back and leaves the source live.
-        drop(self.source.take());
+        fn shrink_destination(&mut self) {
+            self.steps.push("shrink".into());
+        }
+        fn end_claims(&mut self) {
+            self.steps.push("end claims".into());
+        }
+    }
+
+    impl MoveParties for Log {
+        fn check(&mut self, row: Check) -> Result<(), String> {
+            let name = format!("{row:?}");
+            self.step(&name)
+        }
+        fn prepare(&mut self) -> Result<(), String> {
+            self.step("prepare")
+        }
+        fn claim(&mut self) -> Result<(), String> {
+            self.step("claim")
+        }
+        fn grow(&mut self) -> Result<bool, String> {
+            if !self.grow {
+                return Ok(false);
+            }
+            self.step("grow").map(|()| true)
+        }
+    }
+
+    #[test]
+    fn the_table_then_the_preparation_then_the_claims_then_the_growth() {
+        let mut parties = Log { grow: true, ..Log::default() };
+        let request = Request::initiate(&mut parties).unwrap();
+        let rows: Vec<String> = super::super::VALIDATION_ORDER.iter().map(|r| format!("{r:?}")).collect();
+        assert_eq!(parties.steps[..rows.len()], rows[..]);
+        assert_eq!(parties.steps[rows.len()..], ["prepare", "claim", "grow"]);
+        assert!(request.grown() && !request.is_committed());
+        assert_eq!(request.commit(&mut parties, Ok(())), Some(Ok(())));
+        assert_eq!(parties.steps[rows.len() + 3..], ["release", "end claims"]);
+    }
+
+    #[test]
+    fn a_refused_row_or_preparation_or_claim_has_no_effect() {
+        for refuse in ["SameDType", "prepare", "claim"] {
+            let mut parties = Log { refuse: Some(refuse), grow: true, ..Log::default() };
+            assert_eq!(Request::initiate(&mut parties).unwrap_err(), refuse);
+            assert!(!parties.steps.iter().any(|s| s == "grow" || s == "end claims"), "{refuse}: {:?}", parties.steps);
+        }
+    }
+
+    #[test]
+    fn a_failed_growth_ends_the_claims_and_shrinks_nothing() {
+        let mut parties = Log { refuse: Some("grow"), grow: true, ..Log::default() };
+        assert_eq!(Request::initiate(&mut parties).unwrap_err(), "grow");
+        let after_claim: Vec<&str> = parties.steps.iter().skip_while(|s| *s != "claim").map(String::as_str).collect();
+        assert_eq!(after_claim, ["claim", "grow", "end claims"]);
+    }
+
+    #[test]
+    fn an_abandoned_request_shrinks_what_it_grew_and_commits_nothing_later() {
+        let mut parties = Log { grow: true, ..Log::default() };
+        let request = Request::initiate(&mut parties).unwrap();
+        parties.steps.clear();
+        assert!(request.abandon(&mut parties, "never submitted".into()));
+        assert_eq!(parties.steps, ["shrink", "end claims"]);
+        assert!(!request.abandon(&mut parties, "again".into()));
+        assert_eq!(request.commit(&mut parties, Ok(())), None);
+        assert_eq!(parties.steps.len(), 2);
     }
 }

@@ -105,6 +105,7 @@ impl Check {
 /// and the first of them that refuses now is the answer. A carrier released (say) between its
 /// own row and a later one then reports "released", the cause, not the later row's symptom
 /// ("too small": a released carrier has no slots).
+#[inline]
 pub fn validate_settled<E>(mut check: impl FnMut(Check) -> Result<(), E>) -> Result<(), E> {
     let mut failed = None;
     let outcome = VALIDATION_ORDER.iter().try_for_each(|&row| {

@@ -63,11 +63,12 @@ def test_a_gapped_layout_at_an_offset_moves_natively(python_requests):
 
 
 class SubCPU(CPU):
-    """Overrides a hook a move runs through, so the request always decides its moves (a plain
-    subclass is served natively once its route is resolved: see the tests at the end)."""
+    """Overrides a hook a move runs through that the native move does not call itself, so the
+    request always decides its moves (a plain subclass, or one overriding only `_is_mutable` or
+    `_release`, is served natively once its route is resolved: see the tests at the end)."""
 
-    def _is_mutable(self):
-        return super()._is_mutable()
+    def get_value(self, i):
+        return super().get_value(i)
 
 
 @pytest.mark.parametrize("case", ["subclass source", "subclass destination", "profiler", "registered",
@@ -135,11 +136,18 @@ class ReleaseNotingCPU(CPU):
         super()._release()
 
 
+class ElementHookCPU(CPU):
+    """Overrides an element hook: the native move does not call it, so the request moves it."""
+
+    def get_value(self, i):
+        return super().get_value(i)
+
+
 @pytest.mark.parametrize("grad", [True, False])
 @pytest.mark.parametrize("pair", [(PlainCPU, CPU), (CPU, PlainCPU), (PlainCPU, PlainCPU)], ids=repr)
 def test_a_plain_subclass_pair_runs_natively_once_its_route_is_resolved(python_requests, grad, pair):
     source_class, destination_class = pair
-    assert PlainCPU._sw_plain_move and not ReleaseNotingCPU._sw_plain_move
+    assert PlainCPU._sw_native_move and PlainCPU._sw_move_hooks == 0
     saved = sw.is_grad_enabled()
     sw.set_grad_enabled(grad)
     try:
@@ -154,11 +162,120 @@ def test_a_plain_subclass_pair_runs_natively_once_its_route_is_resolved(python_r
     assert (out.autograd_ctx is not None) == grad
 
 
-def test_a_subclass_that_overrides_a_hook_always_takes_the_request(python_requests):
-    ReleaseNotingCPU.released = 0
+def test_a_subclass_that_overrides_a_hook_the_native_move_does_not_call_always_takes_the_request(
+        python_requests):
+    assert not ElementHookCPU._sw_native_move
     for _ in range(3):
-        sw.move(filled([1.0], ReleaseNotingCPU), CPU(1))
-    assert len(python_requests) == 3 and ReleaseNotingCPU.released == 3
+        out = sw.move(filled([1.0], ElementHookCPU), CPU(1))
+        assert out.tolist() == [1.0]
+    assert len(python_requests) == 3
+
+
+# ----- subclasses overriding the hooks the native move calls itself (issue 21: one model, hooks
+# called only where a class overrides them) -------------------------------------------------------
+
+def _resolved(source_class, destination_class, python_requests):
+    sw.move(filled([0.0], source_class), destination_class(1))  # resolves the pair (and its reverse)
+    python_requests.clear()
+
+
+@pytest.mark.parametrize("grad", [True, False])
+def test_a_source_whose_class_overrides_release_moves_natively_and_its_hook_runs_once(python_requests, grad):
+    assert ReleaseNotingCPU._sw_native_move and ReleaseNotingCPU._sw_move_hooks == 2
+    saved = sw.is_grad_enabled()
+    sw.set_grad_enabled(grad)
+    try:
+        _resolved(ReleaseNotingCPU, CPU, python_requests)
+        ReleaseNotingCPU.released = 0
+        for k in range(3):
+            t = filled([float(k), 2.0], ReleaseNotingCPU)
+            out = sw.move(t, CPU(2))
+            assert out.tolist() == [float(k), 2.0] and t.carrier.is_released()
+    finally:
+        sw.set_grad_enabled(saved)
+    assert python_requests == [] and ReleaseNotingCPU.released == 3
+
+
+def test_a_release_hook_that_raises_fails_the_native_move_with_its_exception_and_a_warning(
+        python_requests, caplog):
+    class Stubborn(CPU):
+        refuse = True
+        calls = 0
+
+        def _release(self):
+            Stubborn.calls += 1
+            if Stubborn.refuse:
+                raise OSError("cannot free")
+            super()._release()
+
+    Stubborn.refuse = False
+    _resolved(Stubborn, CPU, python_requests)
+    Stubborn.refuse, Stubborn.calls = True, 0
+    t, dest = filled([1.0, 2.0], Stubborn), CPU(2)
+    with caplog.at_level("WARNING", logger="strideweave.move"):
+        with pytest.raises(OSError, match="cannot free"):
+            sw.move(t, dest)
+    assert python_requests == [] and Stubborn.calls == 1
+    assert any("failed move of 8 bytes: OSError: cannot free" in r.getMessage() for r in caplog.records)
+    # The contract of a failed move: the source live with its values, the destination unclaimed.
+    assert not t.carrier.is_released() and t.tolist() == [1.0, 2.0]
+    dest.release()
+    Stubborn.refuse = False
+    assert sw.move(t, CPU(2)).tolist() == [1.0, 2.0]
+
+
+def test_a_release_hook_that_releases_or_moves_its_own_carrier_is_refused_and_the_move_holds(python_requests):
+    seen = []
+
+    class Meddling(CPU):
+        def _release(self):
+            for attempt in (self.release, lambda: sw.move(Tensor(self, 0, flat(self.size())), CPU(self.size())),
+                            lambda: self.__setitem__(0, 9.0)):
+                try:
+                    attempt()
+                    seen.append("accepted")
+                except RuntimeError as e:
+                    seen.append(str(e))
+            super()._release()
+
+    _resolved(Meddling, CPU, python_requests)
+    seen.clear()
+    t, dest = filled([1.0, 2.0], Meddling), CPU(2)
+    out = sw.move(t, dest)
+    # The move ran natively; only the hook's own refused move went to the request, which words
+    # the refusal.
+    assert [d for _, d in python_requests if d is dest] == []
+    assert len(seen) == 3 and all("pending move" in s for s in seen), seen
+    assert out.tolist() == [1.0, 2.0] and t.carrier.is_released() and dest.version == 0
+
+
+def test_a_destination_whose_class_overrides_is_mutable_is_asked_once_per_native_move(python_requests):
+    class Asked(CPU):
+        answer = True
+        asked = 0
+
+        def _is_mutable(self):
+            Asked.asked += 1
+            if isinstance(Asked.answer, BaseException):
+                raise Asked.answer
+            return Asked.answer
+
+    assert Asked._sw_native_move and Asked._sw_move_hooks == 1
+    _resolved(CPU, Asked, python_requests)
+    Asked.asked = 0
+    out = sw.move(filled([3.0]), Asked(1))
+    assert out.tolist() == [3.0] and Asked.asked == 1 and python_requests == []
+    # Refused by the hook: its words, the hook asked once, nothing changed.
+    for answer, error, words in [(False, RuntimeError, "the destination Asked carrier is not publicly mutable"),
+                                 (ValueError("no answer"), ValueError, "no answer")]:
+        Asked.answer, Asked.asked = answer, 0
+        t, dest = filled([4.0]), Asked(1)
+        with pytest.raises(error, match=words):
+            sw.move(t, dest)
+        assert Asked.asked == 1 and python_requests == []
+        assert not t.carrier.is_released() and t.tolist() == [4.0] and dest.version == 0
+        Asked.answer = True
+        assert sw.move(t, dest).tolist() == [4.0]  # nothing stayed claimed
 
 
 def test_a_registered_route_for_a_plain_pair_takes_the_request_until_unregistered(python_requests):
@@ -202,3 +319,30 @@ def test_a_recorded_native_move_keeps_a_frozen_move_state_that_the_collector_see
     del t, source, dest, out, node, state
     gc.collect()
     assert gone() is None
+
+
+@pytest.mark.parametrize("entry, native", [(sw.move, False), (lambda t, d: sw.move_async(t, d).wait(), True)],
+                         ids=["move", "move_async"])
+def test_a_bulk_move_between_hooked_subclasses_calls_each_hook_once(python_requests, entry, native):
+    """`move_async` of a bulk span runs natively (a blocking bulk move is the request's, as for
+    exact CPUs); either way each overridden hook runs once, where the request runs it."""
+    calls = []
+
+    class Noting(CPU):
+        def _release(self):
+            calls.append("release")
+            super()._release()
+
+    class Asking(CPU):
+        def _is_mutable(self):
+            calls.append("is_mutable")
+            return super()._is_mutable()
+
+    n = move_module.INLINE_SLOTS + 1  # past the inline move: the bulk native route
+    _resolved(Noting, Asking, python_requests)
+    calls.clear()
+    c = Noting(n)
+    np.from_dlpack(Tensor(c, 0, flat(n)))[:] = np.arange(n, dtype=np.float32)
+    out = entry(Tensor(c, 0, flat(n)), Asking(n))
+    assert (python_requests == []) == native and calls == ["is_mutable", "release"]
+    assert np.array_equal(np.from_dlpack(out), np.arange(n, dtype=np.float32)) and c.is_released()

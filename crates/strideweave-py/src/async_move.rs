@@ -33,7 +33,9 @@ use crate::carrier_base::CarrierBase;
 use crate::commit::MoveCommit;
 use crate::engine::{new_handle, AwaitResult};
 use crate::error::JobError;
-use crate::inline_move::{config, core_window, exact_single_view, profiling, record_node, result_view, BuiltinPair};
+use crate::inline_move::{
+    config, core_window, exact_single_view, profiling, record_node, refused_by_hook, result_view, BuiltinPair,
+};
 use crate::jobs::submit_committing;
 use crate::move_request::request_hooks;
 use crate::routes;
@@ -81,7 +83,7 @@ pub(crate) fn move_async_builtin(
     let (Ok(src), Ok(dst)) = (source.cast::<CarrierBase>(), destination.cast::<CarrierBase>()) else {
         return Ok(None);
     };
-    let Some((window, into_carrier)) = core_window(view, src, dst)? else {
+    let Some((window, into_carrier)) = core_window(view, src, dst, route.get())? else {
         return Ok(None);
     };
     let kind = match pair {
@@ -91,9 +93,10 @@ pub(crate) fn move_async_builtin(
     };
     // Validation, both claims and the growth of an empty file, GIL released (a resize is I/O).
     let prepared = py.detach(|| prepare_window_move(&window, &into_carrier, Some(kind)));
+    let refused = prepared.is_err().then(|| refused_by_hook(&into_carrier, dst)).flatten();
     drop((window, into_carrier));
     let Ok(mut pending) = prepared else {
-        return Ok(None);
+        return refused.map_or(Ok(None), Err);
     };
     // Past the claims: an early return drops `pending`, which gives back what it took.
     let progress = Py::new(py, TransferProgress::with_total(cosize as u64 * slot_bytes))?;

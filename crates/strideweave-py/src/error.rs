@@ -94,6 +94,11 @@ pub fn model(py: Python<'_>, e: ModelError) -> PyErr {
     };
     match e {
         ModelError::Move(refusal) => move_refusal(refusal),
+        // A Python hook's own exception, raised again as it was raised.
+        ModelError::Foreign(foreign) => match foreign.downcast_ref::<PyErr>() {
+            Some(raised) => raised.clone_ref(py),
+            None => PyRuntimeError::new_err(foreign.to_string()),
+        },
         ModelError::Io { context, source } => with_note(&source, context),
         ModelError::Transfer(transfer) => match &*transfer {
             TransferError::Io { context, source } => with_note(source, context),

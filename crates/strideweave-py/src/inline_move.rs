@@ -33,12 +33,14 @@ use pyo3::types::{PyTuple, PyType};
 
 use std::sync::Arc;
 
+use strideweave_core::model::movement::MoveRefusal;
 use strideweave_core::model::{prepare_window_move, Carrier, RouteKind, Subtensor};
 
 use crate::carrier_base::CarrierBase;
+use crate::carrier_state::type_name;
 use crate::error;
 use crate::move_state::MoveState;
-use crate::py_carrier::PyCarrier;
+use crate::py_carrier::{MoveHooks, PyCarrier};
 use crate::routes::{self, Route};
 use crate::tensor_base::{TensorBase, View};
 
@@ -63,6 +65,12 @@ pub(crate) struct Config {
     /// `(dtype, move._slot_bytes(dtype))` for every dtype a built-in carrier stores: the slot
     /// size of `AwaitMove.bytes_total`, without calling the dtype's `bits` property.
     slot_bytes: Vec<(Py<PyAny>, u64)>,
+    /// `_move_log.failed(nbytes, exc)`: the WARNING of a move that failed at its commit.
+    failed: Py<PyAny>,
+    /// `carrier._is_mutable()`: the hook a destination's class overrides (`py_carrier.rs`).
+    pub(crate) is_mutable_hook: Py<PyAny>,
+    /// `carrier._release()`: the hook a source's class overrides, run at the commit.
+    pub(crate) release_hook: Py<PyAny>,
 }
 
 impl Config {
@@ -152,15 +160,20 @@ fn set_grad_enabled(enabled: bool) -> bool {
 }
 
 /// The checks of the validation table that both native moves make on the carriers' state,
-/// before claiming: both live, unowned and unclaimed, the destination mutable and of the
-/// tensor's dtype. False: the Python request decides (and raises).
+/// before claiming: both live, unowned and unclaimed, the destination mutable (by its flag,
+/// unless its class answers `_is_mutable` itself: the core's request asks that hook) and of
+/// the tensor's dtype. False: the Python request decides (and raises).
 pub(crate) fn carriers_accept(
     view: &View,
     source: &Bound<'_, CarrierBase>,
     destination: &Bound<'_, CarrierBase>,
+    destination_hooks: MoveHooks,
 ) -> PyResult<bool> {
     let (s, d) = (source.get(), destination.get());
-    if !s.state().cell().is_free() || !d.state().cell().is_free() || !d.mutable_flag() {
+    if !s.state().cell().is_free() || !d.state().cell().is_free() {
+        return Ok(false);
+    }
+    if !destination_hooks.is_mutable() && !d.mutable_flag() {
         return Ok(false);
     }
     let py = destination.py();
@@ -178,29 +191,55 @@ pub(crate) fn exact_single_view<'a>(cfg: &Config, tensor: &'a Bound<'_, PyAny>) 
 }
 
 /// What both native moves hand the core's request: the tensor's window over its source and the
-/// destination, as core carriers (`PyCarrier`). None, nothing changed, when the Python path must
-/// decide: the Python dtypes differ (the core compares element kinds only), a quick look at the
-/// state refuses, or a carrier has no live built-in storage. The adapters hold Python
-/// references: the caller drops them with the GIL held, or lets a worker drop them.
+/// destination, as core carriers (`PyCarrier`, calling the hooks `route` says their classes
+/// override). None, nothing changed and no hook called, when the Python path must decide: the
+/// Python dtypes differ (the core compares element kinds only), a quick look at the state or
+/// the destination's size refuses, or a carrier has no live built-in storage. The adapters
+/// hold Python references: the caller drops them with the GIL held, or lets a worker drop
+/// them.
 pub(crate) fn core_window(
     view: &View,
     source: &Bound<'_, CarrierBase>,
     destination: &Bound<'_, CarrierBase>,
-) -> PyResult<Option<(Subtensor, Arc<dyn Carrier>)>> {
-    if !carriers_accept(view, source, destination)? {
+    route: &Route,
+) -> PyResult<Option<(Subtensor, Arc<PyCarrier>)>> {
+    let (source_hooks, destination_hooks) = route.hooks();
+    if !carriers_accept(view, source, destination, destination_hooks)? {
         return Ok(None);
     }
-    let (Some(from), Some(into)) = (PyCarrier::builtin(source), PyCarrier::builtin(destination)) else {
+    let (Some(from), Some(into)) =
+        (PyCarrier::builtin(source, source_hooks), PyCarrier::builtin(destination, destination_hooks))
+    else {
         return Ok(None);
     };
     let Ok(offset) = usize::try_from(view.offset) else {
         return Ok(None);
     };
     let layout = view.layout.bind(source.py()).get().shared().clone();
+    // A destination too small is the request's refusal to word; deciding it here, before
+    // the core's table asks the destination's `_is_mutable`, keeps that hook to one call.
+    if (into.size() as i64) < layout.cosize() && !into.can_allocate() {
+        return Ok(None);
+    }
     let Ok(window) = Subtensor::new(from, offset, layout) else {
         return Ok(None);
     };
     Ok(Some((window, into)))
+}
+
+/// After the core's request refused a native move: the refusal to raise when the
+/// destination's own `_is_mutable` hook decided it (what it raised, or "not mutable" for its
+/// False), so that the general request does not ask the hook a second time; None when the
+/// hook was not asked or said yes (the general request decides, having changed nothing).
+pub(crate) fn refused_by_hook(into: &PyCarrier, destination: &Bound<'_, CarrierBase>) -> Option<PyErr> {
+    match into.mutable_answer()? {
+        Err(raised) => Some(raised.clone_ref(destination.py())),
+        Ok(false) => Some(match type_name(destination.as_any()) {
+            Ok(carrier) => error::move_refusal(MoveRefusal::DestinationNotMutable { carrier }),
+            Err(e) => e,
+        }),
+        Ok(true) => None,
+    }
 }
 
 /// The autograd node of a move both native moves record: `record(tensor, output, route,
@@ -284,18 +323,32 @@ pub(crate) fn move_inline(
     // The core's request: its validation table, both claims in one step each (of two racing
     // moves exactly one claims), then below the transfer and its one terminal commit. A refusal
     // here changed nothing: the Python request decides it, raising in the specified words.
-    let Some((window, into_carrier)) = core_window(view, src, dst)? else {
+    let Some((window, into_carrier)) = core_window(view, src, dst, route.get())? else {
         return Ok(None);
     };
-    let Ok(pending) = prepare_window_move(&window, &into_carrier, Some(RouteKind::HostToHost)) else {
-        return Ok(None);
+    let pending = match prepare_window_move(&window, &into_carrier, Some(RouteKind::HostToHost)) {
+        Ok(pending) => pending,
+        Err(_) => {
+            return match refused_by_hook(&into_carrier, dst) {
+                Some(raised) => Err(raised),
+                None => Ok(None),
+            }
+        }
     };
     // The copy and the commit with the GIL released; both carriers are claimed until the
     // commit releases the source and ends both claims. The adapters (Python references) are
     // dropped after, with the GIL held.
     let outcome = py.detach(|| pending.finish());
     drop((window, into_carrier));
-    outcome.map_err(|e| error::model(py, e))?;
+    if let Err(e) = outcome {
+        // Only a source's own `_release` hook (or a panic) fails the commit: the core rolled
+        // back, and the failure is the move's, a WARNING as every failed move's is.
+        let raised = error::model(py, e);
+        let nbytes =
+            (layout.get().core().cosize() as u64).saturating_mul(cfg.slot_bytes(view.dtype.bind(py)).unwrap_or(0));
+        cfg.failed.bind(py).call1((nbytes, raised.value(py)))?;
+        return Err(raised);
+    }
     let output = result_view(cfg, dst, view)?;
     if recording {
         // The node the Python request records at initiation and attaches at its commit;

@@ -17,6 +17,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyType;
 use strideweave_core::model::{ClassKey, RouteCache};
 
+use crate::py_carrier::MoveHooks;
+
 /// How one exact pair moves, as the Python registries decided it.
 #[pyclass(frozen, module = "strideweave._native")]
 pub struct Route {
@@ -32,15 +34,34 @@ pub struct Route {
     #[pyo3(get)]
     refusal: Option<String>,
     /// Whether the move entry's native fast routes serve the pair: a built-in pair (or a pair
-    /// of plain CPU subclasses) at its framework default operation.
+    /// of CPU subclasses that override no move hook but those the native move calls itself)
+    /// at its framework default operation.
     #[pyo3(get)]
     native: bool,
+    /// The source class's overridden native move hooks (a `py_carrier::MoveHooks` mask).
+    #[pyo3(get)]
+    source_hooks: u8,
+    /// The destination class's overridden native move hooks (a `py_carrier::MoveHooks` mask).
+    #[pyo3(get)]
+    destination_hooks: u8,
 }
 
 impl Route {
     /// The route of one `MoveOperation` class, served by the general request.
     pub(crate) fn operation(operation_class: Bound<'_, PyAny>) -> Self {
-        Route { operation_class: Some(operation_class.unbind()), decision: None, refusal: None, native: false }
+        Route {
+            operation_class: Some(operation_class.unbind()),
+            decision: None,
+            refusal: None,
+            native: false,
+            source_hooks: 0,
+            destination_hooks: 0,
+        }
+    }
+
+    /// The hooks the native move calls for each carrier: (source's, destination's).
+    pub(crate) fn hooks(&self) -> (MoveHooks, MoveHooks) {
+        (MoveHooks::from_bits(self.source_hooks), MoveHooks::from_bits(self.destination_hooks))
     }
 
     /// The route's `MoveOperation` class, if it has one.
@@ -52,18 +73,22 @@ impl Route {
 #[pymethods]
 impl Route {
     #[new]
-    #[pyo3(signature = (operation_class=None, decision=None, refusal=None, native=false))]
+    #[pyo3(signature = (operation_class=None, decision=None, refusal=None, native=false, source_hooks=0, destination_hooks=0))]
     fn new(
         operation_class: Option<Bound<'_, PyAny>>,
         decision: Option<Bound<'_, PyAny>>,
         refusal: Option<String>,
         native: bool,
+        source_hooks: u8,
+        destination_hooks: u8,
     ) -> Self {
         Route {
             operation_class: operation_class.map(Bound::unbind),
             decision: decision.map(Bound::unbind),
             refusal,
             native,
+            source_hooks,
+            destination_hooks,
         }
     }
 
@@ -84,11 +109,13 @@ impl Route {
             })
         };
         Ok(format!(
-            "Route(operation_class={}, decision={}, refusal={:?}, native={})",
+            "Route(operation_class={}, decision={}, refusal={:?}, native={}, source_hooks={}, destination_hooks={})",
             name(&self.operation_class)?,
             name(&self.decision)?,
             self.refusal,
-            if self.native { "True" } else { "False" }
+            if self.native { "True" } else { "False" },
+            self.source_hooks,
+            self.destination_hooks,
         ))
     }
 }

@@ -25,20 +25,28 @@ class RustBackedCarrier(Carrier):
     # element path is exactly this class's, so a subclass that overrides any hook the path
     # runs through loses it (decided once per class, in __init_subclass__).
     _sw_fast_access: bool = True
-    # A *plain* subclass of a built-in class (CPU, FileBacked: those that set `_sw_is_builtin`
-    # in their own body) overrides none of the hooks a move, its commit or its backward runs
-    # through, so a move of it is exactly the built-in's: the native moves serve its pairs
-    # once the route registry resolved them to the built-in pair's default route (decided
-    # once per class, here; the route once per pair, in `move._lookup_route`).
-    _sw_plain_move: bool = False
+    # A subclass of a built-in class (CPU, FileBacked: those that set `_sw_is_builtin` in
+    # their own body) that overrides none of the hooks a move, its commit or its backward runs
+    # through, except those the native move calls itself (`_NATIVE_MOVE_HOOKS`), moves as the
+    # built-in does: the native moves serve its pairs once the route registry resolved them
+    # to the built-in pair's default route, calling the hooks it overrides (`_sw_move_hooks`,
+    # the mask the pair's route carries) where the request would. Decided once per class,
+    # here; the route once per pair, in `move._lookup_route`.
+    _sw_native_move: bool = False
+    _sw_move_hooks: int = 0
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls._sw_fast_access = all(getattr(cls, name, None) is getattr(RustBackedCarrier, name, None)
                                   for name in _ELEMENT_PATH)
         builtin = next((base for base in cls.__mro__[1:] if base.__dict__.get("_sw_is_builtin")), None)
-        cls._sw_plain_move = builtin is not None and all(
-            getattr(cls, name, None) is getattr(builtin, name, None) for name in _MOVE_PATH)
+        if builtin is None:
+            cls._sw_native_move, cls._sw_move_hooks = False, 0
+            return
+        cls._sw_native_move = all(getattr(cls, name, None) is getattr(builtin, name, None)
+                                  for name in _MOVE_PATH if name not in _NATIVE_MOVE_HOOKS)
+        cls._sw_move_hooks = sum(1 << bit for bit, name in enumerate(_NATIVE_MOVE_HOOKS)
+                                 if getattr(cls, name, None) is not getattr(builtin, name, None))
 
     def _sw_storage(self) -> Any:
         return None if self._sw_released else self._storage
@@ -86,6 +94,11 @@ def keeps_builtin_mutability(cls: type) -> bool:
 _ELEMENT_PATH = ("get_value", "set_value", "__getitem__", "__setitem__", "size", "is_released",
                  "_is_mutable", "_sw_check_writable", "_sw_check_unclaimed", "_sw_count_write",
                  "_sw_write_slot")
+# The move hooks the native move calls itself, where the request would: the destination's
+# `_is_mutable` (once per move) and the source's `_release` (at the commit, while the move still
+# claims it). Bit `i` of a class's `_sw_move_hooks` is `_NATIVE_MOVE_HOOKS[i]`
+# (crates/strideweave-py/src/py_carrier.rs, `MoveHooks`).
+_NATIVE_MOVE_HOOKS = ("_is_mutable", "_release")
 # What a move of a carrier runs through beyond the element path: its checks, its commit (the
 # source's release), its growth and shrink, its autograd node's backward (fresh storage like
 # the source) and its export.

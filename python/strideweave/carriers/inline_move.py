@@ -9,9 +9,10 @@ so the order of imports cannot change any outcome; `import strideweave` imports 
 """
 from __future__ import annotations
 
+import operator
 from typing import cast
 
-from strideweave import _autograd, _native
+from strideweave import _autograd, _move_log, _native
 from strideweave.carriers.cpu import CPU
 from strideweave.carriers.dtype import DType
 from strideweave.carriers.file_backed import FileBacked
@@ -37,4 +38,7 @@ _native.configure_inline_move({
     "cpu": CPU, "file_backed": FileBacked, "tensor": Tensor, "await_move": AwaitMove,
     "differentiable": (DType.Float32, DType.Floating), "max_slots": INLINE_SLOTS, "record": _record_native_move,
     "slot_bytes": [(d, _slot_bytes(d)) for d in (DType.Float32, DType.Floating, DType.Int32, DType.Bool)],
+    "failed": _move_log.failed,
+    # The hooks a native move calls for a class that overrides them (`_builtin._NATIVE_MOVE_HOOKS`).
+    "is_mutable_hook": operator.methodcaller("_is_mutable"), "release_hook": operator.methodcaller("_release"),
 })

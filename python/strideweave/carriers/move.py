@@ -344,9 +344,10 @@ def _lookup_route(source_class: type, destination_class: type) -> _Route:
     return route
 
 
-def _plain_cpu(cls: type) -> bool:
-    """CPU itself or a plain subclass of it (see `_builtin.RustBackedCarrier._sw_plain_move`)."""
-    return cls is CPU or (issubclass(cls, CPU) and bool(getattr(cls, "_sw_plain_move", False)))
+def _native_cpu(cls: type) -> bool:
+    """CPU itself or a subclass of it the native moves serve (see
+    `_builtin.RustBackedCarrier._sw_native_move`)."""
+    return cls is CPU or (issubclass(cls, CPU) and bool(getattr(cls, "_sw_native_move", False)))
 
 
 def _forget_routes() -> None:
@@ -362,12 +363,13 @@ def _resolve_uncached(source_class: type, destination_class: type) -> _Route:
         operation_class = _REGISTRY.get((source_class, destination_class), ElementwiseMoveOperation)
     route = _operation_route(operation_class, source_class, destination_class)
     default = _NATIVE_DEFAULTS.get((source_class, destination_class))
-    if default is None and _plain_cpu(source_class) and _plain_cpu(destination_class):
-        # A pair of plain CPU subclasses moves as (CPU, CPU) does while its route is that
-        # pair's default: the native fast route serves it then.
+    if default is None and _native_cpu(source_class) and _native_cpu(destination_class):
+        # A pair of CPU subclasses moves as (CPU, CPU) does while its route is that pair's
+        # default: the native fast route serves it then, calling the move hooks they override.
         default = _NATIVE_DEFAULTS[(CPU, CPU)]
     if default is not None and operation_class is default and route.refusal is None:
-        return _Route(operation_class, None, None, True)
+        return _Route(operation_class, None, None, True, getattr(source_class, "_sw_move_hooks", 0),
+                      getattr(destination_class, "_sw_move_hooks", 0))
     return route
 
 

@@ -201,6 +201,48 @@ pub enum ModelError {
         /// The hook's message.
         message: String,
     },
+    /// A foreign carrier's hook failed with an error of its own type (a binding's exception),
+    /// carried unchanged so that the binding can hand the very error back.
+    #[error("{0}")]
+    Foreign(ForeignError),
+}
+
+/// An error of a binding's own type inside a [`ModelError::Foreign`]: shared, so the model
+/// error stays cheap to clone, and recoverable by its type.
+///
+/// ```
+/// use strideweave_core::model::{ForeignError, ModelError};
+///
+/// let e = ModelError::Foreign(ForeignError::new(std::fmt::Error));
+/// let ModelError::Foreign(foreign) = &e else { unreachable!() };
+/// assert!(foreign.downcast_ref::<std::fmt::Error>().is_some());
+/// assert_eq!(e.to_string(), std::fmt::Error.to_string());
+/// ```
+#[derive(Clone)]
+pub struct ForeignError(Arc<dyn std::error::Error + Send + Sync>);
+
+impl ForeignError {
+    /// Carry `error`.
+    pub fn new<E: std::error::Error + Send + Sync + 'static>(error: E) -> Self {
+        ForeignError(Arc::new(error))
+    }
+
+    /// The carried error, if it is an `E`.
+    pub fn downcast_ref<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        self.0.downcast_ref::<E>()
+    }
+}
+
+impl std::fmt::Debug for ForeignError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl std::fmt::Display for ForeignError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&*self.0, f)
+    }
 }
 
 impl From<crate::transfer::TransferError> for ModelError {

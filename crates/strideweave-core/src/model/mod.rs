@@ -65,7 +65,7 @@ mod typed_tests;
 pub use block::BlockCarrier;
 pub use carrier::{BulkStorage, Carrier, CarrierExt, ClaimedHost, ClassKey, HookToken, IntoCarrier};
 pub use element::{Element, SliceElement};
-pub use error::ModelError;
+pub use error::{ForeignError, ModelError};
 pub use evictable::{Evictable, Tier};
 pub use file::FileCarrier;
 pub use host::{HostCarrier, HostStore};

@@ -69,6 +69,8 @@ impl MoveOutput {
         let slot = self.slot(k)?;
         let value = value.to_scalar();
         let carrier = &*self.carrier;
+        // Asked before the state is locked: a foreign carrier's hook may read that state.
+        let mutable = carrier.is_mutable_hook();
         let gate = carrier.state(HOOK).begin_write()?;
         if !gate.claimed_by(self.claim) {
             // The move has committed (or rolled back): no longer its transfer's write.
@@ -76,7 +78,7 @@ impl MoveOutput {
             return carrier.set(slot, value);
         }
         let slot = checked_slot(slot, carrier.size())?;
-        if !carrier.is_mutable_hook() {
+        if !mutable {
             return Err(ModelError::NotMutable { carrier: carrier.state(HOOK).class_name().into() });
         }
         let kind = carrier.elem_kind();

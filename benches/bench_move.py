@@ -44,8 +44,9 @@ Issue 6 (`sw.move_async`):
 
 Issue 10 (the general move request, `_native.MoveRequest`):
   plain subclass /       1024-element moves from a user's CPU subclass that overrides nothing
-  general request        (served natively once its route is resolved, issue 21) and from one
-                         that overrides a hook (the general request), grad off and on, against
+  hooked subclass /      (served natively once its route is resolved, issue 21), from one that
+  general request        overrides `_release` (native too, the hook called from Rust), and from
+                         one that overrides `get_value` (the general request), grad off and on, against
                          `a.copy()` (the goal's reference) and against NumPy doing the same
                          work: `np.copyto` from fresh filled arrays into fresh `np.zeros`,
                          since each move's source and destination are fresh memory too
@@ -327,11 +328,19 @@ class UserCPU(sw.CPU):
 
 
 class HookedCPU(sw.CPU):
-    """A user's CPU subclass that overrides a hook a move runs through: every move of it is
-    the general request, which calls that hook."""
+    """A user's CPU subclass that overrides `_release`, a hook the native move calls itself (at
+    the commit): served natively once its route is resolved, the hook called from Rust."""
 
-    def _is_mutable(self) -> bool:
-        return bool(self._mutable)
+    def _release(self) -> None:
+        super()._release()
+
+
+class RequestCPU(sw.CPU):
+    """A user's CPU subclass that overrides an element hook the native move does not call:
+    every move of it is the general request."""
+
+    def get_value(self, i: Any) -> Any:
+        return super().get_value(i)
 
 
 def small_move_costs(make_source: Callable[[], sw.Tensor], make_destination: Callable[[], sw.Carrier],
@@ -372,7 +381,8 @@ def bench_general_request(repeats: int) -> None:
     small_data = np.arange(small, dtype=np.float32)
 
     for cls, what, goal in ((UserCPU, "plain subclass UserCPU→CPU", " (goal <= 6x)"),
-                            (HookedCPU, "general request HookedCPU→CPU", "")):
+                            (HookedCPU, "hooked subclass (_release) HookedCPU→CPU", ""),
+                            (RequestCPU, "general request RequestCPU→CPU", "")):
         def user_source() -> sw.Tensor:
             c = cls(small)
             np.from_dlpack(sw.Tensor(c, 0, flat(small)))[:] = small_data

@@ -346,3 +346,50 @@ def test_a_bulk_move_between_hooked_subclasses_calls_each_hook_once(python_reque
     out = entry(Tensor(c, 0, flat(n)), Asking(n))
     assert (python_requests == []) == native and calls == ["is_mutable", "release"]
     assert np.array_equal(np.from_dlpack(out), np.arange(n, dtype=np.float32)) and c.is_released()
+
+
+def test_racing_moves_releases_and_writes_of_a_source_whose_release_hook_re_moves_it(python_requests):
+    """8 threads × 300 rounds against one source of a class overriding `_release`, moved
+    natively: four move it, two release it, two write into it, at once. The hook runs exactly
+    once (at the winning move's commit or in the winning release), its own attempt to move the
+    source again is refused, at most one move publishes, every loser raises RuntimeError, and
+    no claim is left behind."""
+    from racing import THREADS, run_together, unclaimed
+
+    class Racing(CPU):
+        calls = 0
+        refused = 0
+
+        def _release(self):
+            Racing.calls += 1
+            try:
+                sw.move(Tensor(self, 0, flat(self.size())), CPU(self.size()))
+            except RuntimeError:
+                Racing.refused += 1
+            super()._release()
+
+    n = 64
+    values = [float(i) for i in range(1, n + 1)]
+    _resolved(Racing, CPU, python_requests)
+    with sw.no_grad():
+        for _ in range(300):
+            Racing.calls = Racing.refused = 0
+            t = filled(values, Racing)
+            dests = [CPU(n) for _ in range(THREADS // 2)]
+            actions = [(lambda d=d: sw.move(t, d)) for d in dests]
+            actions += [t.carrier.release] * (THREADS // 4)
+            actions += [(lambda: t.carrier.__setitem__(0, -1.0))] * (THREADS // 4)
+            outcomes = run_together(actions)
+            for kind, value in outcomes:
+                assert kind == "ok" or isinstance(value, RuntimeError), value
+            assert t.carrier.is_released() and Racing.calls == 1
+            moved = [(d, o[1]) for d, o in zip(dests, outcomes) if o[0] == "ok"]
+            assert len(moved) <= 1
+            if moved:
+                (dest, out), = moved
+                assert Racing.refused == 1  # the hook ran at the move's commit, source claimed
+                assert out.carrier is dest and out.tolist()[1:] == values[1:] and out[0] in (1.0, -1.0)
+            for d in dests:
+                if not any(d is m for m, _ in moved):
+                    assert d.version == 0 and d[0] == 0.0
+                assert unclaimed(d)

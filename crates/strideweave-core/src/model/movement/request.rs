@@ -102,7 +102,7 @@ impl Request {
     }
 
     /// Step 1: the table in its order, then [`MoveParties::prepare`]. Nothing changes.
-    #[inline]
+    #[inline(always)]
     pub fn validate<P: MoveParties>(parties: &mut P) -> Result<Validated, P::Error> {
         validate_settled(|row| parties.check(row))?;
         parties.prepare()?;

@@ -105,18 +105,20 @@ impl Check {
 /// and the first of them that refuses now is the answer. A carrier released (say) between its
 /// own row and a later one then reports "released", the cause, not the later row's symptom
 /// ("too small": a released carrier has no slots).
-#[inline]
+#[inline(always)]
 pub fn validate_settled<E>(mut check: impl FnMut(Check) -> Result<(), E>) -> Result<(), E> {
-    let mut failed = None;
-    let outcome = VALIDATION_ORDER.iter().try_for_each(|&row| {
-        failed = Some(row);
-        check(row)
-    });
-    let Err(error) = outcome else {
+    // A plain loop, so the answers inline into the walk every move runs.
+    let mut refused = None;
+    for (position, &row) in VALIDATION_ORDER.iter().enumerate() {
+        if let Err(error) = check(row) {
+            refused = Some((position, error));
+            break;
+        }
+    }
+    let Some((failed, error)) = refused else {
         return Ok(());
     };
-    let failed = failed.expect("a refusal names its row");
-    for &row in VALIDATION_ORDER.iter().take_while(|&&row| row != failed) {
+    for &row in &VALIDATION_ORDER[..failed] {
         if row.is_state() {
             check(row)?;
         }

@@ -4,7 +4,7 @@
 //! binding crate maps causes to exception classes in one place. For reference, the
 //! specification's classes are: `Released`, `Owned`, `Claimed`, `NotMutable` →
 //! RuntimeError; `Move` by its [`kind`](MoveRefusal::kind); `WindowOutOfRange`,
-//! `Layout`, `NoSubtensors`, `SubtensorShapesDiffer` → ValueError; `SlotOutOfRange` → IndexError; `NotExportable` → BufferError;
+//! `Layout`, `NoSubtensors`, `SubtensorShapesDiffer`, `LengthMismatch` → ValueError; `SlotOutOfRange` → IndexError; `NotExportable` → BufferError;
 //! `NoRoute` → NotImplementedError.
 //!
 //! ```
@@ -146,6 +146,14 @@ pub enum ModelError {
     NoHostView {
         /// Why, in words.
         reason: &'static str,
+    },
+    /// A bulk write got another number of values than its window has elements.
+    #[error("{found} values for a window of {expected} elements")]
+    LengthMismatch {
+        /// The window's element count.
+        expected: usize,
+        /// How many values were given.
+        found: usize,
     },
     /// The tensor cannot be exported through DLPack.
     #[error("DLPack export refused: {reason}")]

@@ -14,11 +14,13 @@
 use std::sync::Arc;
 
 use super::carrier_request::Pending;
+use super::route::{self, Job, RouteKind};
 use super::MoveOutcome;
 use crate::layout::Layout;
 use crate::model::carrier::{checked_slot, scalar_kind, Carrier, CarrierExt, HOOK};
 use crate::model::element::Element;
 use crate::model::error::{ModelError, Result};
+use crate::model::host::HostCarrier;
 use crate::model::state::ClaimId;
 use crate::model::tensor::ordinal;
 
@@ -89,10 +91,86 @@ impl MoveOutput {
         carrier.write_slot(HOOK, slot, value)
     }
 
+    /// Write the whole window from `values`, in ordinal order (first mode fastest), as the
+    /// move's transfer: every slot and value is checked first, then all are stored under one
+    /// hold of the destination's state (so nothing is written when one is refused, and the
+    /// fill costs one lock, not one per element). After the commit, each element is an
+    /// ordinary public write instead, as through [`set`](Self::set).
+    ///
+    /// ```
+    /// use strideweave_core::model::movement::prepare_move;
+    /// use strideweave_core::model::{HostCarrier, Tensor};
+    ///
+    /// let t = Tensor::canonical(HostCarrier::from_f32(&[1.0, 2.0]), &[2]).unwrap();
+    /// let (output, commit) = prepare_move(&t, HostCarrier::from_f32(&[0.0; 2]), None).unwrap().into_transfer();
+    /// output.write_from(&t.values_as::<f32>().unwrap()).unwrap();
+    /// assert_eq!(commit.commit(Ok(())).unwrap().values_f32().unwrap(), vec![1.0, 2.0]);
+    /// ```
+    pub fn write_from<T: Element>(&self, values: &[T]) -> Result<()> {
+        if values.len() != self.len() {
+            return Err(ModelError::LengthMismatch { expected: self.len(), found: values.len() });
+        }
+        let carrier = &*self.carrier;
+        let mutable = carrier.is_mutable_hook();
+        let gate = carrier.state(HOOK).begin_write()?;
+        if !gate.claimed_by(self.claim) {
+            drop(gate);
+            return values.iter().enumerate().try_for_each(|(k, &value)| self.set(k, value));
+        }
+        if !mutable {
+            return Err(ModelError::NotMutable { carrier: carrier.state(HOOK).class_name().into() });
+        }
+        let (size, kind) = (carrier.size(), carrier.elem_kind());
+        let cosize = self.layout.cosize() as usize;
+        checked_slot(cosize as i64 - 1, size)?;
+        // The values staged at their slots in host memory of the window's span, then one bulk
+        // copy into the destination by the pair's route (the kernels a move runs), which
+        // writes the layout's slots only. Still under the gate: the claim cannot end meanwhile.
+        let source = HostCarrier::zeros(kind, cosize)?;
+        {
+            let store = source.store().expect("a fresh carrier is live");
+            let mut staged = store.write();
+            let staged = staged.as_mut_slice();
+            let width = kind.size();
+            let identity = is_identity(&self.layout);
+            for (k, &value) in values.iter().enumerate() {
+                let value = value.to_scalar();
+                if scalar_kind(value) != kind {
+                    return Err(ModelError::ValueKind { value, kind });
+                }
+                let slot = if identity { k } else { checked_slot(self.slot(k)?, size)? };
+                kind.encode(value, &mut staged[slot * width..(slot + 1) * width]);
+            }
+        }
+        let route = route::resolve_as(RouteKind::HostToHost, &*source, carrier);
+        let job = Job {
+            src: &*source,
+            dst: carrier,
+            offset: 0,
+            layout: &self.layout,
+            elem_size: kind.size(),
+            progress: None,
+        };
+        route::execute(&route, &job)
+    }
+
     /// Element `k` of the window (a public read).
     pub fn get<T: Element>(&self, k: usize) -> Result<T> {
         T::from_scalar(self.carrier.get(self.slot(k)?)?)
     }
+}
+
+/// Whether `layout` maps every ordinal to itself (colexicographically compact: each leaf's
+/// stride is the product of the extents before it), as a canonical layout does.
+fn is_identity(layout: &Layout) -> bool {
+    let mut expected = 1i64;
+    for (&extent, &stride) in layout.leaf_extents().iter().zip(layout.leaf_strides()) {
+        if extent != 1 && stride != expected {
+            return false;
+        }
+        expected = expected.saturating_mul(extent);
+    }
+    true
 }
 
 /// The terminal commit of a move whose transfer the caller runs. Send it to the thread that

@@ -163,3 +163,43 @@ fn racing_writes_and_releases_against_a_callers_transfer() {
         }
     }
 }
+
+#[test]
+fn a_whole_window_written_at_once_checks_everything_before_writing_anything() {
+    let src = HostCarrier::from_f32(&[1.0, 2.0, 3.0]);
+    let dst = HostCarrier::from_f32(&[7.0; 3]);
+    let t = Tensor::canonical(src.clone(), &[3]).unwrap();
+    let (output, commit) = prepare_move(&t, &dst, None).unwrap().into_transfer();
+    let refused = output.write_from(&[1.0f32, 2.0]).unwrap_err();
+    assert!(matches!(refused, ModelError::LengthMismatch { expected: 3, found: 2 }), "{refused:?}");
+    let refused = output.write_from(&[Scalar::F32(1.0), Scalar::F32(2.0), Scalar::I32(3)]).unwrap_err();
+    assert!(matches!(refused, ModelError::ValueKind { .. }), "{refused:?}");
+    assert_eq!(output.get::<f32>(0).unwrap(), 7.0); // nothing was written
+    output.write_from(&[10.0f32, 20.0, 30.0]).unwrap();
+    assert_eq!(commit.commit(Ok(())).unwrap().values_f32().unwrap(), vec![10.0, 20.0, 30.0]);
+    assert_eq!(dst.version(), 0);
+    // After the commit: public writes, each counted.
+    output.write_from(&[1.0f32, 1.0, 1.0]).unwrap();
+    assert_eq!(dst.version(), 3);
+}
+
+#[test]
+fn a_whole_window_of_a_strided_layout_lands_at_its_slots_and_leaves_the_holes() {
+    use crate::layout::{Layout, Shape, Stride};
+    // (2, 3) with strides (3, 1): ordinal k = i + 2j lands at slot 3i + j; slots 6.. are holes.
+    let layout = Layout::new(Shape::flat(&[2, 3]).unwrap(), Stride::flat(&[3, 1]).unwrap()).unwrap();
+    let src = HostCarrier::from_f32(&[0.0; 6]);
+    let t = Tensor::new(src, 0, layout).unwrap();
+    let dst = HostCarrier::from_f32(&[9.0; 8]);
+    let (output, commit) = prepare_move(&t, &dst, None).unwrap().into_transfer();
+    output.write_from(&[0.0f32, 1.0, 2.0, 3.0, 4.0, 5.0]).unwrap();
+    commit.commit(Ok(())).unwrap();
+    let slots: Vec<f32> = (0..8)
+        .map(|i| dst.get(i).unwrap())
+        .map(|v| match v {
+            Scalar::F32(x) => x,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(slots, vec![0.0, 2.0, 4.0, 1.0, 3.0, 5.0, 9.0, 9.0]);
+}

@@ -102,7 +102,7 @@ pub(crate) enum BuiltinPair {
 }
 
 impl BuiltinPair {
-    /// The pair of exactly these classes, if it is one.
+    /// The built-in pair these classes move as, if any.
     pub(crate) fn of(
         cfg: &Config,
         py: Python<'_>,
@@ -114,6 +114,11 @@ impl BuiltinPair {
             (true, _, true, _) => Some(BuiltinPair::CpuToCpu),
             (true, _, _, true) => Some(BuiltinPair::CpuToFile),
             (_, true, true, _) => Some(BuiltinPair::FileToCpu),
+            // Two CPU subclasses (or one and CPU) move as (CPU, CPU) when their route says the
+            // native moves serve them (`routes::native_routes`, asked next by every caller).
+            _ if source.is_subclass(cpu).unwrap_or(false) && destination.is_subclass(cpu).unwrap_or(false) => {
+                Some(BuiltinPair::CpuToCpu)
+            }
             _ => None,
         }
     }

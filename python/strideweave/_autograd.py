@@ -271,11 +271,12 @@ def record_inputs(node: Operation, inputs: Iterable[Any]) -> bool:
     return True
 
 
-def record_unary(node: Operation, tensor: Any, result: Any) -> None:
+def record_unary(node: Operation, tensor: Any, result: Any, versions: Any = None) -> None:
     """`record_inputs(node, (tensor,))` then `attach_result(node, result, True)`, for a caller
     that already knows recording is on on this thread and both tensors are differentiable
-    (the native inline move): the same saved inputs, version token and result link."""
-    node._sw_versions = (tensor.version_snapshot(),)
+    (the native moves): the same saved inputs, version token and result link. `versions`: the
+    tensor's `version_snapshot()` when the caller has read it already."""
+    node._sw_versions = (tensor.version_snapshot() if versions is None else versions,)
     node._sw_inputs = (tensor,)
     node._sw_released = False
     result._autograd_ctx = node

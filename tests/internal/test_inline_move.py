@@ -396,3 +396,19 @@ def test_racing_moves_releases_and_writes_of_a_source_whose_release_hook_re_move
                 if not any(d is m for m, _ in moved):
                     assert d.version == 0 and d[0] == 0.0
                 assert unclaimed(d)
+
+
+def test_a_recorded_native_move_saves_the_same_version_token_as_the_request(python_requests):
+    # The native route reads the token from the carrier's state instead of calling
+    # `version_snapshot()`; it must be the token the request saves: ((id(carrier), version),).
+    tokens = []
+    for cls in (CPU, ElementHookCPU):  # native, then the general request
+        t = filled([1.0, 2.0], cls)  # two public writes: version 2
+        source = t.carrier
+        expected = t.version_snapshot()
+        out = sw.move(t, CPU(2))
+        assert expected == ((id(source), 2),)
+        tokens.append(out.autograd_ctx._sw_versions)
+        assert out.autograd_ctx._sw_versions == (expected,)
+    assert len(python_requests) == 1  # the second only
+    assert all(type(part) is int for token in tokens for part in token[0][0])

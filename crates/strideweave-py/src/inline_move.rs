@@ -58,9 +58,10 @@ pub(crate) struct Config {
     differentiable: Py<PyTuple>,
     /// The largest cosize run on the caller's thread (`move.INLINE_SLOTS`).
     pub(crate) max_slots: i64,
-    /// `record(tensor, output, route, state)`: makes the autograd node of a recorded move (an
-    /// instance of the route's operation class keeping `state`, a `MoveState`), attaches it to
-    /// the result and returns it (`inline_move._record_native_move`).
+    /// `record(tensor, output, route, state, versions)`: makes the autograd node of a recorded
+    /// move (an instance of the route's operation class keeping `state`, a `MoveState`, and
+    /// `versions`, the tensor's version token), attaches it to the result and returns it
+    /// (`inline_move._record_native_move`).
     pub(crate) record: Py<PyAny>,
     /// `(dtype, move._slot_bytes(dtype))` for every dtype a built-in carrier stores: the slot
     /// size of `AwaitMove.bytes_total`, without calling the dtype's `bits` property.
@@ -260,13 +261,19 @@ pub(crate) fn record_node<'py>(
     reverse: Option<&Py<Route>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = tensor.py();
+    let source = view.carrier.bind(py);
     let state = MoveState::new(
-        view.carrier.bind(py).clone(),
+        source.clone(),
         destination.clone().into_any(),
         view.layout.bind(py).clone().into_any(),
         reverse.map(|r| r.bind(py).clone().into_any()),
     );
-    cfg.record.bind(py).call1((tensor, output, route, state))
+    // The saved input's version token, `Tensor.version_snapshot()` of a one-carrier tensor:
+    // `((id(carrier), carrier.version),)`, read from the carrier's state (the move does not
+    // change it), so recording runs no Python frame for it.
+    let version = source.cast::<CarrierBase>()?.get().state().version();
+    let token = PyTuple::new(py, [(source.as_ptr() as usize, version)])?;
+    cfg.record.bind(py).call1((tensor, output, route, state, token))
 }
 
 /// The moved Tensor both native moves publish: a `Tensor` over `destination` at offset 0

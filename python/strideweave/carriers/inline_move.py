@@ -22,15 +22,17 @@ from strideweave.tensor import Tensor
 __all__: list[str] = []
 
 
-def _record_native_move(tensor: Tensor, output: Tensor, route: _native.Route, state: _MoveState) -> MoveOperation:
+def _record_native_move(tensor: Tensor, output: Tensor, route: _native.Route, state: _MoveState,
+                        versions: tuple[tuple[int, int], ...]) -> MoveOperation:
     """The autograd node of a native move, attached to its result: what `_initiate` records
     and attaches for a recorded move between built-in carriers over the pair's default route
     (the native side checked grad mode, the dtype and both routes, and built the node's
     `_MoveState` from the tensor's carrier and layout, the destination and the reverse route
-    backward takes, all of which it had already read)."""
+    backward takes, and `versions`, the tensor's `version_snapshot()`, all of which it had
+    already read)."""
     op = cast(type[MoveOperation], route.operation_class)()
     op._sw_move = state
-    _autograd.record_unary(op, tensor, output)
+    _autograd.record_unary(op, tensor, output, versions)
     return op
 
 

@@ -62,7 +62,7 @@ pub(crate) fn move_async_builtin(
         return Ok(None);
     }
     let (source_type, destination_type) = (source.get_type(), destination.get_type());
-    let Some(pair) = BuiltinPair::of(cfg, py, &source_type, &destination_type) else {
+    let Some(pair) = BuiltinPair::of_family(cfg, py, &source_type, &destination_type) else {
         return Ok(None);
     };
     let layout = view.layout.bind(py);

@@ -103,7 +103,7 @@ pub(crate) enum BuiltinPair {
 }
 
 impl BuiltinPair {
-    /// The built-in pair these classes move as, if any.
+    /// The built-in pair of exactly these classes, if they are one.
     pub(crate) fn of(
         cfg: &Config,
         py: Python<'_>,
@@ -115,13 +115,24 @@ impl BuiltinPair {
             (true, _, true, _) => Some(BuiltinPair::CpuToCpu),
             (true, _, _, true) => Some(BuiltinPair::CpuToFile),
             (_, true, true, _) => Some(BuiltinPair::FileToCpu),
-            // Two CPU subclasses (or one and CPU) move as (CPU, CPU) when their route says the
-            // native moves serve them (`routes::native_routes`, asked next by every caller).
-            _ if source.is_subclass(cpu).unwrap_or(false) && destination.is_subclass(cpu).unwrap_or(false) => {
-                Some(BuiltinPair::CpuToCpu)
-            }
             _ => None,
         }
+    }
+
+    /// [`of`](Self::of), or `CpuToCpu` for two CPU subclasses (or one and CPU), which move as
+    /// (CPU, CPU) when their route says the native moves serve them (`routes::native_routes`,
+    /// which the caller asks next).
+    pub(crate) fn of_family(
+        cfg: &Config,
+        py: Python<'_>,
+        source: &Bound<'_, PyType>,
+        destination: &Bound<'_, PyType>,
+    ) -> Option<Self> {
+        let cpu = cfg.cpu.bind(py);
+        Self::of(cfg, py, source, destination).or_else(|| {
+            (source.is_subclass(cpu).unwrap_or(false) && destination.is_subclass(cpu).unwrap_or(false))
+                .then_some(BuiltinPair::CpuToCpu)
+        })
     }
 }
 

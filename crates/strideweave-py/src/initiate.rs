@@ -31,13 +31,12 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyTuple, PyType, PyWeakrefReference};
 
-use strideweave_core::model::movement::{Check, CommitSteps, MoveParties, MoveRefusal, Request};
+use strideweave_core::model::movement::{Check, CommitSteps, MoveParties, Request};
 
 use crate::carrier_base::CarrierBase;
-use crate::carrier_state::{take_claims, type_name, PyJudge};
-use crate::error;
+use crate::carrier_state::{take_claims, PyJudge};
 use crate::inline_move::grad_enabled;
-use crate::move_request::{request_hooks, Checked, MoveRequest, Rows, Steps};
+use crate::move_request::{request_hooks, too_small, Checked, MoveRequest, Rows, Steps};
 use crate::routes::Route;
 
 /// What `carriers/move.py` hands the initiation once, at import (one item per field).
@@ -345,11 +344,7 @@ impl<'py> MoveParties for Parties<'_, 'py> {
             return Ok(false);
         }
         if size != 0 {
-            return Err(error::move_refusal(MoveRefusal::TooSmall {
-                carrier: type_name(destination.as_any())?,
-                size: usize::try_from(size).unwrap_or(0),
-                needed: usize::try_from(cosize).unwrap_or(0),
-            }));
+            return Err(too_small(destination.as_any(), size, cosize)?);
         }
         if self.hooks.is_definition_backed.bind(py).call1((destination,))?.is_truthy()? {
             self.hooks.allocate_definition.bind(py).call1((destination, cosize))?;

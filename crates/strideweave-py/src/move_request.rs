@@ -423,6 +423,15 @@ fn subtensor_count(tensor: &Bound<'_, PyAny>) -> PyResult<usize> {
     tensor.getattr(intern!(tensor.py(), "subtensors"))?.len()
 }
 
+/// The room row's refusal: `destination` holds `size` slots where the move needs `needed`.
+pub(crate) fn too_small(destination: &Bound<'_, PyAny>, size: i64, needed: i64) -> PyResult<PyErr> {
+    Ok(error::move_refusal(MoveRefusal::TooSmall {
+        carrier: type_name(destination)?,
+        size: usize::try_from(size).unwrap_or(0),
+        needed: usize::try_from(needed).unwrap_or(0),
+    }))
+}
+
 /// The rows that need the resolved route: the route (a `routes::Route`) and, for a recorded
 /// move, the reverse route.
 struct Route<'a, 'py> {
@@ -466,11 +475,7 @@ impl Route<'_, '_> {
                     if size == 0 && self.hooks.grows_when_empty.bind(py).call1((destination,))?.is_truthy()? {
                         self.grow = true;
                     } else {
-                        return Err(error::move_refusal(MoveRefusal::TooSmall {
-                            carrier: type_name(destination)?,
-                            size: usize::try_from(size).unwrap_or(0),
-                            needed: usize::try_from(cosize).unwrap_or(0),
-                        }));
+                        return Err(too_small(destination, size, cosize)?);
                     }
                 }
             }

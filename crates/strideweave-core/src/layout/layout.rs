@@ -303,6 +303,19 @@ impl Layout {
         self.shape.decode(k)
     }
 
+    /// Whether every ordinal maps to itself: each leaf, extent-1 leaves aside, has the stride
+    /// of the product of the extents before it (the canonical layout's strides).
+    pub(crate) fn is_ordinal_identity(&self) -> bool {
+        let mut expected = 1i64;
+        for (&extent, &stride) in self.leaf_extents().iter().zip(self.leaf_strides()) {
+            if extent != 1 && stride != expected {
+                return false;
+            }
+            expected = expected.saturating_mul(extent);
+        }
+        true
+    }
+
     /// Whether distinct coordinates give distinct indices (§6, steps 1–5).
     pub fn is_injective(&self) -> bool {
         super::injective::is_injective(self)

@@ -117,13 +117,8 @@ fn dense_window<T: SliceElement>(tensor: &Tensor) -> Result<(&Subtensor, Arc<Hos
     let Some(BulkStorage::Host(store)) = carrier.bulk_storage(HOOK) else {
         return Err(ModelError::NoSlice { reason: "the carrier is not host memory" });
     };
-    let layout = s.layout();
-    let mut expected = 1i64;
-    for (&extent, &stride) in layout.leaf_extents().iter().zip(layout.leaf_strides()) {
-        if extent != 1 && stride != expected {
-            return Err(ModelError::NoSlice { reason: "the layout is not dense in ordinal order" });
-        }
-        expected *= extent;
+    if !s.layout().is_ordinal_identity() {
+        return Err(ModelError::NoSlice { reason: "the layout is not dense in ordinal order" });
     }
     let len = tensor.size();
     let start = s.offset();

@@ -46,8 +46,6 @@ struct CarrierParties {
     dtype: ElemKind,
     kind: RouteKind,
     cosize: usize,
-    /// The table's answer to its room row: the destination is empty and may grow.
-    may_grow: bool,
     src_claim: Option<ClaimGuard>,
     dst_claim: Option<ClaimGuard>,
 }
@@ -86,7 +84,6 @@ pub(crate) fn initiate_window(
         dtype,
         kind,
         cosize: layout.cosize() as usize,
-        may_grow: false,
         src_claim: None,
         dst_claim: None,
     };
@@ -122,10 +119,7 @@ impl MoveParties for CarrierParties {
             }
             .into()),
             Check::SameDType => Ok(()),
-            Check::Room => {
-                self.may_grow = matches!(check_room(&**destination, self.cosize)?, Room::Grow);
-                Ok(())
-            }
+            Check::Room => check_room(&**destination, self.cosize).map(drop),
             // A pair without a transfer is refused after the validation table, before any effect.
             Check::RoutePermitted if self.kind == RouteKind::Unsupported => {
                 Err(ModelError::NoRoute { from: name(&**source), to: name(&**destination) })
@@ -147,18 +141,12 @@ impl MoveParties for CarrierParties {
 
     #[inline]
     fn grow(&mut self) -> Result<bool> {
-        // Asked again under the claim: the size may have changed since the table looked.
+        // Asked again under the claim, which settles the size: the table's answer may be stale.
         match check_room(&*self.destination, self.cosize)? {
-            Room::Grow if self.may_grow => {
+            Room::Grow => {
                 self.destination.allocate(HOOK, self.cosize)?;
                 Ok(true)
             }
-            Room::Grow => Err(MoveRefusal::TooSmall {
-                carrier: name(&*self.destination),
-                size: self.destination.size(),
-                needed: self.cosize,
-            }
-            .into()),
             Room::Enough => Ok(false),
         }
     }

@@ -21,7 +21,7 @@ use crate::model::carrier::{checked_slot, scalar_kind, Carrier, CarrierExt, HOOK
 use crate::model::element::Element;
 use crate::model::error::{ModelError, Result};
 use crate::model::host::HostCarrier;
-use crate::model::state::ClaimId;
+use crate::model::state::{ClaimId, WriteGate};
 use crate::model::tensor::ordinal;
 
 /// The destination window of a pending move, as the caller's own transfer writes it: the
@@ -71,23 +71,15 @@ impl MoveOutput {
         let slot = self.slot(k)?;
         let value = value.to_scalar();
         let carrier = &*self.carrier;
-        // Asked before the state is locked: a foreign carrier's hook may read that state.
-        let mutable = carrier.is_mutable_hook();
-        let gate = carrier.state(HOOK).begin_write()?;
-        if !gate.claimed_by(self.claim) {
-            // The move has committed (or rolled back): no longer its transfer's write.
-            drop(gate);
+        let Some(_gate) = self.admitted()? else {
             return carrier.set(slot, value);
-        }
+        };
         let slot = checked_slot(slot, carrier.size())?;
-        if !mutable {
-            return Err(ModelError::NotMutable { carrier: carrier.state(HOOK).class_name().into() });
-        }
         let kind = carrier.elem_kind();
         if scalar_kind(value) != kind {
             return Err(ModelError::ValueKind { value, kind });
         }
-        // Stored under the gate, which then drops uncounted: the claim cannot end meanwhile.
+        // Stored under the gate: the claim cannot end meanwhile.
         carrier.write_slot(HOOK, slot, value)
     }
 
@@ -111,18 +103,13 @@ impl MoveOutput {
             return Err(ModelError::LengthMismatch { expected: self.len(), found: values.len() });
         }
         let carrier = &*self.carrier;
-        let mutable = carrier.is_mutable_hook();
-        let gate = carrier.state(HOOK).begin_write()?;
-        if !gate.claimed_by(self.claim) {
-            drop(gate);
+        let Some(_gate) = self.admitted()? else {
             return values.iter().enumerate().try_for_each(|(k, &value)| self.set(k, value));
-        }
-        if !mutable {
-            return Err(ModelError::NotMutable { carrier: carrier.state(HOOK).class_name().into() });
-        }
-        let (size, kind) = (carrier.size(), carrier.elem_kind());
+        };
+        let kind = carrier.elem_kind();
         let cosize = self.layout.cosize() as usize;
-        checked_slot(cosize as i64 - 1, size)?;
+        // Every slot the layout addresses lies below its cosize.
+        checked_slot(cosize as i64 - 1, carrier.size())?;
         // The values staged at their slots in host memory of the window's span, then one bulk
         // copy into the destination by the pair's route (the kernels a move runs), which
         // writes the layout's slots only. Still under the gate: the claim cannot end meanwhile.
@@ -132,13 +119,13 @@ impl MoveOutput {
             let mut staged = store.write();
             let staged = staged.as_mut_slice();
             let width = kind.size();
-            let identity = is_identity(&self.layout);
+            let identity = self.layout.is_ordinal_identity();
             for (k, &value) in values.iter().enumerate() {
                 let value = value.to_scalar();
                 if scalar_kind(value) != kind {
                     return Err(ModelError::ValueKind { value, kind });
                 }
-                let slot = if identity { k } else { checked_slot(self.slot(k)?, size)? };
+                let slot = if identity { k } else { self.slot(k)? as usize };
                 kind.encode(value, &mut staged[slot * width..(slot + 1) * width]);
             }
         }
@@ -154,23 +141,28 @@ impl MoveOutput {
         route::execute(&route, &job)
     }
 
+    /// The destination's state held for a write of this move's transfer, once checked that
+    /// the move still claims the destination and that it is mutable; None once the claim has
+    /// ended (the write is then an ordinary public one). Held, it keeps the claim from ending
+    /// and drops uncounted: a move's fill is not a write.
+    fn admitted(&self) -> Result<Option<WriteGate<'_>>> {
+        let carrier = &*self.carrier;
+        // Asked before the state is locked: a foreign carrier's hook may read that state.
+        let mutable = carrier.is_mutable_hook();
+        let gate = carrier.state(HOOK).begin_write()?;
+        if !gate.claimed_by(self.claim) {
+            return Ok(None);
+        }
+        if !mutable {
+            return Err(ModelError::NotMutable { carrier: carrier.state(HOOK).class_name().into() });
+        }
+        Ok(Some(gate))
+    }
+
     /// Element `k` of the window (a public read).
     pub fn get<T: Element>(&self, k: usize) -> Result<T> {
         T::from_scalar(self.carrier.get(self.slot(k)?)?)
     }
-}
-
-/// Whether `layout` maps every ordinal to itself (colexicographically compact: each leaf's
-/// stride is the product of the extents before it), as a canonical layout does.
-fn is_identity(layout: &Layout) -> bool {
-    let mut expected = 1i64;
-    for (&extent, &stride) in layout.leaf_extents().iter().zip(layout.leaf_strides()) {
-        if extent != 1 && stride != expected {
-            return false;
-        }
-        expected = expected.saturating_mul(extent);
-    }
-    true
 }
 
 /// The terminal commit of a move whose transfer the caller runs. Send it to the thread that

@@ -23,6 +23,7 @@ mod move_request;
 mod move_state;
 mod prefault;
 mod py_carrier;
+mod residency;
 mod routes;
 mod set_once;
 mod storage;
@@ -56,6 +57,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     tiles::register(m)?;
     buffer_copy::register(m)?;
     prefault::register(m)?;
+    residency::register(m)?;
     Ok(())
 }
 

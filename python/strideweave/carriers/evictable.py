@@ -24,8 +24,10 @@ could otherwise release it in between and make the committed transition raise (i
 
 Clean tiers and asynchronous residency (§3.2.1–§3.2.2, issue 24). With `retain_clean=True` a
 promotion copies (the secondary stays live as a clean copy) and the eviction of a primary
-unchanged since then only releases it. Each transition is a `_Step` run under the Evictable's
-claim: `evict()`/`promote()` run its transfer on the calling thread, `evict_async()` /
+unchanged since then only releases it. Which of these a transition is, and what the residency
+is after it, is the core's one residency rule (`_native.Residency`, the Rust `Evictable`'s
+too): this class asks it for the transition (`plan`), does the transition's work with its
+tiers and commits it there. Each transition is a `_Step` run under the Evictable's claim: `evict()`/`promote()` run its transfer on the calling thread, `evict_async()` /
 `promote_async()` start it and commit from the transfer handle's completion, then complete
 an `AwaitResidency` (the move handles' protocol).
 """
@@ -140,13 +142,9 @@ class Evictable(TwoTiered, Carrier):
         self._mutable = bool(mutable)
         self._primary = primary
         self._secondary = secondary
-        self._evicted = False
         self._lock = threading.Lock()
-        self._retain_clean = retain_clean
-        # The secondary is a clean copy of the primary while `_clean` holds and the version is
-        # still the one of the promote that made it (`is_clean`).
-        self._clean = False
-        self._clean_version = 0
+        # Where the values are and whether the secondary holds a clean copy: the core's rule.
+        self._residency = _native.Residency(retain_clean)
         # The handle of an asynchronous transition still running (a later transition waits).
         self._pending: AwaitResidency | None = None
         # Each tier is adopted in one step of its state: one a racing move or release took
@@ -159,7 +157,7 @@ class Evictable(TwoTiered, Carrier):
 
     def is_evicted(self) -> bool:
         """True when the values live in the secondary tier."""
-        return self._evicted
+        return self._residency.is_evicted()
 
     def size(self) -> int:
         return 0 if self._sw_released else self._size
@@ -181,7 +179,7 @@ class Evictable(TwoTiered, Carrier):
 
     # ----- element access -------------------------------------------------------------------
     def _check_promoted(self) -> None:
-        if self._evicted:
+        if self._residency.is_evicted():
             raise RuntimeError(f"{type(self).__name__} carrier is evicted: promote() it before "
                                "reading or writing its values")
 
@@ -205,7 +203,7 @@ class Evictable(TwoTiered, Carrier):
         try:
             self._check_promoted()
             self._primary._sw_write_as_owner(self._ownership, index, v)
-            self._clean = False
+            self._residency.mark_dirty()
             stored = True
         finally:
             self._sw_close_write(stored)
@@ -213,7 +211,7 @@ class Evictable(TwoTiered, Carrier):
     def _sw_fill(self, i: int, v: Any) -> None:
         # A move into this Evictable: the primary's storage write, no version change.
         self._check_promoted()
-        self._clean = False  # the secondary no longer holds these values
+        self._residency.mark_dirty()  # the secondary no longer holds these values
         self._primary._sw_fill(i, v)
 
     __getitem__ = get_value
@@ -246,15 +244,13 @@ class Evictable(TwoTiered, Carrier):
     @property
     def retain_clean(self) -> bool:
         """Whether `promote()` keeps the secondary as a clean copy (a constructor argument)."""
-        return self._retain_clean
+        return self._residency.retains_clean()
 
     def is_clean(self) -> bool:
         """True when the secondary tier holds the current values: evicted, or promoted with
         `retain_clean` and neither written nor moved into since that promote (an `evict()`
         then writes nothing)."""
-        if self._sw_released:
-            return False
-        return self._evicted or (self._clean and self._sw_version == self._clean_version)
+        return not self._sw_released and self._residency.is_clean(self._sw_version)
 
     def _check_not_in_transition(self, action: str) -> None:
         # A pending transition holds the Evictable's claim; reads are refused like writes, as
@@ -325,16 +321,17 @@ class Evictable(TwoTiered, Carrier):
         drop_claims(claim, (self,))
 
     def _plan(self, evict: bool) -> "_Step | None":
-        """The step that takes the values to the other tier, or None when they are there."""
-        if self._evicted == evict:
+        """The step that takes the values to the other tier, or None when they are there:
+        the core's residency rule says which transition it is."""
+        transition = self._residency.plan(evict, self._sw_version)
+        if transition is None:
             return None
-        if evict and self.is_clean():
-            return _DropCleanPrimary(self)
-        source = self._primary if evict else self._secondary
-        target = self._secondary if evict else self._primary
-        if evict or not self._retain_clean:
-            return _MoveStep(self, source, target, evict)
-        return _CopyStep(self, source, target, evict)
+        if not transition.transfers:
+            return _DropCleanPrimary(self, transition)
+        source, target = ((self._primary, self._secondary) if transition.evicts
+                          else (self._secondary, self._primary))
+        step = _CopyStep if transition.copies else _MoveStep
+        return step(self, source, target, transition)
 
     # ----- commit helpers used by the steps ------------------------------------------------------
     def _release_tier(self, tier: Carrier, *, keep: bool) -> None:
@@ -385,7 +382,7 @@ class Evictable(TwoTiered, Carrier):
         if self._sw_released:
             state = "released"
         else:
-            state = f"size={self._size} {'evicted' if self._evicted else 'promoted'}"
+            state = f"size={self._size} {'evicted' if self._residency.is_evicted() else 'promoted'}"
         return (f"<{type(self).__name__} {state} dtype={self._dtype.name} version={self._sw_version} "
                 f"primary={_describe(self._primary)} secondary={_describe(self._secondary)}>")
 
@@ -396,11 +393,13 @@ class _Step:
     then exactly one of `commit()` (the transfer succeeded) or `abandon()` (it failed, or
     was never started: nothing of the Evictable changes)."""
 
-    def __init__(self, ev: Evictable, source: Carrier, target: Carrier, evict: bool) -> None:
+    def __init__(self, ev: Evictable, source: Carrier, target: Carrier,
+                 transition: _native.Transition) -> None:
         self.ev = ev
         self.source = source
         self.target = target
-        self.evict = evict
+        self.transition = transition
+        self.evict: bool = transition.evicts
         self.fresh: Carrier | None = None
         self.destination = target
 
@@ -445,8 +444,7 @@ class _Step:
                 ev._secondary = fresh
             else:
                 ev._primary = fresh
-        ev._evicted = self.evict
-        ev._clean = False
+        ev._residency.commit(self.transition, ev._sw_version)
         if fresh is not None:
             ev._release_tier(target, keep=False)
 
@@ -538,11 +536,6 @@ class _CopyStep(_Step):
             _native.submit_python(done, job)
         return done
 
-    def commit(self) -> None:
-        super().commit()
-        ev = self.ev
-        ev._clean = True
-        ev._clean_version = ev._sw_version
 
 
 class _DropCleanPrimary(_Step):
@@ -550,14 +543,13 @@ class _DropCleanPrimary(_Step):
     values, so the primary is released (as a move would: it stays listed as ours) and
     nothing is written."""
 
-    def __init__(self, ev: Evictable) -> None:
-        super().__init__(ev, ev._primary, ev._secondary, True)
+    def __init__(self, ev: Evictable, transition: _native.Transition) -> None:
+        super().__init__(ev, ev._primary, ev._secondary, transition)
 
     def start(self) -> None:
         return None
 
     def commit(self) -> None:
         ev = self.ev
-        ev._evicted = True
-        ev._clean = False
+        ev._residency.commit(self.transition, ev._sw_version)
         ev._release_tier(self.source, keep=True)

@@ -244,6 +244,15 @@ pub trait Carrier: Send + Sync + 'static {
         Err(ModelError::NotAllocatable { carrier: self.state(HOOK).class_name().to_string() })
     }
 
+    /// A new carrier like this one (its kind, unowned, publicly mutable) of `slots` zeroed
+    /// slots, even once this one is released: a composite makes a tier it must replace with
+    /// it (an [`Evictable`](super::Evictable)'s primary, released by an eviction, before the
+    /// promote). The default cannot (`NotAllocatable`).
+    fn allocate_like(&self, slots: usize) -> Result<Arc<dyn Carrier>> {
+        let _ = slots;
+        Err(ModelError::NotAllocatable { carrier: self.state(HOOK).class_name().to_string() })
+    }
+
     /// Exact-class identity for route lookup. Foreign carriers return
     /// [`ClassKey::Foreign`] with their binding's identity of the class.
     fn class_key(&self) -> ClassKey {

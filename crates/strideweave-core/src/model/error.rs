@@ -113,6 +113,12 @@ pub enum ModelError {
     /// refusals, shared with the Python binding.
     #[error(transparent)]
     Move(#[from] MoveRefusal),
+    /// A read or write of an evicted composite: its values are in the secondary tier.
+    #[error("{carrier} carrier is evicted: promote() it before reading or writing its values")]
+    Evicted {
+        /// The composite's class name.
+        carrier: String,
+    },
     /// A composite built over one carrier as both tiers (the Python composites' words).
     #[error("{composite} primary and secondary must be distinct carrier objects")]
     TiersNotDistinct {

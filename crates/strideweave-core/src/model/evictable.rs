@@ -1,36 +1,43 @@
 //! `Evictable`: a two-tier composite carrier. Its values live in one tier at a time, the
 //! primary (fast, say host memory) or the secondary (large, say a file); [`Evictable::evict`]
-//! moves them to the secondary and [`Evictable::promote`] back. The composite owns both
-//! tiers: while it lives, every public write, release or move of a tier is refused
-//! (`Owned`/`NotMutable`), and releasing the composite releases both.
+//! moves them to the secondary and [`Evictable::promote`] back, as the specification's
+//! `Evictable` does (tensor-and-carriers.md §3.2): the tier the values leave is released, and
+//! a transition into a released (or too small) tier first makes a fresh one with the tier's
+//! [`allocate_like`](Carrier::allocate_like). The composite owns its tiers: while it lives,
+//! every public write, release or move of a tier is refused (`Owned`/`NotMutable`), and
+//! releasing the composite releases both. While evicted, its slots cannot be read or written
+//! (`Evicted`).
+//!
+//! What a transition does is the core's one residency rule ([`Residency`], which the Python
+//! package's `Evictable` follows too): a composite made with [`Evictable::retaining_clean`]
+//! promotes by copying, keeping the secondary as a clean copy, and an evict of values
+//! unchanged since then releases the primary and writes nothing.
 //!
 //! Each transition copies by the tiers' route, a move's (one span between host memory and a
 //! file or a block device, one host copy; slot by slot only for carriers with no bulk
-//! storage). A composite made with [`Evictable::retaining_clean`] keeps the secondary as a
-//! clean copy when it promotes, and an evict of values unchanged since writes nothing.
-//!
-//! Evict and promote are failure-atomic: on any error (a tier too small that cannot grow, a
-//! hook's failure) a tier the operation grew shrinks back, the values stay where they were
-//! and the composite's state is unchanged. Both refuse a released composite and one a pending
-//! move claims; neither counts as a write (the version is unchanged).
+//! storage). Evict and promote are failure-atomic: on any error (a tier that cannot make a
+//! fresh one, a hook's failure) a tier the transition made is released again, the values stay
+//! where they were and the composite's state is unchanged. Both refuse a released composite
+//! and one a pending move claims; neither counts as a write (the version is unchanged).
 //!
 //! ```
 //! use strideweave_core::model::{Carrier, CarrierExt, Evictable, FileCarrier, HostCarrier, Tensor, Tier};
 //! use strideweave_core::storage::ElemKind;
 //!
 //! let host = HostCarrier::from_f32(&[1.0, 2.0, 3.0]);
-//! let file = FileCarrier::temp(ElemKind::F32).unwrap();
+//! let file = FileCarrier::temp_zeros(ElemKind::F32, 3).unwrap();
 //! let e = Evictable::new(&host, &file).unwrap();
 //! assert!(host.set(0, strideweave_core::storage::Scalar::F32(9.0)).is_err()); // owned tier
 //! e.evict().unwrap();
-//! assert_eq!((e.resident(), file.size()), (Tier::Secondary, 3));
+//! assert_eq!((e.resident(), host.is_released()), (Tier::Secondary, true)); // moved out
 //! let t = Tensor::canonical(&e, &[3]).unwrap();
-//! t.set(2, 30.0f32).unwrap(); // written through to the resident tier
-//! e.promote().unwrap();
-//! assert_eq!((e.resident(), file.size()), (Tier::Primary, 0)); // the file shrank
+//! assert!(t.values_f32().is_err()); // evicted: promote first
+//! e.promote().unwrap(); // into a fresh primary; the file is released
+//! assert!(file.is_released() && !e.primary().is_released());
+//! t.set(2, 30.0f32).unwrap();
 //! assert_eq!(t.values_f32().unwrap(), vec![1.0, 2.0, 30.0]);
 //! e.release().unwrap();
-//! assert!(host.is_released() && file.is_released());
+//! assert!(e.primary().is_released() && e.secondary().is_released());
 //! ```
 
 use std::sync::Arc;
@@ -40,37 +47,32 @@ use parking_lot::Mutex;
 use super::carrier::{Carrier, CarrierExt, HookToken, IntoCarrier, HOOK};
 use super::error::{ModelError, Result};
 use super::movement::route::{self, route_kind, Job};
-use super::movement::MoveRefusal;
+use super::residency::Residency;
+pub use super::residency::Tier;
 use super::state::{CarrierState, OwnerToken};
 use crate::layout::{Layout, Shape};
 use crate::storage::ElemKind;
 
-/// Which tier of an [`Evictable`] holds its values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Tier {
-    /// The primary (fast) tier.
-    Primary,
-    /// The secondary (large) tier.
-    Secondary,
-}
-
 struct Tiers {
     primary: Arc<dyn Carrier>,
     secondary: Arc<dyn Carrier>,
-    resident: Tier,
-    /// `Some(v)` after a promote that kept the secondary (`retaining_clean`): the secondary
-    /// holds the values the composite had at version `v`, so while the version is still `v`
-    /// an evict writes nothing.
-    clean_version: Option<u64>,
+    residency: Residency,
 }
 
 impl Tiers {
-    fn resident(&self) -> &Arc<dyn Carrier> {
-        match self.resident {
+    fn tier(&self, which: Tier) -> &Arc<dyn Carrier> {
+        match which {
             Tier::Primary => &self.primary,
             Tier::Secondary => &self.secondary,
         }
+    }
+
+    fn replace(&mut self, which: Tier, fresh: Arc<dyn Carrier>) -> Arc<dyn Carrier> {
+        let slot = match which {
+            Tier::Primary => &mut self.primary,
+            Tier::Secondary => &mut self.secondary,
+        };
+        std::mem::replace(slot, fresh)
     }
 }
 
@@ -79,17 +81,18 @@ pub struct Evictable {
     state: CarrierState,
     owner: OwnerToken,
     kind: ElemKind,
-    /// Whether a promote copies and keeps the secondary as a clean copy.
-    retain_clean: bool,
+    slots: usize,
     tiers: Mutex<Tiers>,
 }
 
 impl std::fmt::Debug for Evictable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let residency = self.tiers.lock().residency;
         f.debug_struct("Evictable")
             .field("kind", &self.kind)
-            .field("resident", &self.resident())
-            .field("retain_clean", &self.retain_clean)
+            .field("slots", &self.slots)
+            .field("resident", &residency.resident())
+            .field("retain_clean", &residency.retains_clean())
             .finish()
     }
 }
@@ -104,26 +107,27 @@ impl Evictable {
 
     /// [`new`](Self::new), with clean tiers: [`promote`](Self::promote) copies the values and
     /// keeps the secondary as a clean copy of them, and an [`evict`](Self::evict) of values
-    /// unchanged since (the composite's version is the same) writes nothing. For weights read
-    /// far more often than written, every eviction after the first is free.
+    /// unchanged since (the composite's version is the same) releases the primary and writes
+    /// nothing. For weights read far more often than written, every eviction after the first
+    /// is free.
     ///
     /// ```
     /// use strideweave_core::model::{Carrier, CarrierExt, Evictable, FileCarrier, HostCarrier, Tier};
     /// use strideweave_core::storage::{ElemKind, Scalar};
     ///
     /// let host = HostCarrier::from_f32(&[1.0, 2.0]);
-    /// let file = FileCarrier::temp(ElemKind::F32).unwrap();
+    /// let file = FileCarrier::temp_zeros(ElemKind::F32, 2).unwrap();
     /// let e = Evictable::retaining_clean(&host, &file).unwrap();
     /// e.evict().unwrap(); // written once
     /// e.promote().unwrap();
-    /// assert!(e.is_clean() && file.size() == 2); // the file keeps the values
+    /// assert!(e.is_clean() && !file.is_released()); // the file keeps the values
     /// e.evict().unwrap(); // clean: nothing written
     /// e.promote().unwrap();
     /// e.set(1, Scalar::F32(5.0)).unwrap(); // dirty now
     /// assert!(!e.is_clean());
     /// e.evict().unwrap(); // written back
-    /// assert_eq!(e.resident(), Tier::Secondary);
-    /// assert_eq!(e.get(1).unwrap(), Scalar::F32(5.0));
+    /// e.promote().unwrap();
+    /// assert_eq!((e.resident(), e.get(1).unwrap()), (Tier::Primary, Scalar::F32(5.0)));
     /// ```
     pub fn retaining_clean(primary: impl IntoCarrier, secondary: impl IntoCarrier) -> Result<Arc<Self>> {
         Self::build(primary.into_carrier(), secondary.into_carrier(), true)
@@ -151,92 +155,112 @@ impl Evictable {
             state: CarrierState::new("Evictable"),
             owner,
             kind,
-            retain_clean,
-            tiers: Mutex::new(Tiers { primary, secondary, resident: Tier::Primary, clean_version: None }),
+            slots: primary.size(),
+            tiers: Mutex::new(Tiers { primary, secondary, residency: Residency::new(retain_clean) }),
         }))
     }
 
     /// The tier holding the values now.
     pub fn resident(&self) -> Tier {
-        self.tiers.lock().resident
+        self.tiers.lock().residency.resident()
+    }
+
+    /// The primary tier now: a transition into a released primary replaces it.
+    pub fn primary(&self) -> Arc<dyn Carrier> {
+        self.tiers.lock().primary.clone()
+    }
+
+    /// The secondary tier now: a transition into a released secondary replaces it.
+    pub fn secondary(&self) -> Arc<dyn Carrier> {
+        self.tiers.lock().secondary.clone()
     }
 
     /// Whether the secondary holds the current values: evicted, or promoted by a composite
     /// made with [`retaining_clean`](Self::retaining_clean) and not written since (an
     /// [`evict`](Self::evict) then writes nothing).
     pub fn is_clean(&self) -> bool {
-        let tiers = self.tiers.lock();
-        tiers.resident == Tier::Secondary || tiers.clean_version == Some(self.state.version())
+        !self.state.is_released() && self.tiers.lock().residency.is_clean(self.state.version())
     }
 
     /// Move the values to the secondary tier (nothing to do if they are there).
     pub fn evict(&self) -> Result<()> {
-        self.move_to(Tier::Secondary)
+        self.transition(true)
     }
 
     /// Move the values back to the primary tier (nothing to do if they are there).
     pub fn promote(&self) -> Result<()> {
-        self.move_to(Tier::Primary)
+        self.transition(false)
     }
 
-    fn move_to(&self, target: Tier) -> Result<()> {
+    fn transition(&self, evict: bool) -> Result<()> {
         // The composite's state stays locked across the copy, so no write, release or claim
         // of it interleaves; its tiers are owned, so nothing outside reaches them.
         let gate = self.state.begin_write()?;
         gate.check_writable(true)?;
         let mut tiers = self.tiers.lock();
-        if tiers.resident == target {
-            return Ok(());
-        }
-        let (primary, secondary) = (tiers.primary.clone(), tiers.secondary.clone());
-        match target {
-            Tier::Secondary => {
-                // Unchanged since a promote that kept the secondary: it holds these values.
-                if tiers.clean_version != Some(self.state.version()) {
-                    copy_tier(&*primary, &*secondary)?;
+        let version = self.state.version();
+        let Some(step) = tiers.residency.plan(evict, version) else { return Ok(()) };
+        let source = tiers.tier(step.source()).clone();
+        if step.transfers() {
+            let target = tiers.tier(step.target()).clone();
+            let fresh = if target.is_released() || target.size() < self.slots {
+                Some(self.fresh_tier(&*target)?)
+            } else {
+                None
+            };
+            if let Err(e) = transfer(&*source, &**fresh.as_ref().unwrap_or(&target), self.slots) {
+                if let Some(fresh) = fresh {
+                    self.release_tier(&*fresh, false);
                 }
-                // The values now live in the secondary; an allocatable primary gives its space
-                // back (a failure to shrink leaves it larger, never the values elsewhere).
-                if primary.can_allocate() {
-                    let _ = primary.allocate(HOOK, 0);
-                }
-                tiers.clean_version = None;
+                return Err(e);
             }
-            Tier::Primary => {
-                copy_tier(&*secondary, &*primary)?;
-                if self.retain_clean {
-                    tiers.clean_version = Some(self.state.version());
-                } else if secondary.can_allocate() {
-                    let _ = secondary.allocate(HOOK, 0);
-                }
+            if let Some(fresh) = fresh {
+                let replaced = tiers.replace(step.target(), fresh);
+                self.release_tier(&*replaced, false);
             }
         }
-        tiers.resident = target;
+        if step.releases_source() {
+            // Released as a move releases its source; it stays ours until replaced.
+            self.release_tier(&*source, true);
+        }
+        tiers.residency.commit(step, version);
         Ok(()) // the gate drops uncommitted: evict and promote are not writes
     }
-}
 
-/// Copy every slot of `from` into `to`, growing an empty allocatable `to` first; on failure
-/// a grown `to` shrinks back to empty.
-fn copy_tier(from: &dyn Carrier, to: &dyn Carrier) -> Result<()> {
-    let n = from.size();
-    let grew = to.size() < n;
-    if grew {
-        if !(to.size() == 0 && to.can_allocate()) {
-            return Err(MoveRefusal::TooSmall {
-                carrier: to.state(HOOK).class_name().to_string(),
-                size: to.size(),
-                needed: n,
-            }
-            .into());
+    /// A fresh tier like `tier`, owned by the composite.
+    fn fresh_tier(&self, like: &dyn Carrier) -> Result<Arc<dyn Carrier>> {
+        let fresh = like.allocate_like(self.slots)?;
+        if let Err(e) = fresh.state(HOOK).adopt(self.owner) {
+            let _ = fresh.release();
+            return Err(e);
         }
-        to.allocate(HOOK, n)?;
+        Ok(fresh)
     }
-    let copied = transfer(from, to, n);
-    if copied.is_err() && grew {
-        let _ = to.allocate(HOOK, 0);
+
+    /// Release an owned tier as its owner, never unowned while live; `keep` leaves it owned.
+    /// Nobody else can claim an owned tier, so the release cannot be refused.
+    fn release_tier(&self, tier: &dyn Carrier, keep: bool) {
+        if let Ok(true) = tier.state(HOOK).release_as_owner(self.owner) {
+            tier.release_storage(HOOK);
+        }
+        if !keep {
+            tier.state(HOOK).disown(self.owner);
+        }
     }
-    copied
+
+    /// The resident primary, or `Evicted`.
+    fn promoted(&self) -> Result<Arc<dyn Carrier>> {
+        let tiers = self.tiers.lock();
+        if tiers.residency.is_evicted() {
+            return Err(ModelError::Evicted { carrier: self.state.class_name().to_string() });
+        }
+        Ok(tiers.primary.clone())
+    }
+
+    /// A write into the composite, a public one or a move's: the clean copy is stale.
+    fn moved_into(&self) {
+        self.tiers.lock().residency.mark_dirty();
+    }
 }
 
 /// Slots `[0, n)` of `from` into the same slots of `to`, by the pair's route, a move's: one
@@ -264,15 +288,22 @@ impl Carrier for Evictable {
     }
 
     fn size(&self) -> usize {
-        self.tiers.lock().resident().size()
+        if self.state.is_released() {
+            0
+        } else {
+            self.slots
+        }
     }
 
     fn read_slot(&self, _: &HookToken, i: usize) -> Result<crate::storage::Scalar> {
-        self.tiers.lock().resident().read_slot(HOOK, i)
+        self.promoted()?.read_slot(HOOK, i)
     }
 
+    /// Every write into the composite (a public one, or a move's) makes the clean copy stale.
     fn write_slot(&self, _: &HookToken, i: usize, v: crate::storage::Scalar) -> Result<()> {
-        self.tiers.lock().resident().write_slot(HOOK, i, v)
+        let primary = self.promoted()?;
+        self.moved_into();
+        primary.write_slot(HOOK, i, v)
     }
 
     fn is_mutable_hook(&self) -> bool {

@@ -7,28 +7,55 @@ use std::sync::Arc;
 #[test]
 fn a_failed_evict_leaves_values_tiers_and_version_as_they_were() {
     let host = HostCarrier::from_f32(&[1.0, 2.0, 3.0]);
-    let small = HostCarrier::zeros(ElemKind::F32, 2).unwrap(); // too small, cannot grow
+    // Too small, and it cannot make a larger tier like itself.
+    let small = Arc::new(super::test_support::VecCarrier::new(&[0.0, 0.0]));
     let e = Evictable::new(&host, &small).unwrap();
-    assert!(matches!(e.evict(), Err(ModelError::Move(crate::model::movement::MoveRefusal::TooSmall { .. }))));
+    assert!(matches!(e.evict(), Err(ModelError::NotAllocatable { .. })));
     assert_eq!(e.resident(), Tier::Primary);
-    assert_eq!((e.version(), small.size()), (0, 2));
+    assert_eq!((e.version(), small.size(), host.is_released(), small.is_released()), (0, 2, false, false));
     let t = Tensor::canonical(&e, &[3]).unwrap();
     assert_eq!(t.values_f32().unwrap(), vec![1.0, 2.0, 3.0]);
 }
 
 #[test]
-fn evict_and_promote_move_the_values_and_are_not_writes() {
+fn a_transfer_that_fails_releases_the_tier_it_made_and_changes_nothing() {
+    let primary = Arc::new(super::test_support::VecCarrier::new(&[1.0, 2.0]));
+    // An empty file alone in its directory: the evict makes a fresh file beside it.
+    let dir = std::env::temp_dir().join(format!("strideweave-evict-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = FileCarrier::create(&dir.join("secondary"), ElemKind::F32).unwrap();
+    let e = Evictable::new(&primary, &file).unwrap();
+    primary.slots.lock().truncate(1); // the source now fails its second read
+    assert!(e.evict().is_err());
+    assert_eq!((e.resident(), primary.is_released()), (Tier::Primary, false));
+    assert!(super::carrier::same_carrier(&e.secondary(), &(file.clone() as Arc<dyn Carrier>)), "not replaced");
+    let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|f| f.unwrap().file_name()).collect();
+    assert_eq!(names, ["secondary"], "the fresh file is gone");
+    e.release().unwrap();
+    std::fs::remove_dir(&dir).unwrap();
+}
+
+#[test]
+fn evict_and_promote_move_the_values_release_what_they_leave_and_are_not_writes() {
     let host = HostCarrier::from_f32(&[1.0, 2.0]);
     let file = FileCarrier::temp(ElemKind::F32).unwrap();
     let e = Evictable::new(&host, &file).unwrap();
     e.evict().unwrap();
     e.evict().unwrap(); // already there: nothing to do
-    assert_eq!((e.resident(), file.size(), e.version()), (Tier::Secondary, 2, 0));
-    e.set(0, Scalar::F32(5.0)).unwrap();
-    assert_eq!(file.read_slot(super::carrier::HOOK, 0).unwrap(), Scalar::F32(5.0));
+                        // The empty file was too small: a fresh one beside it took the values, and it went.
+    let secondary = e.secondary();
+    assert!(file.is_released() && host.is_released() && host.is_owned());
+    assert_eq!((e.resident(), secondary.size(), e.version(), e.size()), (Tier::Secondary, 2, 0, 2));
+    assert!(matches!(e.get(0), Err(ModelError::Evicted { .. })));
+    assert!(matches!(e.set(0, Scalar::F32(5.0)), Err(ModelError::Evicted { .. })));
+    assert_eq!(e.version(), 0);
     e.promote().unwrap();
-    assert_eq!((e.resident(), file.size(), e.version()), (Tier::Primary, 0, 1));
-    assert_eq!(e.get(0).unwrap(), Scalar::F32(5.0));
+    assert!(secondary.is_released() && !e.primary().is_released());
+    assert_eq!((e.resident(), e.version()), (Tier::Primary, 0));
+    e.set(0, Scalar::F32(5.0)).unwrap();
+    e.evict().unwrap();
+    e.promote().unwrap();
+    assert_eq!((e.get(0).unwrap(), e.get(1).unwrap(), e.version()), (Scalar::F32(5.0), Scalar::F32(2.0), 1));
 }
 
 #[test]
@@ -77,29 +104,20 @@ impl Carrier for Counting {
     fn is_mutable_hook(&self) -> bool {
         true
     }
-
-    fn can_allocate(&self) -> bool {
-        true
-    }
-
-    fn allocate(&self, token: &HookToken, slots: usize) -> Result<(), ModelError> {
-        self.inner.allocate(token, slots)
-    }
 }
 
 #[test]
 fn a_clean_tier_is_written_only_when_its_values_changed() {
     use std::sync::atomic::Ordering;
     let host = HostCarrier::from_f32(&[1.0, 2.0, 3.0]);
-    let secondary = Arc::new(Counting {
-        inner: super::test_support::VecCarrier { allocatable: true, ..super::test_support::VecCarrier::new(&[]) },
-        writes: Default::default(),
-    });
+    // As large as the primary: the evict writes into it, and a copy keeps it live.
+    let secondary =
+        Arc::new(Counting { inner: super::test_support::VecCarrier::new(&[0.0; 3]), writes: Default::default() });
     let e = Evictable::retaining_clean(&host, &secondary).unwrap();
     e.evict().unwrap();
     assert_eq!(secondary.writes.load(Ordering::Relaxed), 3);
     e.promote().unwrap();
-    assert_eq!((secondary.size(), e.is_clean()), (3, true)); // kept as the clean copy
+    assert_eq!((secondary.is_released(), e.is_clean()), (false, true)); // kept as the clean copy
     e.evict().unwrap();
     assert_eq!(secondary.writes.load(Ordering::Relaxed), 3, "a clean evict writes nothing");
     e.promote().unwrap();
@@ -120,11 +138,137 @@ fn a_large_tier_moves_between_host_memory_and_a_file_in_bulk() {
     let file = FileCarrier::temp(ElemKind::F32).unwrap();
     let e = Evictable::new(&host, &file).unwrap();
     e.evict().unwrap();
-    assert_eq!(file.size(), n);
-    e.set(n as i64 - 1, Scalar::F32(-1.0)).unwrap(); // written through to the file
+    assert_eq!((e.secondary().size(), host.is_released()), (n, true));
     e.promote().unwrap();
-    assert_eq!(file.size(), 0);
+    e.set(n as i64 - 1, Scalar::F32(-1.0)).unwrap();
+    e.evict().unwrap();
+    e.promote().unwrap();
+    assert!(e.secondary().is_released());
     let back = Tensor::canonical(&e, &[n]).unwrap().values_f32().unwrap();
     assert_eq!(&back[..n - 1], &values[..n - 1]);
     assert_eq!(back[n - 1], -1.0);
+}
+
+#[test]
+fn a_move_into_the_composite_makes_its_clean_copy_stale() {
+    let e =
+        Evictable::retaining_clean(HostCarrier::from_f32(&[1.0]), FileCarrier::temp_zeros(ElemKind::F32, 1).unwrap())
+            .unwrap();
+    e.evict().unwrap();
+    e.promote().unwrap();
+    assert!(e.is_clean());
+    let t = Tensor::canonical(HostCarrier::from_f32(&[7.0]), &[1]).unwrap();
+    move_tensor(&t, e.clone() as Arc<dyn Carrier>).unwrap(); // writes no version
+    assert_eq!((e.version(), e.is_clean()), (0, false));
+    e.evict().unwrap(); // a dirty evict: written back
+    e.promote().unwrap();
+    assert_eq!(e.get(0).unwrap(), Scalar::F32(7.0));
+}
+
+/// 8 threads × 300 rounds on one composite: two evict and promote, four write a slot each,
+/// two read. No write is lost across the transitions, a refused access is `Evicted`, and the
+/// version counts exactly the writes that succeeded.
+#[test]
+fn transitions_racing_writes_and_reads_lose_no_write() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Barrier;
+    const ROUNDS: usize = 300;
+    let e = Evictable::retaining_clean(HostCarrier::from_f32(&[0.0; 4]), FileCarrier::temp(ElemKind::F32).unwrap())
+        .unwrap();
+    let start = Barrier::new(8);
+    let writes = AtomicU64::new(0);
+    let last: Vec<f32> = std::thread::scope(|s| {
+        for mover in 0..2 {
+            let (e, start) = (&e, &start);
+            s.spawn(move || {
+                start.wait();
+                for round in 0..ROUNDS {
+                    if (round + mover) % 2 == 0 { e.evict() } else { e.promote() }.unwrap();
+                }
+            });
+        }
+        for _ in 0..2 {
+            let (e, start) = (&e, &start);
+            s.spawn(move || {
+                start.wait();
+                for round in 0..ROUNDS {
+                    match e.get((round % 4) as i64) {
+                        Ok(_) | Err(ModelError::Evicted { .. }) => {}
+                        Err(other) => panic!("a read got {other:?}"),
+                    }
+                }
+            });
+        }
+        let writers: Vec<_> = (0..4)
+            .map(|slot| {
+                let (e, start, writes) = (&e, &start, &writes);
+                s.spawn(move || {
+                    start.wait();
+                    let mut written = 0.0;
+                    for round in 1..=ROUNDS {
+                        let v = (slot * 1000 + round) as f32;
+                        match e.set(slot as i64, Scalar::F32(v)) {
+                            Ok(()) => {
+                                written = v;
+                                writes.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(ModelError::Evicted { .. }) => {}
+                            Err(other) => panic!("a write got {other:?}"),
+                        }
+                    }
+                    written
+                })
+            })
+            .collect();
+        writers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    e.promote().unwrap();
+    let now: Vec<f32> = (0..4)
+        .map(|i| match e.get(i).unwrap() {
+            Scalar::F32(v) => v,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(now, last, "every slot holds its last successful write");
+    assert_eq!(e.version(), writes.load(Ordering::Relaxed));
+    e.release().unwrap();
+    assert!(e.primary().is_released() && e.secondary().is_released());
+}
+
+/// 8 threads × 300 rounds, each round a fresh composite: a release races evicts and
+/// promotes. Exactly one release wins; a transition either finishes first or is refused
+/// `Released`; afterwards every tier the composite ever held is released and nothing panics.
+#[test]
+fn a_release_racing_transitions_releases_every_tier() {
+    use std::sync::Barrier;
+    for round in 0..300 {
+        let first = HostCarrier::from_f32(&[1.0, 2.0]);
+        let e = Evictable::new(&first, FileCarrier::temp(ElemKind::F32).unwrap()).unwrap();
+        let start = Barrier::new(8);
+        let seen: Vec<Arc<dyn Carrier>> = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..8)
+                .map(|k| {
+                    let (e, start) = (&e, &start);
+                    s.spawn(move || {
+                        start.wait();
+                        let outcome = match (k + round) % 3 {
+                            0 => e.release(),
+                            1 => e.evict(),
+                            _ => e.promote(),
+                        };
+                        match outcome {
+                            Ok(()) | Err(ModelError::Released { .. }) => {}
+                            Err(other) => panic!("got {other:?}"),
+                        }
+                        vec![e.primary(), e.secondary()]
+                    })
+                })
+                .collect();
+            threads.into_iter().flat_map(|t| t.join().unwrap()).collect()
+        });
+        assert!(e.is_released() && first.is_released());
+        for tier in seen.iter().chain([e.primary(), e.secondary()].iter()) {
+            assert!(tier.is_released(), "round {round}: a tier outlived its composite");
+        }
+    }
 }

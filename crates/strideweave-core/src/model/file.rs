@@ -66,10 +66,15 @@ impl FileCarrier {
 
     /// An empty carrier in a fresh file under the system's temporary directory.
     pub fn temp(kind: ElemKind) -> Result<Arc<Self>> {
+        Self::fresh_in(&std::env::temp_dir(), kind)
+    }
+
+    /// An empty carrier in a fresh file of a name of its own under `dir`.
+    fn fresh_in(dir: &Path, kind: ElemKind) -> Result<Arc<Self>> {
         let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
         let name = format!("strideweave-{}-{n}-{nanos}.slots", std::process::id());
-        Self::create(&std::env::temp_dir().join(name), kind)
+        Self::create(&dir.join(name), kind)
     }
 
     /// A carrier of `slots` zeros in a fresh file under the system's temporary directory.
@@ -146,6 +151,14 @@ impl Carrier for FileCarrier {
 
     fn can_allocate(&self) -> bool {
         true
+    }
+
+    /// A fresh file beside this one's (on the file system its user chose for it).
+    fn allocate_like(&self, slots: usize) -> Result<Arc<dyn Carrier>> {
+        let dir = self.path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let fresh = Self::fresh_in(dir, self.kind)?;
+        fresh.allocate(HOOK, slots)?;
+        Ok(fresh)
     }
 
     fn allocate(&self, _: &HookToken, slots: usize) -> Result<()> {

@@ -222,6 +222,10 @@ impl Carrier for HostCarrier {
         self.store().map(BulkStorage::Host)
     }
 
+    fn allocate_like(&self, slots: usize) -> Result<Arc<dyn Carrier>> {
+        Ok(Self::zeros(self.kind, slots)?)
+    }
+
     /// Drops the carrier's handle; the memory is freed when the last transfer or DLPack
     /// export holding the store lets go.
     fn release_storage(&self, _: &HookToken) {

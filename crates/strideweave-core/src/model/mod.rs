@@ -10,6 +10,8 @@
 //!   checked operations every carrier gets.
 //! * [`host`], [`mod@file`], [`block`]: the built-in [`HostCarrier`], [`FileCarrier`] and
 //!   [`BlockCarrier`].
+//! * [`evictable`], [`residency`]: the two-tier [`Evictable`] and the residency rule it
+//!   shares with the Python package's (`Residency`, `Transition`).
 //! * [`tensor`]: [`Tensor`] and [`Subtensor`].
 //! * [`element`], [`slices`], [`views`]: typed element access, host slices, and typed
 //!   [`HostView`]s by ordinal or coordinate.
@@ -43,6 +45,7 @@ pub mod export;
 pub mod file;
 pub mod host;
 pub mod movement;
+pub mod residency;
 pub mod slices;
 pub mod state;
 pub mod state_cell;
@@ -66,13 +69,14 @@ pub use block::BlockCarrier;
 pub use carrier::{BulkStorage, Carrier, CarrierExt, ClaimedHost, ClassKey, HookToken, IntoCarrier};
 pub use element::{Element, SliceElement};
 pub use error::{ForeignError, ModelError};
-pub use evictable::{Evictable, Tier};
+pub use evictable::Evictable;
 pub use file::FileCarrier;
 pub use host::{HostCarrier, HostStore};
 pub use movement::{
     move_async, move_tensor, prepare_move, prepare_window_move, route_kind, MoveCommit, MoveHandle, MoveOutcome,
     MoveOutput, PendingMove, RouteCache, RouteKind,
 };
+pub use residency::{Residency, Tier, Transition};
 pub use slices::{HostSlice, HostSliceMut};
 pub use state::{CarrierState, Claim, ClaimGuard, ClaimId, Foreign, ForeignObject, Owner, OwnerToken, Role};
 pub use state_cell::{ClaimJudge, ClaimRule, Refusal, ReleaseStart, StateCell, Strict, Verdict};

@@ -7,7 +7,7 @@
 //! a binding supplies (a Python carrier's owning composite, its pending move request). This
 //! type adds the carrier's name and, for the Rust model, turns a refusal into the
 //! [`ModelError`] users see; a binding runs the cell's transitions itself
-//! ([`CarrierState::cell`]) under its own [`ClaimJudge`](super::ClaimJudge), which tells its
+//! ([`CarrierState::cell`]) under its own [`ClaimJudge`], which tells its
 //! foreign payloads apart. The Rust model's transitions judge with [`Strict`]: every claim it
 //! does not hold blocks them, a foreign one included. Every transition checks the state it
 //! depends on and changes it inside one critical section, so of two racing calls exactly one
@@ -35,7 +35,7 @@ use std::sync::Arc;
 use super::carrier::Carrier;
 use super::error::{ModelError, Result};
 use super::movement::{MoveRefusal, Party};
-use super::state_cell::{CellWriteGate, ClaimRule, Refusal, StateCell, Strict};
+use super::state_cell::{CellWriteGate, ClaimJudge, ClaimRule, Refusal, StateCell, Strict, Verdict};
 
 /// Identity of one pending move's claim.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -76,7 +76,7 @@ pub trait ForeignObject: Any + Send + Sync + std::fmt::Debug {
 /// An opaque, cloneable handle to a binding's object, stored as an [`Owner`] or a [`Claim`].
 ///
 /// The core never looks inside: which foreign object is which is the binding's to say, in
-/// the [`ClaimJudge`](super::ClaimJudge) it passes to the cell's transitions. Dropping the
+/// the [`ClaimJudge`] it passes to the cell's transitions. Dropping the
 /// handle drops the object, which the cell never does inside its lock (displaced payloads
 /// are handed back), so a binding whose objects run code when dropped drops them outside it.
 ///
@@ -247,7 +247,7 @@ impl CarrierState {
     }
 
     /// The cell behind this state, for a binding: every transition with its own payloads and
-    /// [`ClaimJudge`](super::ClaimJudge) (which foreign claim is the caller's own, what a
+    /// [`ClaimJudge`] (which foreign claim is the caller's own, what a
     /// refusal reports), the plain stores, and the payloads under the lock. A transition hands
     /// back every payload it displaces, so none is dropped inside the cell's lock. The Rust
     /// model's own methods below judge with [`Strict`]: a foreign claim or owner refuses them.
@@ -336,6 +336,17 @@ impl CarrierState {
             .map_err(|why| self.refused(why, "release", |carrier| ModelError::Owned { carrier }))
     }
 
+    /// Release by the carrier's owner (a composite releasing a tier it replaced or moved out
+    /// of): refused `Owned` for anybody but `owner`, and `Claimed` while a move holds the
+    /// carrier; `Ok(false)` if already released. The owner stays the owner: the caller
+    /// disowns the released tier or keeps it listed. On `Ok(true)` the caller frees the
+    /// storage ([`Carrier::release_storage`]).
+    pub fn release_as_owner(&self, owner: OwnerToken) -> Result<bool> {
+        self.cell
+            .mark_released(&OwnerPasses(owner))
+            .map_err(|why| self.refused(why, "release", |carrier| ModelError::Owned { carrier }))
+    }
+
     /// Make `owner` the carrier's owner: it must be live, unowned and unclaimed.
     pub fn adopt(&self, owner: OwnerToken) -> Result<()> {
         self.cell
@@ -374,6 +385,22 @@ impl CarrierState {
 
     fn drop_claim(&self, id: ClaimId) {
         let _ = self.cell.drop_claim_if(|held| held.move_id() == Some(id));
+    }
+}
+
+/// The judge of a release by an owner: every claim blocks, as for [`Strict`], but the owner
+/// `0` passes the ownership check.
+struct OwnerPasses(OwnerToken);
+
+impl ClaimJudge<Owner, Claim> for OwnerPasses {
+    type Blocked = ();
+    type Owner = ();
+    fn judge(&self, _held: &Claim) -> Verdict<()> {
+        Verdict::Blocks(())
+    }
+    fn owner(&self, _owner: &Owner) {}
+    fn owner_passes(&self, owner: &Owner) -> bool {
+        owner.token() == Some(self.0)
     }
 }
 

@@ -1,0 +1,53 @@
+"""The core's residency rule as the Python Evictable reads it (`_native.Residency`): which
+transition an evict or a promote is, and what the residency is after it. The Rust
+`Evictable` follows the same rule (crates/strideweave-core: `model::residency`)."""
+from __future__ import annotations
+
+import pytest
+
+from strideweave import _native
+
+
+def test_without_retain_clean_every_transition_moves_the_values():
+    r = _native.Residency(False)
+    assert (r.is_evicted(), r.retains_clean(), r.plan(False, 0)) == (False, False, None)
+    evict = r.plan(True, 0)
+    assert (evict.evicts, evict.transfers, evict.copies) == (True, True, False)
+    r.commit(evict, 0)
+    assert r.is_evicted() and r.is_clean(0) and r.plan(True, 0) is None
+    promote = r.plan(False, 0)
+    assert (promote.evicts, promote.transfers, promote.copies) == (False, True, False)
+    r.commit(promote, 0)
+    assert not r.is_clean(0)
+
+
+def test_a_retained_clean_copy_is_dropped_instead_of_written_until_a_write_or_a_move_into_it():
+    r = _native.Residency(True)
+    r.commit(r.plan(True, 5), 5)
+    promote = r.plan(False, 5)
+    assert promote.copies and not promote.evicts
+    r.commit(promote, 5)
+    assert r.is_clean(5) and not r.is_clean(6)
+    drop = r.plan(True, 5)
+    assert (drop.evicts, drop.transfers) == (True, False)
+    assert r.plan(True, 6) == r.plan(True, 0) != drop  # written since: an ordinary eviction
+    r.mark_dirty()
+    assert r.plan(True, 5).transfers, "a move into the composite made the copy stale"
+
+
+def test_the_evictable_keeps_its_residency_in_the_core_rule():
+    import strideweave as sw
+    f32 = sw.DType.Float32
+    ev = sw.Evictable(sw.CPU(0, dtype=f32).new_like([1.0, 2.0]), sw.FileBacked(dtype=f32), retain_clean=True)
+    ev.evict()
+    ev.promote()
+    assert ev._residency.is_clean(ev.version) and ev.is_clean()
+    ev[0] = 3.0
+    assert not ev._residency.is_clean(ev.version) and not ev.is_clean()
+
+
+def test_bad_arguments_are_type_errors():
+    with pytest.raises(TypeError):
+        _native.Residency("yes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        _native.Residency(False).commit("move", 0)  # type: ignore[arg-type]

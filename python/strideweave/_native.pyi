@@ -50,7 +50,7 @@ __all__ = ["__version__", "Shape", "Stride", "Layout", "Tree", "NodeId", "HostSt
            "submit_place_blocks", "release_storages", "FileSlab", "FileRegion", "copy_buffer_to_host",
            "configure_inline_move", "pending_move_refusal", "configure_initiate", "initiate", "Route", "cached_route", "route_generation", "remember_route", "forget_routes", "configure_move_entry", "move", "move_async",
            "MoveRollback", "count_active_profilers", "grad_enabled", "set_grad_enabled", "MoveCommit", "submit_prefault", "load_snapshot", "submit_load_snapshot",
-           "MoveRequest", "MoveState", "configure_move_request", "configure_element_access"]
+           "MoveRequest", "MoveState", "Residency", "Transition", "configure_move_request", "configure_element_access"]
 
 class _IntTree:
     """What Shape and Stride share (stub only: at run time each is its own class, and
@@ -547,7 +547,7 @@ class Transition:
     def transfers(self) -> bool: ...
     @property
     def copies(self) -> bool: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __eq__(self, value: object, /) -> bool: ...
     def __hash__(self) -> int: ...
 
 @final

@@ -36,7 +36,9 @@ impl Transition {
     fn __repr__(&self) -> String {
         match self.0 {
             CoreTransition::DropCleanPrimary => "Transition.DropCleanPrimary".into(),
-            CoreTransition::Move { evict } => format!("Transition.Move(evict={})", if evict { "True" } else { "False" }),
+            CoreTransition::Move { evict } => {
+                format!("Transition.Move(evict={})", if evict { "True" } else { "False" })
+            }
             CoreTransition::CopyUp => "Transition.CopyUp".into(),
             other => format!("Transition({other:?})"),
         }

@@ -44,8 +44,9 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::carrier::{Carrier, CarrierExt, HookToken, IntoCarrier, HOOK};
+use super::carrier::{Carrier, CarrierExt, ClassKey, HookToken, IntoCarrier, HOOK};
 use super::error::{ModelError, Result};
+use super::host::HostCarrier;
 use super::movement::route::{self, route_kind, Job};
 use super::residency::Residency;
 pub use super::residency::Tier;
@@ -227,9 +228,14 @@ impl Evictable {
         Ok(()) // the gate drops uncommitted: evict and promote are not writes
     }
 
-    /// A fresh tier like `tier`, owned by the composite.
+    /// A fresh tier like `like`, owned by the composite. The transition fills every slot
+    /// before the tier is seen (or releases it unread), so a host tier need not be zeroed.
     fn fresh_tier(&self, like: &dyn Carrier) -> Result<Arc<dyn Carrier>> {
-        let fresh = like.allocate_like(self.slots)?;
+        let fresh: Arc<dyn Carrier> = if like.class_key() == ClassKey::of::<HostCarrier>() {
+            HostCarrier::for_overwrite(self.kind, self.slots)?
+        } else {
+            like.allocate_like(self.slots)?
+        };
         if let Err(e) = fresh.state(HOOK).adopt(self.owner) {
             let _ = fresh.release();
             return Err(e);

@@ -117,8 +117,23 @@ impl HostCarrier {
     /// `slots` zeroed slots of `kind`; `mutable = false` refuses public writes (a move can
     /// still read it, but not fill it).
     pub fn with_mutability(kind: ElemKind, slots: usize, mutable: bool) -> Result<Arc<Self>> {
+        Self::allocated(kind, slots, mutable, true)
+    }
+
+    /// A mutable carrier of `slots`, for a caller that writes every slot before anybody can
+    /// read one: an Evictable's fresh primary, filled by the transition while it holds the
+    /// composite. From the host storage's `RECYCLE_MIN` its buffer may be a recycled one,
+    /// holding what its last owner wrote (the pages of the primary an eviction released,
+    /// present already, instead of new ones faulted in and zeroed by the kernel); smaller
+    /// buffers are zeroed, never uninitialised heap memory.
+    pub(crate) fn for_overwrite(kind: ElemKind, slots: usize) -> Result<Arc<Self>> {
+        let recyclable = slots.saturating_mul(kind.size()) >= crate::storage::RECYCLE_MIN;
+        Self::allocated(kind, slots, true, !recyclable)
+    }
+
+    fn allocated(kind: ElemKind, slots: usize, mutable: bool, zeroed: bool) -> Result<Arc<Self>> {
         let bytes = slots.checked_mul(kind.size()).ok_or(ModelError::OutOfMemory { bytes: usize::MAX })?;
-        let buf = HostBuffer::new(bytes, true).map_err(|_| ModelError::OutOfMemory { bytes })?;
+        let buf = HostBuffer::new(bytes, zeroed).map_err(|_| ModelError::OutOfMemory { bytes })?;
         Ok(Arc::new(HostCarrier {
             state: CarrierState::new("HostCarrier"),
             kind,

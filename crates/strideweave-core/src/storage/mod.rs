@@ -24,6 +24,7 @@ mod slab;
 pub use elem::{ElemKind, Scalar};
 pub use file::FileStore;
 pub use host::HostBuffer;
+pub(crate) use host::RECYCLE_MIN;
 pub use slab::FileSlab;
 #[cfg(feature = "block-devices")]
 pub mod block;

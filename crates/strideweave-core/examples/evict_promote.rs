@@ -1,7 +1,8 @@
 //! A two-tier carrier: weights in host memory, evicted to a file while unused and promoted
 //! back before use. Values survive both trips. Each trip moves the values, as a move does:
 //! the tier they leave is released (the file takes space only while evicted), and the tier
-//! they go to is made afresh beside the old one when that one was released.
+//! they go to is made afresh beside the old one when that one was released. A promote can
+//! also run ahead, on an engine thread (`promote_async`).
 //!
 //! `cargo run -p strideweave-core --example evict_promote`
 
@@ -24,7 +25,10 @@ pub fn run(n: usize) -> Result<Vec<f32>, ModelError> {
     assert!(weights.secondary().is_released()); // the file went with the values
     t.set(0, -1.0f32)?;
     weights.evict()?;
-    weights.promote()?;
+    // Prefetch: the promote runs on an engine thread while this one does other work; the
+    // weights refuse reads until it is done (`.await` the handle in async code).
+    let ready = weights.promote_async()?;
+    ready.wait()?;
     assert_eq!(weights.resident(), Tier::Primary);
     t.values_f32()
 }

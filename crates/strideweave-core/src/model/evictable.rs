@@ -44,13 +44,15 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use super::awaitable::ResidencyHandle;
 use super::carrier::{Carrier, CarrierExt, ClassKey, HookToken, IntoCarrier, HOOK};
 use super::error::{ModelError, Result};
 use super::host::HostCarrier;
 use super::movement::route::{self, route_kind, Job};
-use super::residency::Residency;
 pub use super::residency::Tier;
+use super::residency::{Residency, Transition};
 use super::state::{CarrierState, OwnerToken};
+use crate::engine::{pool, Completion};
 use crate::layout::{Layout, Shape};
 use crate::storage::ElemKind;
 
@@ -58,6 +60,28 @@ struct Tiers {
     primary: Arc<dyn Carrier>,
     secondary: Arc<dyn Carrier>,
     residency: Residency,
+    /// An asynchronous transition is transferring: the values are between tiers.
+    in_transition: bool,
+}
+
+/// A transition planned and ready to transfer: its step, the composite's version, the tier
+/// the values leave, the one they go to, and the fresh tier replacing that one, if any.
+struct Staged {
+    step: Transition,
+    version: u64,
+    source: Arc<dyn Carrier>,
+    target: Arc<dyn Carrier>,
+    fresh: Option<Arc<dyn Carrier>>,
+}
+
+impl Staged {
+    /// The values into the target (or its fresh replacement), when the step transfers.
+    fn transfer(&self, slots: usize) -> Result<()> {
+        if !self.step.transfers() {
+            return Ok(());
+        }
+        transfer(&*self.source, &**self.fresh.as_ref().unwrap_or(&self.target), slots)
+    }
 }
 
 impl Tiers {
@@ -84,6 +108,8 @@ pub struct Evictable {
     kind: ElemKind,
     slots: usize,
     tiers: Mutex<Tiers>,
+    /// The handle of the last asynchronous transition; a later transition waits for it.
+    pending: Mutex<Option<ResidencyHandle>>,
 }
 
 impl std::fmt::Debug for Evictable {
@@ -157,7 +183,13 @@ impl Evictable {
             owner,
             kind,
             slots: primary.size(),
-            tiers: Mutex::new(Tiers { primary, secondary, residency: Residency::new(retain_clean) }),
+            tiers: Mutex::new(Tiers {
+                primary,
+                secondary,
+                residency: Residency::new(retain_clean),
+                in_transition: false,
+            }),
+            pending: Mutex::new(None),
         }))
     }
 
@@ -183,49 +215,141 @@ impl Evictable {
         !self.state.is_released() && self.tiers.lock().residency.is_clean(self.state.version())
     }
 
-    /// Move the values to the secondary tier (nothing to do if they are there).
+    /// Move the values to the secondary tier (nothing to do if they are there). Waits first
+    /// for an asynchronous transition still running.
     pub fn evict(&self) -> Result<()> {
         self.transition(true)
     }
 
-    /// Move the values back to the primary tier (nothing to do if they are there).
+    /// Move the values back to the primary tier (nothing to do if they are there). Waits
+    /// first for an asynchronous transition still running.
     pub fn promote(&self) -> Result<()> {
         self.transition(false)
     }
 
+    /// Start [`evict`](Self::evict) on an engine thread. Refusals of the composite's state
+    /// (released, claimed by a pending move) return here, before any effect; a transition
+    /// with nothing to transfer (already evicted, or clean) is done when this returns. Until
+    /// the handle is done, reads, writes, moves and release of the composite are refused
+    /// (`Claimed`, as for a pending move), and a later transition waits for it.
+    ///
+    /// ```
+    /// use strideweave_core::model::{CarrierExt, Evictable, FileCarrier, HostCarrier, ModelError};
+    /// use strideweave_core::storage::{ElemKind, Scalar};
+    ///
+    /// let layer = Evictable::retaining_clean(
+    ///     HostCarrier::from_f32(&[0.5; 1024]),
+    ///     FileCarrier::temp(ElemKind::F32).unwrap(),
+    /// )
+    /// .unwrap();
+    /// layer.evict().unwrap();
+    /// let ready = layer.promote_async().unwrap(); // prefetch while computing elsewhere
+    /// // ... work on another layer ...
+    /// ready.wait().unwrap();
+    /// assert_eq!(layer.get(1023).unwrap(), Scalar::F32(0.5));
+    /// ```
+    pub fn evict_async(self: &Arc<Self>) -> Result<ResidencyHandle> {
+        self.transition_async(true)
+    }
+
+    /// Start [`promote`](Self::promote) on an engine thread (see
+    /// [`evict_async`](Self::evict_async)): prefetch the values, then wait for the handle (or
+    /// `.await` it) before reading them.
+    pub fn promote_async(self: &Arc<Self>) -> Result<ResidencyHandle> {
+        self.transition_async(false)
+    }
+
     fn transition(&self, evict: bool) -> Result<()> {
+        // One transition at a time: this one waits for one running asynchronously.
+        let mut pending = self.pending.lock();
+        if let Some(running) = pending.take() {
+            let _ = running.wait();
+        }
         // The composite's state stays locked across the copy, so no write, release or claim
         // of it interleaves; its tiers are owned, so nothing outside reaches them.
         let gate = self.state.begin_write()?;
         gate.check_writable(true)?;
         let mut tiers = self.tiers.lock();
-        let version = self.state.version();
-        let Some(step) = tiers.residency.plan(evict, version) else { return Ok(()) };
-        let source = tiers.tier(step.source()).clone();
-        if step.transfers() {
-            let target = tiers.tier(step.target()).clone();
-            let fresh = if target.is_released() || target.size() < self.slots {
-                Some(self.fresh_tier(&*target)?)
-            } else {
-                None
+        let Some(staged) = self.stage(&tiers, evict, self.state.version())? else { return Ok(()) };
+        let transferred = staged.transfer(self.slots);
+        self.finish(&mut tiers, staged, transferred)
+        // The gate drops uncommitted: evict and promote are not writes.
+    }
+
+    fn transition_async(self: &Arc<Self>, evict: bool) -> Result<ResidencyHandle> {
+        let mut pending = self.pending.lock();
+        if let Some(running) = pending.take() {
+            let _ = running.wait();
+        }
+        let this: Arc<dyn Carrier> = self.clone();
+        let action = if evict { "evict" } else { "promote" };
+        // Held until the transition is final: the composite's writes, release and moves are
+        // refused meanwhile, and its reads by the flag set below.
+        let claim = self.state.claim_for(&this, action)?;
+        let mut tiers = self.tiers.lock();
+        // Nobody writes a claimed carrier, so this version holds until the commit.
+        let Some(staged) = self.stage(&tiers, evict, self.state.version())? else {
+            return Ok(ResidencyHandle::done(Ok(())));
+        };
+        if !staged.step.transfers() {
+            self.finish(&mut tiers, staged, Ok(()))?;
+            return Ok(ResidencyHandle::done(Ok(())));
+        }
+        tiers.in_transition = true;
+        drop(tiers);
+        let cell = Arc::new(Completion::new());
+        let handle = ResidencyHandle::on(cell.clone());
+        *pending = Some(handle.clone());
+        let composite = self.clone();
+        pool::submit(move || {
+            let transferred =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| staged.transfer(composite.slots)))
+                    .unwrap_or_else(|_| Err(ModelError::TransferPanicked { message: "a tier's hook panicked".into() }));
+            let outcome = {
+                let mut tiers = composite.tiers.lock();
+                tiers.in_transition = false;
+                composite.finish(&mut tiers, staged, transferred)
             };
-            if let Err(e) = transfer(&*source, &**fresh.as_ref().unwrap_or(&target), self.slots) {
-                if let Some(fresh) = fresh {
-                    self.release_tier(&*fresh, false);
-                }
-                return Err(e);
-            }
+            // The claim goes before the handle completes, so a waiter finds the composite free.
+            drop(claim);
+            cell.commit(outcome);
+        });
+        Ok(handle)
+    }
+
+    /// The transition `evict` needs of the composite at `version`, its fresh tier made (a
+    /// released or too small target is replaced); `None` when the values are there already.
+    fn stage(&self, tiers: &Tiers, evict: bool, version: u64) -> Result<Option<Staged>> {
+        let Some(step) = tiers.residency.plan(evict, version) else { return Ok(None) };
+        let source = tiers.tier(step.source()).clone();
+        let target = tiers.tier(step.target()).clone();
+        let fresh = if step.transfers() && (target.is_released() || target.size() < self.slots) {
+            Some(self.fresh_tier(&*target)?)
+        } else {
+            None
+        };
+        Ok(Some(Staged { step, version, source, target, fresh }))
+    }
+
+    /// Commit a staged transition whose transfer succeeded, or give back what it made.
+    fn finish(&self, tiers: &mut Tiers, staged: Staged, transferred: Result<()>) -> Result<()> {
+        let Staged { step, version, source, fresh, .. } = staged;
+        if let Err(e) = transferred {
             if let Some(fresh) = fresh {
-                let replaced = tiers.replace(step.target(), fresh);
-                self.release_tier(&*replaced, false);
+                self.release_tier(&*fresh, false);
             }
+            return Err(e);
+        }
+        if let Some(fresh) = fresh {
+            let replaced = tiers.replace(step.target(), fresh);
+            self.release_tier(&*replaced, false);
         }
         if step.releases_source() {
             // Released as a move releases its source; it stays ours until replaced.
             self.release_tier(&*source, true);
         }
         tiers.residency.commit(step, version);
-        Ok(()) // the gate drops uncommitted: evict and promote are not writes
+        Ok(())
     }
 
     /// A fresh tier like `like`, owned by the composite. The transition fills every slot
@@ -254,9 +378,13 @@ impl Evictable {
         }
     }
 
-    /// The resident primary, or `Evicted`.
-    fn promoted(&self) -> Result<Arc<dyn Carrier>> {
+    /// The resident primary: refused while an asynchronous transition runs (the values are
+    /// between tiers), or `Evicted`.
+    fn promoted(&self, action: &'static str) -> Result<Arc<dyn Carrier>> {
         let tiers = self.tiers.lock();
+        if tiers.in_transition {
+            return Err(self.state.pending_refusal(action));
+        }
         if tiers.residency.is_evicted() {
             return Err(ModelError::Evicted { carrier: self.state.class_name().to_string() });
         }
@@ -302,12 +430,12 @@ impl Carrier for Evictable {
     }
 
     fn read_slot(&self, _: &HookToken, i: usize) -> Result<crate::storage::Scalar> {
-        self.promoted()?.read_slot(HOOK, i)
+        self.promoted("read")?.read_slot(HOOK, i)
     }
 
     /// Every write into the composite (a public one, or a move's) makes the clean copy stale.
     fn write_slot(&self, _: &HookToken, i: usize, v: crate::storage::Scalar) -> Result<()> {
-        let primary = self.promoted()?;
+        let primary = self.promoted("write to")?;
         self.moved_into();
         primary.write_slot(HOOK, i, v)
     }

@@ -272,3 +272,143 @@ fn a_release_racing_transitions_releases_every_tier() {
         }
     }
 }
+
+/// A composite whose secondary holds `[1, 2, 3]` and reads its slots only through `gate`:
+/// a promote stays pending until the test opens it.
+fn evicted_behind(gate: &Arc<super::test_support::Gate>) -> Arc<Evictable> {
+    let secondary = Arc::new(super::test_support::VecCarrier {
+        gate: Some(gate.clone()),
+        ..super::test_support::VecCarrier::new(&[0.0; 3])
+    });
+    let e = Evictable::new(HostCarrier::from_f32(&[1.0, 2.0, 3.0]), secondary).unwrap();
+    e.evict().unwrap(); // writes only: the gate holds reads
+    e
+}
+
+#[test]
+fn a_pending_async_promote_holds_the_composite_and_a_later_transition_waits_for_it() {
+    let gate = Arc::new(super::test_support::Gate::default());
+    let e = evicted_behind(&gate);
+    let handle = e.promote_async().unwrap();
+    assert!(!handle.is_done());
+    let claimed = |r: Result<(), ModelError>| matches!(r, Err(ModelError::Claimed { .. }));
+    assert!(matches!(e.get(0), Err(ModelError::Claimed { action: "read", .. })));
+    assert!(claimed(e.set(0, Scalar::F32(9.0))));
+    assert!(claimed(e.release()));
+    let t = Tensor::canonical(&e, &[3]).unwrap();
+    assert!(move_tensor(&t, HostCarrier::zeros(ElemKind::F32, 3).unwrap()).is_err());
+    let later = {
+        let e = e.clone();
+        std::thread::spawn(move || e.promote())
+    };
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert!(!later.is_finished(), "the later promote waits for the pending one");
+    gate.open();
+    assert!(handle.wait().is_ok());
+    later.join().unwrap().unwrap(); // then finds its work done
+    assert_eq!((e.version(), t.values_f32().unwrap()), (0, vec![1.0, 2.0, 3.0]));
+}
+
+#[test]
+fn a_failed_async_transition_changes_nothing_and_gives_the_composite_back() {
+    let primary = Arc::new(super::test_support::VecCarrier::new(&[1.0, 2.0]));
+    let e = Evictable::new(&primary, FileCarrier::temp(ElemKind::F32).unwrap()).unwrap();
+    primary.slots.lock().truncate(1); // its second read fails
+    let secondary = e.secondary();
+    let failed = e.evict_async().unwrap().wait();
+    assert!(failed.is_err());
+    assert!(super::carrier::same_carrier(&e.secondary(), &secondary) && !primary.is_released());
+    assert_eq!(e.resident(), Tier::Primary);
+    e.release().unwrap(); // no claim left behind
+}
+
+#[test]
+fn async_transitions_with_nothing_to_transfer_are_done_at_once() {
+    let e =
+        Evictable::retaining_clean(HostCarrier::from_f32(&[1.0]), FileCarrier::temp(ElemKind::F32).unwrap()).unwrap();
+    assert!(e.promote_async().unwrap().is_done()); // promoted already
+    e.evict_async().unwrap().wait().unwrap();
+    e.promote_async().unwrap().wait().unwrap();
+    let clean = e.evict_async().unwrap(); // the secondary holds the values: nothing to write
+    assert!(clean.is_done() && e.primary().is_released());
+    e.release().unwrap();
+    assert!(matches!(e.promote_async(), Err(ModelError::Released { .. })));
+}
+
+#[cfg(feature = "async")]
+#[test]
+fn a_residency_handle_is_a_future() {
+    let e = Evictable::new(HostCarrier::from_f32(&[4.0; 4096]), FileCarrier::temp(ElemKind::F32).unwrap()).unwrap();
+    let evicted = e.evict_async().unwrap();
+    // A minimal executor: poll, park until woken.
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark()
+        }
+    }
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    use std::future::Future;
+    let mut future = std::pin::pin!(evicted);
+    let outcome = loop {
+        match future.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(outcome) => break outcome,
+            std::task::Poll::Pending => std::thread::park(),
+        }
+    };
+    assert!(outcome.is_ok() && e.resident() == Tier::Secondary);
+}
+
+/// 8 threads × 300 rounds, each round a fresh composite: asynchronous evicts and promotes
+/// race writes, moves out and a release. Every refusal is one the contract names, nothing
+/// panics, and afterwards no claim is left: the composite releases, and with it every tier.
+#[test]
+fn async_transitions_racing_writes_moves_and_release_leave_no_claim() {
+    use std::sync::Barrier;
+    for round in 0..300 {
+        let e = Evictable::retaining_clean(
+            HostCarrier::from_f32(&[1.0, 2.0, 3.0, 4.0]),
+            FileCarrier::temp(ElemKind::F32).unwrap(),
+        )
+        .unwrap();
+        let start = Barrier::new(8);
+        std::thread::scope(|s| {
+            let threads: Vec<_> = (0..8)
+                .map(|k| {
+                    let (e, start) = (&e, &start);
+                    s.spawn(move || {
+                        start.wait();
+                        let outcome = match (k + round) % 5 {
+                            0 => e.evict_async().and_then(|h| h.wait()),
+                            1 => e.promote_async().and_then(|h| h.wait()),
+                            2 => e.set(1, Scalar::F32(k as f32)),
+                            3 => Tensor::canonical(e, &[4])
+                                .and_then(|t| move_tensor(&t, HostCarrier::zeros(ElemKind::F32, 4).unwrap()))
+                                .map(|_| ()),
+                            _ => e.release(),
+                        };
+                        match outcome {
+                            Ok(()) => {}
+                            Err(
+                                ModelError::Claimed { .. } | ModelError::Released { .. } | ModelError::Evicted { .. },
+                            ) => {}
+                            Err(ModelError::Move(refusal)) => {
+                                assert!(
+                                    refusal.to_string().contains("released") || refusal.to_string().contains("pending"),
+                                    "{refusal}"
+                                );
+                            }
+                            Err(other) => panic!("round {round}: {other:?}"),
+                        }
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().unwrap();
+            }
+        });
+        e.release().unwrap(); // refused if anything still held it
+        assert!(e.primary().is_released() && e.secondary().is_released(), "round {round}");
+    }
+}

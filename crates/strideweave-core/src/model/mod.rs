@@ -16,6 +16,7 @@
 //! * [`element`], [`slices`], [`views`]: typed element access, host slices, and typed
 //!   [`HostView`]s by ordinal or coordinate.
 //! * [`movement`]: [`move_tensor`], [`move_async`] and [`MoveHandle`].
+//! * [`awaitable`]: [`Awaitable`], the one handle of asynchronous work (moves, residency).
 //! * [`export`]: DLPack export with [`Tensor::to_dlpack`].
 //! * [`error`]: [`ModelError`], one variant per cause.
 //!
@@ -34,6 +35,7 @@
 //! assert_eq!(t2.values_f32().unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
 //! ```
 
+pub mod awaitable;
 #[cfg(feature = "block-devices")]
 pub mod block;
 pub mod carrier;
@@ -64,6 +66,7 @@ mod tests;
 #[cfg(test)]
 mod typed_tests;
 
+pub use awaitable::{Awaitable, ResidencyHandle};
 #[cfg(feature = "block-devices")]
 pub use block::BlockCarrier;
 pub use carrier::{BulkStorage, Carrier, CarrierExt, ClaimedHost, ClassKey, HookToken, IntoCarrier};

@@ -383,6 +383,23 @@ impl CarrierState {
         Ok(ClaimGuard { carrier: Some(carrier.clone()), id })
     }
 
+    /// Claim the carrier for a composite's own operation on it (an Evictable's asynchronous
+    /// transition), refused in the words of `action`: released → `Released`; owned →
+    /// `Owned`; claimed, or a write in progress → `Claimed`. The guard's drop gives it back.
+    pub(crate) fn claim_for(&self, carrier: &Arc<dyn Carrier>, action: &'static str) -> Result<ClaimGuard> {
+        debug_assert!(std::ptr::eq(carrier.state(HOOK), self), "the carrier must own this state");
+        let id = ClaimId::fresh();
+        self.cell
+            .try_claim(Claim::Move(id), ClaimRule { owner_refuses: true, mutable: true }, &Strict)
+            .map_err(|(_, why)| self.refused(why, action, |carrier| ModelError::Owned { carrier }))?;
+        Ok(ClaimGuard { carrier: Some(carrier.clone()), id })
+    }
+
+    /// The refusal of `action` while a pending operation holds the carrier.
+    pub(crate) fn pending_refusal(&self, action: &'static str) -> ModelError {
+        self.claimed_err(action)
+    }
+
     fn drop_claim(&self, id: ClaimId) {
         let _ = self.cell.drop_claim_if(|held| held.move_id() == Some(id));
     }

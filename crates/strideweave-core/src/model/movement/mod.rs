@@ -35,6 +35,7 @@ mod terminal;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::awaitable::Awaitable;
 use super::carrier::IntoCarrier;
 use super::error::{ModelError, Result};
 use super::tensor::{Subtensor, Tensor};
@@ -60,91 +61,42 @@ pub type MoveOutcome = Result<Tensor, ModelError>;
 ///
 /// With the `async` feature (on by default) a handle is also a [`Future`](std::future::Future)
 /// of the outcome, for any executor: no runtime is needed, the finishing thread wakes the
-/// task that polled last.
-#[derive(Debug)]
+/// task that polled last. It is the model's one handle, [`Awaitable`], with the move's route.
+#[derive(Debug, Clone)]
 pub struct MoveHandle {
-    cell: Arc<Completion<MoveOutcome>>,
+    outcome: Awaitable<MoveOutcome>,
     route: RouteKind,
-    #[cfg(feature = "async")]
-    waker: Arc<WakerSlot>,
-}
-
-/// The waker of the task awaiting a handle, and whether the completion callback that wakes
-/// it is registered.
-#[cfg(feature = "async")]
-#[derive(Debug, Default)]
-struct WakerSlot {
-    waker: parking_lot::Mutex<Option<std::task::Waker>>,
-    registered: std::sync::atomic::AtomicBool,
-}
-
-impl Clone for MoveHandle {
-    /// Another handle on the same outcome. A clone has its own waker slot, so clones awaited
-    /// by different tasks each wake their own.
-    fn clone(&self) -> Self {
-        MoveHandle {
-            cell: self.cell.clone(),
-            route: self.route,
-            #[cfg(feature = "async")]
-            waker: Arc::default(),
-        }
-    }
 }
 
 #[cfg(feature = "async")]
 impl std::future::Future for MoveHandle {
     type Output = MoveOutcome;
 
-    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<MoveOutcome> {
-        use std::sync::atomic::Ordering;
-        use std::task::Poll;
-        if let Some(outcome) = self.cell.get() {
-            return Poll::Ready(outcome.clone());
-        }
-        {
-            let mut slot = self.waker.waker.lock();
-            match &*slot {
-                Some(w) if w.will_wake(cx.waker()) => {}
-                _ => *slot = Some(cx.waker().clone()),
-            }
-        }
-        if !self.waker.registered.swap(true, Ordering::AcqRel) {
-            let slot = self.waker.clone();
-            // Runs once, on the finishing thread (or here, if the move finished meanwhile).
-            self.cell.on_done(move |_| {
-                if let Some(w) = slot.waker.lock().take() {
-                    w.wake();
-                }
-            });
-        }
-        // The move may have finished between the first look and storing the waker.
-        match self.cell.get() {
-            Some(outcome) => Poll::Ready(outcome.clone()),
-            None => Poll::Pending,
-        }
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<MoveOutcome> {
+        std::pin::Pin::new(&mut self.outcome).poll(cx)
     }
 }
 
 impl MoveHandle {
     /// Whether the move has reached its terminal outcome. Never blocks.
     pub fn is_done(&self) -> bool {
-        self.cell.is_done()
+        self.outcome.is_done()
     }
 
     /// Block until the move finishes; the moved tensor or the recorded failure (the same
     /// outcome for every caller).
     pub fn wait(&self) -> MoveOutcome {
-        self.cell.wait().clone()
+        self.outcome.wait()
     }
 
     /// [`wait`](Self::wait) giving up after `timeout` with `None`.
     pub fn wait_timeout(&self, timeout: Duration) -> Option<MoveOutcome> {
-        self.cell.wait_timeout(timeout).cloned()
+        self.outcome.wait_timeout(timeout)
     }
 
     /// Run `callback` once with the outcome: on the finishing thread, or at once if done.
     pub fn on_done<F: FnOnce(&MoveOutcome) + Send + 'static>(&self, callback: F) {
-        self.cell.on_done(callback)
+        self.outcome.on_done(callback)
     }
 
     /// The route the move runs.
@@ -303,12 +255,7 @@ pub fn move_async(tensor: &Tensor, destination: impl IntoCarrier) -> Result<Move
     let pending = carrier_request::initiate(tensor, &destination.into_carrier(), None)?;
     let route = pending.route_kind();
     let cell = Arc::new(Completion::new());
-    let handle = MoveHandle {
-        cell: cell.clone(),
-        route,
-        #[cfg(feature = "async")]
-        waker: Arc::default(),
-    };
+    let handle = MoveHandle { outcome: Awaitable::on(cell.clone()), route };
     if route == RouteKind::HostToHost && pending.bytes() <= INLINE_BYTES {
         // A small host copy costs less than waking a worker: it runs here, and the handle
         // is done when returned (a transfer's panic is contained by `run` as on a worker).

@@ -50,6 +50,8 @@ impl Subtensor {
         let cosize = layout.cosize() as usize;
         let size = carrier.size();
         if offset.checked_add(cosize).is_none_or(|end| end > size) {
+            // A release racing this call shrinks the size to 0: that is the refusal to give.
+            carrier.state(HOOK).check_live()?;
             return Err(ModelError::WindowOutOfRange { offset, cosize, size });
         }
         Ok(Subtensor { carrier, offset, layout })

@@ -34,7 +34,7 @@ use thiserror::Error;
 use crate::layout::plan::{addressed_range, check_modes, LoopPlan, PlanError};
 
 mod streaming;
-mod vectored;
+pub(crate) mod vectored;
 pub use streaming::{copy_span_streaming, stream_fence, STREAM_THRESHOLD};
 pub use vectored::{file_read_scatter, file_write_gather, MAX_RANGES};
 

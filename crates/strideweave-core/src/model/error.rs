@@ -113,6 +113,12 @@ pub enum ModelError {
     /// refusals, shared with the Python binding.
     #[error(transparent)]
     Move(#[from] MoveRefusal),
+    /// A tiled carrier's shapes, tier sizes or tile indices refused.
+    #[error("TiledEvictable: {message}")]
+    Tiling {
+        /// What was refused.
+        message: String,
+    },
     /// A read or write of an evicted composite: its values are in the secondary tier.
     #[error("{carrier} carrier is evicted: promote() it before reading or writing its values")]
     Evicted {

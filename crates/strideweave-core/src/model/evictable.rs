@@ -45,15 +45,13 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::awaitable::ResidencyHandle;
-use super::carrier::{Carrier, CarrierExt, ClassKey, HookToken, IntoCarrier, HOOK};
+use super::carrier::{Carrier, CarrierExt, HookToken, IntoCarrier, HOOK};
 use super::error::{ModelError, Result};
-use super::host::HostCarrier;
-use super::movement::route::{self, route_kind, Job};
 pub use super::residency::Tier;
 use super::residency::{Residency, Transition};
 use super::state::{CarrierState, OwnerToken};
+use super::tier_ops;
 use crate::engine::{pool, Completion};
-use crate::layout::{Layout, Shape};
 use crate::storage::ElemKind;
 
 struct Tiers {
@@ -80,7 +78,7 @@ impl Staged {
         if !self.step.transfers() {
             return Ok(());
         }
-        transfer(&*self.source, &**self.fresh.as_ref().unwrap_or(&self.target), slots)
+        tier_ops::transfer(&*self.source, &**self.fresh.as_ref().unwrap_or(&self.target), slots)
     }
 }
 
@@ -352,30 +350,12 @@ impl Evictable {
         Ok(())
     }
 
-    /// A fresh tier like `like`, owned by the composite. The transition fills every slot
-    /// before the tier is seen (or releases it unread), so a host tier need not be zeroed.
     fn fresh_tier(&self, like: &dyn Carrier) -> Result<Arc<dyn Carrier>> {
-        let fresh: Arc<dyn Carrier> = if like.class_key() == ClassKey::of::<HostCarrier>() {
-            HostCarrier::for_overwrite(self.kind, self.slots)?
-        } else {
-            like.allocate_like(self.slots)?
-        };
-        if let Err(e) = fresh.state(HOOK).adopt(self.owner) {
-            let _ = fresh.release();
-            return Err(e);
-        }
-        Ok(fresh)
+        tier_ops::fresh_like(like, self.kind, self.slots, self.owner)
     }
 
-    /// Release an owned tier as its owner, never unowned while live; `keep` leaves it owned.
-    /// Nobody else can claim an owned tier, so the release cannot be refused.
     fn release_tier(&self, tier: &dyn Carrier, keep: bool) {
-        if let Ok(true) = tier.state(HOOK).release_as_owner(self.owner) {
-            tier.release_storage(HOOK);
-        }
-        if !keep {
-            tier.state(HOOK).disown(self.owner);
-        }
+        tier_ops::release_owned(tier, self.owner, keep)
     }
 
     /// The resident primary: refused while an asynchronous transition runs (the values are
@@ -395,21 +375,6 @@ impl Evictable {
     fn moved_into(&self) {
         self.tiers.lock().residency.mark_dirty();
     }
-}
-
-/// Slots `[0, n)` of `from` into the same slots of `to`, by the pair's route, a move's: one
-/// span between host memory and a file or a block device, one host copy, or slot by slot for
-/// carriers with no bulk storage.
-fn transfer(from: &dyn Carrier, to: &dyn Carrier, n: usize) -> Result<()> {
-    if n == 0 {
-        return Ok(());
-    }
-    let extent = i64::try_from(n).map_err(|_| ModelError::Layout(crate::layout::LayoutError::SizeOverflow))?;
-    let layout = Layout::canonical(&Shape::flat(&[extent])?)?;
-    let route = route::resolve_as(route_kind(from.class_key(), to.class_key()), from, to);
-    let job =
-        Job { src: from, dst: to, offset: 0, layout: &layout, elem_size: from.elem_kind().size(), progress: None };
-    route::execute(&route, &job)
 }
 
 impl Carrier for Evictable {

@@ -8,7 +8,10 @@ use std::sync::Arc;
 fn a_failed_evict_leaves_values_tiers_and_version_as_they_were() {
     let host = HostCarrier::from_f32(&[1.0, 2.0, 3.0]);
     // Too small, and it cannot make a larger tier like itself.
-    let small = Arc::new(super::test_support::VecCarrier::new(&[0.0, 0.0]));
+    let small = Arc::new(super::test_support::VecCarrier {
+        no_factory: true,
+        ..super::test_support::VecCarrier::new(&[0.0, 0.0])
+    });
     let e = Evictable::new(&host, &small).unwrap();
     assert!(matches!(e.evict(), Err(ModelError::NotAllocatable { .. })));
     assert_eq!(e.resident(), Tier::Primary);

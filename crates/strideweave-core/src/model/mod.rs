@@ -10,8 +10,9 @@
 //!   checked operations every carrier gets.
 //! * [`host`], [`mod@file`], [`block`]: the built-in [`HostCarrier`], [`FileCarrier`] and
 //!   [`BlockCarrier`].
-//! * [`evictable`], [`residency`]: the two-tier [`Evictable`] and the residency rule it
-//!   shares with the Python package's (`Residency`, `Transition`).
+//! * [`evictable`], [`tiled`], [`residency`]: the two-tier [`Evictable`], the tiled
+//!   [`TiledEvictable`], and the residency rule both share with the Python package's
+//!   (`Residency`, `Transition`).
 //! * [`tensor`]: [`Tensor`] and [`Subtensor`].
 //! * [`element`], [`slices`], [`views`]: typed element access, host slices, and typed
 //!   [`HostView`]s by ordinal or coordinate.
@@ -53,6 +54,8 @@ pub mod state;
 pub mod state_cell;
 pub mod state_refusal;
 pub mod tensor;
+mod tier_ops;
+pub mod tiled;
 pub mod views;
 
 #[cfg(test)]
@@ -63,6 +66,8 @@ mod race_tests;
 mod test_support;
 #[cfg(all(test, feature = "dlpack", feature = "block-devices"))]
 mod tests;
+#[cfg(test)]
+mod tiled_tests;
 #[cfg(test)]
 mod typed_tests;
 
@@ -85,4 +90,5 @@ pub use state::{CarrierState, Claim, ClaimGuard, ClaimId, Foreign, ForeignObject
 pub use state_cell::{ClaimJudge, ClaimRule, Refusal, ReleaseStart, StateCell, Strict, Verdict};
 pub use state_refusal::{Holder, StateRefusal};
 pub use tensor::{Subtensor, Tensor};
+pub use tiled::TiledEvictable;
 pub use views::{HostView, HostViewMut};

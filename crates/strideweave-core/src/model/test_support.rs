@@ -46,6 +46,11 @@ pub(crate) struct VecCarrier {
     pub release_sleep: Duration,
     pub allocatable: bool,
     pub immutable: bool,
+    /// Every carrier `allocate_like` made (they share this list, and the gate and the
+    /// injected write failure of the carrier that made them).
+    pub made: Arc<Mutex<Vec<Arc<VecCarrier>>>>,
+    /// `allocate_like` refuses (`NotAllocatable`), as a carrier with no factory does.
+    pub no_factory: bool,
 }
 
 impl Default for CarrierState {
@@ -106,6 +111,21 @@ impl Carrier for VecCarrier {
 
     fn can_allocate(&self) -> bool {
         self.allocatable
+    }
+
+    fn allocate_like(&self, slots: usize) -> Result<Arc<dyn Carrier>> {
+        if self.no_factory {
+            return Err(ModelError::NotAllocatable { carrier: "VecCarrier".into() });
+        }
+        let fresh = Arc::new(VecCarrier {
+            slots: Mutex::new(vec![0.0; slots]),
+            gate: self.gate.clone(),
+            fail_write_at: self.fail_write_at,
+            made: self.made.clone(),
+            ..Default::default()
+        });
+        self.made.lock().push(fresh.clone());
+        Ok(fresh)
     }
 
     fn allocate(&self, _: &HookToken, slots: usize) -> Result<()> {

@@ -1,0 +1,134 @@
+//! What the tier composites ([`Evictable`](super::Evictable),
+//! [`TiledEvictable`](super::TiledEvictable)) do to the carriers they own, once: make a fresh
+//! owned tier (or tile) like another, copy values between two of them by a move's route, and
+//! release one as its owner.
+
+use std::sync::Arc;
+
+use super::carrier::{BulkStorage, Carrier, CarrierExt, ClassKey, HOOK};
+use super::error::{ModelError, Result};
+use super::host::{HostCarrier, HostStore};
+use super::movement::route::{self, route_kind, Job};
+use super::state::OwnerToken;
+use crate::layout::{Layout, Shape};
+use crate::storage::{ElemKind, FileStore};
+
+/// A fresh carrier of `slots` like `like`, owned by `owner`. The composite fills every slot
+/// before anybody sees it (or releases it unread), so a host carrier need not be zeroed.
+pub(super) fn fresh_like(
+    like: &dyn Carrier,
+    kind: ElemKind,
+    slots: usize,
+    owner: OwnerToken,
+) -> Result<Arc<dyn Carrier>> {
+    let fresh: Arc<dyn Carrier> = if like.class_key() == ClassKey::of::<HostCarrier>() {
+        HostCarrier::for_overwrite(kind, slots)?
+    } else {
+        like.allocate_like(slots)?
+    };
+    if let Err(e) = fresh.state(HOOK).adopt(owner) {
+        let _ = fresh.release();
+        return Err(e);
+    }
+    Ok(fresh)
+}
+
+/// Release an owned carrier as its owner, never unowned while live; `keep` leaves it owned
+/// (a released tier the composite still lists). Nobody else can claim an owned carrier, so
+/// the release cannot be refused.
+pub(super) fn release_owned(tier: &dyn Carrier, owner: OwnerToken, keep: bool) {
+    if let Ok(true) = tier.state(HOOK).release_as_owner(owner) {
+        tier.release_storage(HOOK);
+    }
+    if !keep {
+        tier.state(HOOK).disown(owner);
+    }
+}
+
+/// Slots `[0, n)` of `from` into the same slots of `to`, by the pair's route, a move's: one
+/// span between host memory and a file or a block device, one host copy, or slot by slot for
+/// carriers with no bulk storage.
+pub(super) fn transfer(from: &dyn Carrier, to: &dyn Carrier, n: usize) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    let extent = i64::try_from(n).map_err(|_| ModelError::Layout(crate::layout::LayoutError::SizeOverflow))?;
+    let layout = Layout::canonical(&Shape::flat(&[extent])?)?;
+    let route = route::resolve_as(route_kind(from.class_key(), to.class_key()), from, to);
+    let job =
+        Job { src: from, dst: to, offset: 0, layout: &layout, elem_size: from.elem_kind().size(), progress: None };
+    route::execute(&route, &job)
+}
+
+/// Where a carrier's slot 0 lives, for copies of runs of slots in bulk: host memory, a file
+/// from a byte offset (a whole file, or a region of a slab), or only its slot hooks.
+#[derive(Clone)]
+pub(super) enum Window {
+    /// Host memory behind its lock.
+    Host(Arc<HostStore>),
+    /// A file, slot 0 at this byte offset.
+    File(Arc<FileStore>, u64),
+    /// No bulk access: slot by slot, through the carrier's hooks.
+    Slots,
+}
+
+impl Window {
+    /// A carrier's window as its bulk storage gives it.
+    pub(super) fn of(carrier: &dyn Carrier) -> Window {
+        match carrier.bulk_storage(HOOK) {
+            Some(BulkStorage::Host(store)) => Window::Host(store),
+            Some(BulkStorage::File(store)) => Window::File(store, 0),
+            _ => Window::Slots,
+        }
+    }
+}
+
+/// Runs of slots `(from slot, to slot, count)` of `from` into `to`, through their windows:
+/// one copy, positioned read or positioned write per run between host memory and files, slot
+/// by slot otherwise. Every run is checked against both sizes before a slot moves.
+pub(super) fn copy_runs(
+    (from, from_at): (&dyn Carrier, &Window),
+    (to, to_at): (&dyn Carrier, &Window),
+    runs: &[(usize, usize, usize)],
+) -> Result<()> {
+    let fits = |size: usize, first: usize, count: usize| first.checked_add(count).is_some_and(|end| end <= size);
+    if let Some(&(first, _, count)) = runs.iter().find(|&&(f, _, c)| !fits(from.size(), f, c)) {
+        return Err(ModelError::WindowOutOfRange { offset: first, cosize: count, size: from.size() });
+    }
+    if let Some(&(_, first, count)) = runs.iter().find(|&&(_, t, c)| !fits(to.size(), t, c)) {
+        return Err(ModelError::WindowOutOfRange { offset: first, cosize: count, size: to.size() });
+    }
+    let es = from.elem_kind().size();
+    let bytes = |first: usize, count: usize| first * es..(first + count) * es;
+    let at = |base: u64, first: usize| base + (first * es) as u64;
+    let io = |what: &'static str| move |e| ModelError::io(what, e);
+    match (from_at, to_at) {
+        (Window::Host(src), Window::Host(dst)) if !Arc::ptr_eq(src, dst) => {
+            let (src, mut dst) = (src.read(), dst.write());
+            for &(f, t, c) in runs {
+                dst.as_mut_slice()[bytes(t, c)].copy_from_slice(&src.as_slice()[bytes(f, c)]);
+            }
+        }
+        (Window::Host(src), Window::File(dst, base)) => {
+            let src = src.read();
+            for &(f, t, c) in runs {
+                dst.write_at(at(*base, t), &src.as_slice()[bytes(f, c)]).map_err(io("writing a run of slots"))?;
+            }
+        }
+        (Window::File(src, base), Window::Host(dst)) => {
+            let mut dst = dst.write();
+            for &(f, t, c) in runs {
+                src.read_at(at(*base, f), &mut dst.as_mut_slice()[bytes(t, c)])
+                    .map_err(io("reading a run of slots"))?;
+            }
+        }
+        _ => {
+            for &(f, t, c) in runs {
+                for k in 0..c {
+                    to.write_slot(HOOK, t + k, from.read_slot(HOOK, f + k)?)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}

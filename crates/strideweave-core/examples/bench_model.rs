@@ -174,4 +174,21 @@ fn main() {
         std::fs::remove_file(&path).unwrap();
     });
     row("TiledEvictable 1024 x 16 KiB evict+promote", ours, theirs, "write + read_exact");
+
+    // A projection: every other tile, half of them evicted (read in place from the slab),
+    // into a fresh dense tensor, against gathering the same tiles from a Vec.
+    tiled.evict(&(0..tiles).step_by(4).collect::<Vec<_>>()).unwrap();
+    let picks: Vec<usize> = (0..tiles).step_by(2).collect();
+    let ours = time_per_call(bulk_rounds, 1, || {
+        black_box(tiled.project(std::slice::from_ref(&picks)).unwrap());
+    });
+    let flat = vec![0f32; tiles * tile];
+    let theirs = time_per_call(bulk_rounds, 1, || {
+        let mut out = vec![0f32; picks.len() * tile];
+        for (k, &p) in picks.iter().enumerate() {
+            out[k * tile..(k + 1) * tile].copy_from_slice(&flat[p * tile..(p + 1) * tile]);
+        }
+        black_box(out);
+    });
+    row("TiledEvictable project 512 of 1024 tiles", ours, theirs, "Vec gather (all in memory)");
 }

@@ -24,7 +24,7 @@
 //!
 //! Decisions of this Rust model, narrower than the Python package's: one request at a time
 //! (the Python one runs requests on disjoint tiles together, and refuses writes only to a
-//! pending request's tiles); no projections and no residency policy yet.
+//! pending request's tiles); projections are blocking; no residency policy yet.
 //!
 //! ```
 //! use strideweave_core::model::{CarrierExt, FileCarrier, HostCarrier, Tier, TiledEvictable};
@@ -53,9 +53,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::carrier::{BulkStorage, Carrier, CarrierExt, ClassKey, HookToken, IntoCarrier, HOOK};
 use super::error::{ModelError, Result};
 use super::file::FileCarrier;
+use super::host::HostCarrier;
 use super::host::HostStore;
 use super::residency::{Residency, Tier, Transition};
 use super::state::{CarrierState, OwnerToken};
+use super::tensor::Tensor;
 use super::tier_ops::{self, Window};
 use crate::engine::{pool, Completion};
 use crate::storage::{ElemKind, FileSlab, FileStore, Scalar};
@@ -456,6 +458,73 @@ impl TiledEvictable {
         (0..tiles.len()).filter(|&i| tiles[i].residency.resident() == tier).collect()
     }
 
+    /// Gather the tiles `selection` names (one list of grid coordinates per axis, their
+    /// Cartesian product, in the caller's order) into a fresh host carrier: a dense tensor of
+    /// shape `selection[a].len() * tile_shape[a]`, first mode fastest, each tile read where
+    /// it is (residency unchanged). Refused (`Tiling`) for a rank mismatch, an empty axis, a
+    /// coordinate repeated in an axis or outside the grid; `Released` once released.
+    ///
+    /// ```
+    /// use strideweave_core::model::{FileCarrier, HostCarrier, TiledEvictable};
+    /// use strideweave_core::storage::ElemKind;
+    ///
+    /// let values: Vec<f32> = (0..6).map(|v| v as f32).collect();
+    /// let t = TiledEvictable::new(HostCarrier::from_f32(&values), FileCarrier::temp(ElemKind::F32).unwrap(), &[3], &[2])
+    ///     .unwrap();
+    /// t.evict(&[2]).unwrap();
+    /// let picked = t.project(&[vec![2, 0]]).unwrap();
+    /// assert_eq!(picked.values_f32().unwrap(), vec![4.0, 5.0, 0.0, 1.0]);
+    /// ```
+    pub fn project(&self, selection: &[Vec<usize>]) -> Result<Tensor> {
+        self.state.check_live()?;
+        if selection.len() != self.grid.len() {
+            return Err(tiling(format!(
+                "a selection of rank {} for a grid of rank {}",
+                selection.len(),
+                self.grid.len()
+            )));
+        }
+        for (a, axis) in selection.iter().enumerate() {
+            if axis.is_empty() {
+                return Err(tiling(format!("axis {a} of the selection is empty")));
+            }
+            let mut seen = vec![false; self.grid[a]];
+            for &c in axis {
+                match seen.get_mut(c) {
+                    None => {
+                        return Err(tiling(format!("coordinate {c} of axis {a} is outside the grid {:?}", self.grid)))
+                    }
+                    Some(true) => return Err(tiling(format!("coordinate {c} is repeated in axis {a}"))),
+                    Some(s) => *s = true,
+                }
+            }
+        }
+        let compact: Vec<usize> = selection.iter().zip(&self.tile).map(|(axis, &t)| axis.len() * t).collect();
+        let destination = HostCarrier::zeros(self.kind, product(&compact, "projection")?)?;
+        let to: Arc<dyn Carrier> = destination.clone();
+        let to_at = Window::of(&*to);
+        let tiles = self.tiles.lock();
+        // Every selected tile, first axis fastest: its grid coordinate and its place in the grid of picks.
+        let picks: usize = selection.iter().map(Vec::len).product();
+        for pick in 0..picks {
+            let (mut rest, mut grid_coord, mut origin, mut stride) = (pick, Vec::new(), 0, 1);
+            for (a, axis) in selection.iter().enumerate() {
+                let k = rest % axis.len();
+                rest /= axis.len();
+                grid_coord.push(axis[k]);
+                origin += k * self.tile[a] * stride;
+                stride *= compact[a];
+            }
+            let tile = &tiles[self.tile_index(&grid_coord)?];
+            let runs = rows_within(&self.tile, &compact, origin);
+            tier_ops::copy_runs((&*tile.current.carrier, &tile.current.window), (&*to, &to_at), &runs)?;
+        }
+        drop(tiles);
+        self.state.check_live()?; // released while gathering: the copies may have read nothing
+        let extents: Vec<usize> = compact;
+        Tensor::canonical(destination, &extents)
+    }
+
     /// Move tiles `indices` to the primary tier (tiles there already are skipped); every
     /// tile at once, or none. Waits first for an asynchronous request still running.
     pub fn promote(&self, indices: &[usize]) -> Result<()> {
@@ -651,25 +720,16 @@ impl TiledEvictable {
     /// The rows of tile `index` inside the logical array: `(logical slot, in-tile slot,
     /// count)` runs along the first mode.
     fn runs_of(&self, index: usize) -> Vec<(usize, usize, usize)> {
-        let rank = self.grid.len();
         // The tile's origin, as a logical slot.
         let (mut rest, mut origin, mut stride) = (index, 0, 1);
-        for a in 0..rank {
+        for a in 0..self.grid.len() {
             origin += (rest % self.grid[a]) * self.tile[a] * stride;
             rest /= self.grid[a];
             stride *= self.logical[a];
         }
-        let row = self.tile[0];
-        (0..self.tile_slots / row)
-            .map(|r| {
-                let (mut rest, mut offset, mut stride) = (r, 0, self.logical[0]);
-                for a in 1..rank {
-                    offset += (rest % self.tile[a]) * stride;
-                    rest /= self.tile[a];
-                    stride *= self.logical[a];
-                }
-                (origin + offset, r * row, row)
-            })
+        rows_within(&self.tile, &self.logical, origin)
+            .into_iter()
+            .map(|(within, outer, count)| (outer, within, count))
             .collect()
     }
 
@@ -686,6 +746,25 @@ impl TiledEvictable {
         }
         (tile, within)
     }
+}
+
+/// The rows of a tile of shape `tile` placed at slot `origin` of a dense array of shape
+/// `outer` (both first mode fastest): `(in-tile slot, array slot, count)` runs along the
+/// first mode.
+fn rows_within(tile: &[usize], outer: &[usize], origin: usize) -> Vec<(usize, usize, usize)> {
+    let row = tile[0];
+    let rows: usize = tile[1..].iter().product();
+    (0..rows)
+        .map(|r| {
+            let (mut rest, mut offset, mut stride) = (r, 0, outer[0]);
+            for a in 1..tile.len() {
+                offset += (rest % tile[a]) * stride;
+                rest /= tile[a];
+                stride *= outer[a];
+            }
+            (r * row, origin + offset, row)
+        })
+        .collect()
 }
 
 /// How many staged tiles from the first go between host memory and consecutive regions of

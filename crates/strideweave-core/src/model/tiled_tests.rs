@@ -246,3 +246,19 @@ fn a_request_handle_can_be_awaited() {
     assert_eq!(t.tiles_on(Tier::Secondary).len(), 4);
     assert_eq!(f32s(&*t), counting(1 << 14));
 }
+
+#[test]
+fn a_projection_gathers_the_selected_tiles_where_they_are() {
+    let (t, _) = four_by_four(false);
+    t.evict(&[1, 2]).unwrap();
+    // Tiles (1, 0) and (0, 0) of row-of-tiles 1: grid x in [1, 0], grid y in [1].
+    let picked = t.project(&[vec![1, 0], vec![1]]).unwrap();
+    // Tile (1, 1) holds slots 10, 11, 14, 15 and tile (0, 1) slots 8, 9, 12, 13; the result
+    // is 4 × 2, first mode fastest.
+    assert_eq!(picked.values_f32().unwrap(), vec![10.0, 11.0, 8.0, 9.0, 14.0, 15.0, 12.0, 13.0]);
+    assert_eq!(t.tiles_on(Tier::Secondary), vec![1, 2], "residency unchanged");
+    let bad = |sel: &[Vec<usize>]| matches!(t.project(sel), Err(ModelError::Tiling { .. }));
+    assert!(bad(&[vec![0]]) && bad(&[vec![], vec![0]]) && bad(&[vec![0, 0], vec![0]]) && bad(&[vec![2], vec![0]]));
+    t.release().unwrap();
+    assert!(matches!(t.project(&[vec![0], vec![0]]), Err(ModelError::Released { .. })));
+}

@@ -27,7 +27,8 @@ promotion copies (the secondary stays live as a clean copy) and the eviction of 
 unchanged since then only releases it. Which of these a transition is, and what the residency
 is after it, is the core's one residency rule (`_native.Residency`, the Rust `Evictable`'s
 too): this class asks it for the transition (`plan`), does the transition's work with its
-tiers and commits it there. Each transition is a `_Step` run under the Evictable's claim: `evict()`/`promote()` run its transfer on the calling thread, `evict_async()` /
+tiers and commits it there. Each transition is a `_Step` run under the Evictable's claim:
+`evict()`/`promote()` run its transfer on the calling thread, `evict_async()` /
 `promote_async()` start it and commit from the transfer handle's completion, then complete
 an `AwaitResidency` (the move handles' protocol).
 """

@@ -358,9 +358,10 @@ impl Evictable {
         tier_ops::release_owned(tier, self.owner, keep)
     }
 
-    /// The resident primary: refused while an asynchronous transition runs (the values are
-    /// between tiers), or `Evicted`.
-    fn promoted(&self, action: &'static str) -> Result<Arc<dyn Carrier>> {
+    /// The tiers, locked, with the values in the primary: refused while an asynchronous
+    /// transition runs (the values are between tiers), or `Evicted`. The caller reads or
+    /// writes the primary under this lock, so no transition releases it meanwhile.
+    fn promoted(&self, action: &'static str) -> Result<parking_lot::MutexGuard<'_, Tiers>> {
         let tiers = self.tiers.lock();
         if tiers.in_transition {
             return Err(self.state.pending_refusal(action));
@@ -368,12 +369,7 @@ impl Evictable {
         if tiers.residency.is_evicted() {
             return Err(ModelError::Evicted { carrier: self.state.class_name().to_string() });
         }
-        Ok(tiers.primary.clone())
-    }
-
-    /// A write into the composite, a public one or a move's: the clean copy is stale.
-    fn moved_into(&self) {
-        self.tiers.lock().residency.mark_dirty();
+        Ok(tiers)
     }
 }
 
@@ -395,14 +391,14 @@ impl Carrier for Evictable {
     }
 
     fn read_slot(&self, _: &HookToken, i: usize) -> Result<crate::storage::Scalar> {
-        self.promoted("read")?.read_slot(HOOK, i)
+        self.promoted("read")?.primary.read_slot(HOOK, i)
     }
 
     /// Every write into the composite (a public one, or a move's) makes the clean copy stale.
     fn write_slot(&self, _: &HookToken, i: usize, v: crate::storage::Scalar) -> Result<()> {
-        let primary = self.promoted("write to")?;
-        self.moved_into();
-        primary.write_slot(HOOK, i, v)
+        let mut tiers = self.promoted("write to")?;
+        tiers.residency.mark_dirty();
+        tiers.primary.write_slot(HOOK, i, v)
     }
 
     fn is_mutable_hook(&self) -> bool {

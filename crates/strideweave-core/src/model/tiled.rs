@@ -802,8 +802,10 @@ impl Carrier for TiledEvictable {
 
     fn read_slot(&self, _: &HookToken, i: usize) -> Result<Scalar> {
         let (tile, within) = self.locate(i);
-        let current = self.tiles.lock().get(tile).map(|t| t.current.carrier.clone());
-        current.ok_or_else(|| ModelError::Released { carrier: "TiledEvictable".into() })?.read_slot(HOOK, within)
+        // Under the lock: a request's commit cannot release the tile while it is read.
+        let tiles = self.tiles.lock();
+        let tile = tiles.get(tile).ok_or_else(|| ModelError::Released { carrier: "TiledEvictable".into() })?;
+        tile.current.carrier.read_slot(HOOK, within)
     }
 
     /// The first write to a tile releases its clean copy: it would be stale.

@@ -176,7 +176,7 @@ fn a_pending_async_request_holds_the_carrier_reads_see_the_old_tiles_and_a_later
 }
 
 #[test]
-fn eight_threads_racing_requests_writes_and_release_leave_no_claim() {
+fn eight_threads_racing_requests_reads_writes_and_release_leave_no_claim() {
     for round in 0..300 {
         let t = TiledEvictable::retaining_clean(
             HostCarrier::from_f32(&counting(8)),
@@ -192,7 +192,9 @@ fn eight_threads_racing_requests_writes_and_release_leave_no_claim() {
                 s.spawn(move || {
                     start.wait();
                     let tiles = [k % 4, (k + 1) % 4];
-                    let outcome = match (k + round) % 6 {
+                    let outcome = match (k + round) % 7 {
+                        // A read racing a commit sees the old tile or the new one, never a released one.
+                        6 => (0..8).try_for_each(|i| t.get(i).map(|_| ())),
                         0 => t.evict_async(&tiles).and_then(|h| h.wait()),
                         1 => t.promote_async(&tiles).and_then(|h| h.wait()),
                         2 => t.evict(&tiles),
@@ -261,4 +263,42 @@ fn a_projection_gathers_the_selected_tiles_where_they_are() {
     assert!(bad(&[vec![0]]) && bad(&[vec![], vec![0]]) && bad(&[vec![0, 0], vec![0]]) && bad(&[vec![2], vec![0]]));
     t.release().unwrap();
     assert!(matches!(t.project(&[vec![0], vec![0]]), Err(ModelError::Released { .. })));
+}
+
+/// Reads racing requests' commits: a read sees a tile's old carrier or its new one, never
+/// one the commit released (8 threads: two move every tile back and forth 300 times, six read).
+#[test]
+fn reads_racing_commits_never_see_a_released_tile() {
+    let n = 64 * 256;
+    let t = TiledEvictable::new(
+        HostCarrier::from_f32(&counting(n)),
+        FileCarrier::temp(ElemKind::F32).unwrap(),
+        &[64],
+        &[256],
+    )
+    .unwrap();
+    let all: Vec<usize> = (0..64).collect();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for half in 0..2 {
+            let (t, all, done) = (&t, &all, &done);
+            s.spawn(move || {
+                for _ in 0..300 {
+                    t.evict(&all[half * 32..(half + 1) * 32]).unwrap();
+                    t.promote(&all[half * 32..(half + 1) * 32]).unwrap();
+                }
+                done.store(true, std::sync::atomic::Ordering::Relaxed);
+            });
+        }
+        for k in 0..6 {
+            let (t, done) = (&t, &done);
+            s.spawn(move || {
+                let mut i = k * 997;
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    assert_eq!(t.get((i % n) as i64).unwrap(), Scalar::F32((i % n) as f32));
+                    i += 257;
+                }
+            });
+        }
+    });
 }

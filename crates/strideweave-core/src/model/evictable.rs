@@ -50,8 +50,7 @@ use super::error::{ModelError, Result};
 pub use super::residency::Tier;
 use super::residency::{Residency, Transition};
 use super::state::{CarrierState, OwnerToken};
-use super::tier_ops;
-use crate::engine::{pool, Completion};
+use super::tier_ops::{self, Transitions};
 use crate::storage::ElemKind;
 
 struct Tiers {
@@ -106,8 +105,8 @@ pub struct Evictable {
     kind: ElemKind,
     slots: usize,
     tiers: Mutex<Tiers>,
-    /// The handle of the last asynchronous transition; a later transition waits for it.
-    pending: Mutex<Option<ResidencyHandle>>,
+    /// One transition at a time, blocking or asynchronous.
+    transitions: Transitions,
 }
 
 impl std::fmt::Debug for Evictable {
@@ -187,7 +186,7 @@ impl Evictable {
                 residency: Residency::new(retain_clean),
                 in_transition: false,
             }),
-            pending: Mutex::new(None),
+            transitions: Transitions::default(),
         }))
     }
 
@@ -258,61 +257,40 @@ impl Evictable {
     }
 
     fn transition(&self, evict: bool) -> Result<()> {
-        // One transition at a time: this one waits for one running asynchronously.
-        let mut pending = self.pending.lock();
-        if let Some(running) = pending.take() {
-            let _ = running.wait();
-        }
-        // The composite's state stays locked across the copy, so no write, release or claim
-        // of it interleaves; its tiers are owned, so nothing outside reaches them.
-        let gate = self.state.begin_write()?;
-        gate.check_writable(true)?;
-        let mut tiers = self.tiers.lock();
-        let Some(staged) = self.stage(&tiers, evict, self.state.version())? else { return Ok(()) };
-        let transferred = staged.transfer(self.slots);
-        self.finish(&mut tiers, staged, transferred)
-        // The gate drops uncommitted: evict and promote are not writes.
+        // Its tiers are owned, so nothing outside reaches them during the copy.
+        self.transitions.blocking(&self.state, || {
+            let mut tiers = self.tiers.lock();
+            let Some(staged) = self.stage(&tiers, evict, self.state.version())? else { return Ok(()) };
+            let transferred = staged.transfer(self.slots);
+            self.finish(&mut tiers, staged, transferred)
+        })
     }
 
     fn transition_async(self: &Arc<Self>, evict: bool) -> Result<ResidencyHandle> {
-        let mut pending = self.pending.lock();
-        if let Some(running) = pending.take() {
-            let _ = running.wait();
-        }
-        let this: Arc<dyn Carrier> = self.clone();
         let action = if evict { "evict" } else { "promote" };
-        // Held until the transition is final: the composite's writes, release and moves are
-        // refused meanwhile, and its reads by the flag set below.
-        let claim = self.state.claim_for(&this, action)?;
-        let mut tiers = self.tiers.lock();
-        // Nobody writes a claimed carrier, so this version holds until the commit.
-        let Some(staged) = self.stage(&tiers, evict, self.state.version())? else {
-            return Ok(ResidencyHandle::done(Ok(())));
-        };
-        if !staged.step.transfers() {
-            self.finish(&mut tiers, staged, Ok(()))?;
-            return Ok(ResidencyHandle::done(Ok(())));
-        }
-        tiers.in_transition = true;
-        drop(tiers);
-        let cell = Arc::new(Completion::new());
-        let handle = ResidencyHandle::on(cell.clone());
-        *pending = Some(handle.clone());
         let composite = self.clone();
-        pool::submit(move || {
-            let transferred =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| staged.transfer(composite.slots)))
-                    .unwrap_or_else(|_| Err(ModelError::TransferPanicked { message: "a tier's hook panicked".into() }));
-            let outcome = {
+        self.transitions.start(
+            self.clone(),
+            action,
+            || {
+                let mut tiers = self.tiers.lock();
+                // Nobody writes a claimed carrier, so this version holds until the commit.
+                let Some(staged) = self.stage(&tiers, evict, self.state.version())? else { return Ok(None) };
+                if !staged.step.transfers() {
+                    self.finish(&mut tiers, staged, Ok(()))?;
+                    return Ok(None);
+                }
+                // Reads are refused too while the values are between tiers.
+                tiers.in_transition = true;
+                Ok(Some(staged))
+            },
+            move |staged| {
+                let transferred = tier_ops::contained(|| staged.transfer(composite.slots));
                 let mut tiers = composite.tiers.lock();
                 tiers.in_transition = false;
                 composite.finish(&mut tiers, staged, transferred)
-            };
-            // The claim goes before the handle completes, so a waiter finds the composite free.
-            drop(claim);
-            cell.commit(outcome);
-        });
-        Ok(handle)
+            },
+        )
     }
 
     /// The transition `evict` needs of the composite at `version`, its fresh tier made (a
@@ -383,11 +361,7 @@ impl Carrier for Evictable {
     }
 
     fn size(&self) -> usize {
-        if self.state.is_released() {
-            0
-        } else {
-            self.slots
-        }
+        self.state.live_size(self.slots)
     }
 
     fn read_slot(&self, _: &HookToken, i: usize) -> Result<crate::storage::Scalar> {

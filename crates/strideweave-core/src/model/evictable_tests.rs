@@ -343,23 +343,7 @@ fn async_transitions_with_nothing_to_transfer_are_done_at_once() {
 fn a_residency_handle_is_a_future() {
     let e = Evictable::new(HostCarrier::from_f32(&[4.0; 4096]), FileCarrier::temp(ElemKind::F32).unwrap()).unwrap();
     let evicted = e.evict_async().unwrap();
-    // A minimal executor: poll, park until woken.
-    struct Unpark(std::thread::Thread);
-    impl std::task::Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark()
-        }
-    }
-    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = std::task::Context::from_waker(&waker);
-    use std::future::Future;
-    let mut future = std::pin::pin!(evicted);
-    let outcome = loop {
-        match future.as_mut().poll(&mut cx) {
-            std::task::Poll::Ready(outcome) => break outcome,
-            std::task::Poll::Pending => std::thread::park(),
-        }
-    };
+    let outcome = super::test_support::block_on(evicted);
     assert!(outcome.is_ok() && e.resident() == Tier::Secondary);
 }
 

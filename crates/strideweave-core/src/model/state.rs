@@ -308,6 +308,16 @@ impl CarrierState {
         }
     }
 
+    /// `slots` while live, 0 once released: the size of a carrier whose slot count is fixed
+    /// for its life (a tier composite, a slab tile).
+    pub fn live_size(&self, slots: usize) -> usize {
+        if self.is_released() {
+            0
+        } else {
+            slots
+        }
+    }
+
     /// `Released` unless live.
     #[inline]
     pub fn check_live(&self) -> Result<()> {

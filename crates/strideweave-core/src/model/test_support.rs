@@ -134,3 +134,24 @@ impl Carrier for VecCarrier {
         Ok(())
     }
 }
+
+/// Drive `future` to its output on this thread: poll, park until woken (a minimal executor,
+/// for the handles' `Future` impls).
+#[cfg(feature = "async")]
+pub(crate) fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark()
+        }
+    }
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        match future.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(output) => return output,
+            std::task::Poll::Pending => std::thread::park(),
+        }
+    }
+}

@@ -1,15 +1,19 @@
 //! What the tier composites ([`Evictable`](super::Evictable),
 //! [`TiledEvictable`](super::TiledEvictable)) do to the carriers they own, once: make a fresh
 //! owned tier (or tile) like another, copy values between two of them by a move's route, and
-//! release one as its owner.
+//! release one as its owner; and the order every residency change runs in ([`Transitions`]).
 
 use std::sync::Arc;
 
+use parking_lot::Mutex;
+
+use super::awaitable::ResidencyHandle;
 use super::carrier::{BulkStorage, Carrier, CarrierExt, ClassKey, HOOK};
 use super::error::{ModelError, Result};
 use super::host::{HostCarrier, HostStore};
 use super::movement::route::{self, route_kind, Job};
-use super::state::OwnerToken;
+use super::state::{CarrierState, OwnerToken};
+use crate::engine::{pool, Completion};
 use crate::layout::{Layout, Shape};
 use crate::storage::{ElemKind, FileStore};
 
@@ -131,4 +135,64 @@ pub(super) fn copy_runs(
         }
     }
     Ok(())
+}
+
+/// The order of a tier composite's residency changes, one at a time: a change first waits
+/// for an asynchronous one still running. A blocking change runs with the composite's state
+/// locked (no write, release or claim interleaves; the gate drops uncommitted, so the change
+/// is not a write); an asynchronous one holds a claim of the composite from its call until it
+/// is final, so refusals return at the call and writes, moves and release are refused while it
+/// runs on the engine's copy lane.
+#[derive(Default)]
+pub(super) struct Transitions {
+    /// The handle of the last asynchronous change.
+    pending: Mutex<Option<ResidencyHandle>>,
+}
+
+impl Transitions {
+    /// Run `change` on this thread, after the one running, with `state` locked.
+    pub(super) fn blocking(&self, state: &CarrierState, change: impl FnOnce() -> Result<()>) -> Result<()> {
+        let mut pending = self.pending.lock();
+        if let Some(running) = pending.take() {
+            let _ = running.wait();
+        }
+        let gate = state.begin_write()?;
+        gate.check_writable(true)?;
+        change()
+    }
+
+    /// Claim `composite` for `action`, after the change running, and `stage` the change under
+    /// the claim: `None` when it finished there (nothing to transfer), else what `work` then
+    /// does on the copy lane, its outcome the handle's. The claim ends before the handle
+    /// completes, so a waiter finds the composite free.
+    pub(super) fn start<S: Send + 'static>(
+        &self,
+        composite: Arc<dyn Carrier>,
+        action: &'static str,
+        stage: impl FnOnce() -> Result<Option<S>>,
+        work: impl FnOnce(S) -> Result<()> + Send + 'static,
+    ) -> Result<ResidencyHandle> {
+        let mut pending = self.pending.lock();
+        if let Some(running) = pending.take() {
+            let _ = running.wait();
+        }
+        let claim = composite.state(HOOK).claim_for(&composite, action)?;
+        let Some(staged) = stage()? else { return Ok(ResidencyHandle::done(Ok(()))) };
+        let cell = Arc::new(Completion::new());
+        let handle = ResidencyHandle::on(cell.clone());
+        *pending = Some(handle.clone());
+        pool::submit(move || {
+            let outcome = work(staged);
+            drop(claim);
+            cell.commit(outcome);
+        });
+        Ok(handle)
+    }
+}
+
+/// `copy`, its panic (a carrier hook's) turned into the change's failure, so the change still
+/// commits or gives back what it made.
+pub(super) fn contained(copy: impl FnOnce() -> Result<()>) -> Result<()> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(copy))
+        .unwrap_or_else(|_| Err(ModelError::TransferPanicked { message: "a tier's hook panicked".into() }))
 }

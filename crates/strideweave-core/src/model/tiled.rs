@@ -58,8 +58,7 @@ use super::host::HostStore;
 use super::residency::{Residency, Tier, Transition};
 use super::state::{CarrierState, OwnerToken};
 use super::tensor::Tensor;
-use super::tier_ops::{self, Window};
-use crate::engine::{pool, Completion};
+use super::tier_ops::{self, Transitions, Window};
 use crate::storage::{ElemKind, FileSlab, FileStore, Scalar};
 
 /// Numbers the slab files of this process's tiled carriers.
@@ -122,11 +121,7 @@ impl Carrier for SlabTile {
     }
 
     fn size(&self) -> usize {
-        if self.state.is_released() {
-            0
-        } else {
-            self.slots
-        }
+        self.state.live_size(self.slots)
     }
 
     fn read_slot(&self, _: &HookToken, i: usize) -> Result<Scalar> {
@@ -168,8 +163,8 @@ pub struct TiledEvictable {
     /// For a file tier, the slab its fresh tiles are regions of.
     slabs: [Option<Arc<FileSlab>>; 2],
     tiles: Mutex<Vec<Tile>>,
-    /// The handle of the last asynchronous request; a later request waits for it.
-    pending: Mutex<Option<ResidencyHandle>>,
+    /// One request at a time, blocking or asynchronous.
+    transitions: Transitions,
 }
 
 impl std::fmt::Debug for TiledEvictable {
@@ -294,7 +289,7 @@ impl TiledEvictable {
             tiers: [primary, secondary],
             slabs,
             tiles: Mutex::new(Vec::new()),
-            pending: Mutex::new(None),
+            transitions: Transitions::default(),
         };
         // Split the full tier into tiles; on failure give back every tile made and both tiers.
         let seed = composite.tier(seed_on).clone();
@@ -550,52 +545,40 @@ impl TiledEvictable {
     }
 
     fn request(&self, indices: &[usize], evict: bool) -> Result<()> {
-        let mut pending = self.pending.lock();
-        if let Some(running) = pending.take() {
-            let _ = running.wait();
-        }
-        // The state stays locked across the copies: no write, release or claim interleaves.
-        let gate = self.state.begin_write()?;
-        gate.check_writable(true)?;
-        self.check_indices(indices)?;
-        let mut tiles = self.tiles.lock();
-        let staged = self.stage(&tiles, indices, evict)?;
-        let copied = self.copy(&staged);
-        self.finish(&mut tiles, staged, copied)
-        // The gate drops uncommitted: residency changes are not writes.
+        self.transitions.blocking(&self.state, || {
+            self.check_indices(indices)?;
+            let mut tiles = self.tiles.lock();
+            let staged = self.stage(&tiles, indices, evict)?;
+            let copied = self.copy(&staged);
+            self.finish(&mut tiles, staged, copied)
+        })
     }
 
     fn request_async(self: &Arc<Self>, indices: &[usize], evict: bool) -> Result<ResidencyHandle> {
-        let mut pending = self.pending.lock();
-        if let Some(running) = pending.take() {
-            let _ = running.wait();
-        }
-        let this: Arc<dyn Carrier> = self.clone();
-        let claim = self.state.claim_for(&this, if evict { "evict" } else { "promote" })?;
-        self.check_indices(indices)?;
-        let staged = self.stage(&self.tiles.lock(), indices, evict)?;
-        if staged.iter().all(|s| !s.step.transfers()) {
-            let mut tiles = self.tiles.lock();
-            self.finish(&mut tiles, staged, Ok(()))?;
-            return Ok(ResidencyHandle::done(Ok(())));
-        }
-        let cell = Arc::new(Completion::new());
-        let handle = ResidencyHandle::on(cell.clone());
-        *pending = Some(handle.clone());
         let composite = self.clone();
-        pool::submit(move || {
-            let copied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| composite.copy(&staged)))
-                .unwrap_or_else(|_| Err(ModelError::TransferPanicked { message: "a tile's hook panicked".into() }));
-            let outcome = composite.finish(&mut composite.tiles.lock(), staged, copied);
-            // The claim goes before the handle completes, so a waiter finds the carrier free.
-            drop(claim);
-            cell.commit(outcome);
-        });
-        Ok(handle)
+        self.transitions.start(
+            self.clone(),
+            if evict { "evict" } else { "promote" },
+            || {
+                self.check_indices(indices)?;
+                let staged = self.stage(&self.tiles.lock(), indices, evict)?;
+                if staged.iter().all(|s| !s.step.transfers()) {
+                    self.finish(&mut self.tiles.lock(), staged, Ok(()))?;
+                    return Ok(None);
+                }
+                // Reads see the old tiles until the commit swaps them.
+                Ok(Some(staged))
+            },
+            move |staged| {
+                let copied = tier_ops::contained(|| composite.copy(&staged));
+                composite.finish(&mut composite.tiles.lock(), staged, copied)
+            },
+        )
     }
 
     fn no_tile(&self, index: usize) -> ModelError {
-        tiling(format!("tile {index} is out of range for {} tiles", product(&self.grid, "").unwrap_or(usize::MAX)))
+        // The grid's product fitted at construction.
+        tiling(format!("tile {index} is out of range for {} tiles", self.grid.iter().product::<usize>()))
     }
 
     /// In range and without duplicates.
@@ -793,11 +776,7 @@ impl Carrier for TiledEvictable {
     }
 
     fn size(&self) -> usize {
-        if self.state.is_released() {
-            0
-        } else {
-            self.slots
-        }
+        self.state.live_size(self.slots)
     }
 
     fn read_slot(&self, _: &HookToken, i: usize) -> Result<Scalar> {

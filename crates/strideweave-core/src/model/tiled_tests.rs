@@ -221,7 +221,6 @@ fn eight_threads_racing_requests_reads_writes_and_release_leave_no_claim() {
 #[cfg(feature = "async")]
 #[test]
 fn a_request_handle_can_be_awaited() {
-    use std::future::Future;
     let t = TiledEvictable::new(
         HostCarrier::from_f32(&counting(1 << 14)),
         FileCarrier::temp(ElemKind::F32).unwrap(),
@@ -229,21 +228,7 @@ fn a_request_handle_can_be_awaited() {
         &[1 << 12],
     )
     .unwrap();
-    struct Unpark(std::thread::Thread);
-    impl std::task::Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark()
-        }
-    }
-    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = std::task::Context::from_waker(&waker);
-    let mut future = std::pin::pin!(t.evict_async(&[0, 1, 2, 3]).unwrap());
-    let outcome = loop {
-        match future.as_mut().poll(&mut cx) {
-            std::task::Poll::Ready(outcome) => break outcome,
-            std::task::Poll::Pending => std::thread::park(),
-        }
-    };
+    let outcome = super::test_support::block_on(t.evict_async(&[0, 1, 2, 3]).unwrap());
     assert!(outcome.is_ok());
     assert_eq!(t.tiles_on(Tier::Secondary).len(), 4);
     assert_eq!(f32s(&*t), counting(1 << 14));

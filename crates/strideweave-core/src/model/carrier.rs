@@ -286,8 +286,11 @@ pub trait CarrierExt: Carrier {
     /// `carrier[i]`: released → `Released`; outside `[0, size)` → `SlotOutOfRange`.
     #[inline]
     fn get(&self, i: i64) -> Result<Scalar> {
-        self.state(HOOK).check_live()?;
-        let slot = checked_slot(i, self.size())?;
+        let state = self.state(HOOK);
+        state.check_live()?;
+        // A release between the two checks sets the size to 0: report it as `Released`,
+        // not as an index out of a range the carrier no longer has.
+        let slot = checked_slot(i, self.size()).map_err(|range| state.check_live().err().unwrap_or(range))?;
         self.read_slot(HOOK, slot)
     }
 

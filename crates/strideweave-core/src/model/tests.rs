@@ -498,3 +498,34 @@ proptest! {
         }
     }
 }
+
+/// A carrier released by another thread between `get`'s liveness check and its range check
+/// (here: by its own `size`, so the interleaving is certain) reads as `Released`, not as an
+/// index out of the zero slots it has left.
+#[test]
+fn a_read_racing_a_release_reports_released_not_out_of_range() {
+    struct ReleasedWhileSized(CarrierState);
+    impl Carrier for ReleasedWhileSized {
+        fn state(&self, _: &super::carrier::HookToken) -> &CarrierState {
+            &self.0
+        }
+        fn elem_kind(&self) -> ElemKind {
+            ElemKind::F32
+        }
+        fn size(&self) -> usize {
+            let _ = self.0.mark_released();
+            self.0.live_size(4)
+        }
+        fn read_slot(&self, _: &super::carrier::HookToken, _: usize) -> super::error::Result<Scalar> {
+            unreachable!("a released carrier is not read")
+        }
+        fn write_slot(&self, _: &super::carrier::HookToken, _: usize, _: Scalar) -> super::error::Result<()> {
+            unreachable!("the test only reads")
+        }
+        fn is_mutable_hook(&self) -> bool {
+            true
+        }
+    }
+    let c = ReleasedWhileSized(CarrierState::new("ReleasedWhileSized"));
+    assert!(matches!(c.get(0), Err(ModelError::Released { .. })));
+}

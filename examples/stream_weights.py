@@ -5,12 +5,11 @@
 Each layer's weights (size × size Float32) live in an `Evictable` whose secondary tier is a
 file (`FileBacked`) and whose primary is host memory (`CPU`). With `retain_clean=True`,
 `promote()` copies the file into memory and keeps the file as a clean copy, so evicting a
-layer that was only read frees its memory without writing anything back. (A layer of 4 MiB or
-more is copied lazily: the primary maps the file copy-on-write, reading the page cache as
-`np.memmap` does, and the file is read into it only when not cached. A write to the primary
-still never reaches the file.) `promote_async()` starts reading the next layer on an engine
-thread while this one is multiplied, so the I/O overlaps the compute; `wait()` on its handle
-before reading the layer.
+layer that was only read frees its memory without writing anything back. `promote_async()`
+starts reading the next layer on an engine thread while this one is multiplied, so the I/O
+overlaps the compute; `wait()` on its handle before reading the layer. (A blocking `promote()`
+of 4 MiB or more is copied lazily instead: the primary maps the file copy-on-write, reading
+the page cache as `np.memmap` does. A write to the primary never reaches the file.)
 
 At the issue's size (`--layers 16 --size 2048`, 256 MiB of weights) a pass with a warm page
 cache costs about what it costs with every weight in RAM (benches/bench_stream_weights.py

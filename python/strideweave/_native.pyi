@@ -49,7 +49,7 @@ __all__ = ["__version__", "Shape", "Stride", "Layout", "Tree", "NodeId", "HostSt
            "copy_spans", "submit_copy_spans", "copy_blocks", "submit_copy_blocks", "copy_storages",
            "submit_place_blocks", "release_storages", "FileSlab", "FileRegion", "copy_buffer_to_host",
            "configure_inline_move", "pending_move_refusal", "configure_initiate", "initiate", "Route", "cached_route", "route_generation", "remember_route", "forget_routes", "configure_move_entry", "move", "move_async",
-           "MoveRollback", "count_active_profilers", "grad_enabled", "set_grad_enabled", "MoveCommit", "submit_prefault", "load_snapshot", "submit_load_snapshot",
+           "MoveRollback", "count_active_profilers", "grad_enabled", "set_grad_enabled", "MoveCommit", "submit_prefault", "load_snapshot",
            "MoveRequest", "MoveState", "Residency", "Transition", "configure_move_request", "configure_element_access"]
 
 class _IntTree:
@@ -362,7 +362,8 @@ _Storage = HostStorage | FileStorage
 
 def copy_span(src: _Storage, src_slot: int, dst: _Storage, dst_slot: int, count: int) -> None: ...
 def submit_span(src: _Storage, src_slot: int, dst: _Storage, dst_slot: int, count: int, then: _Then, *,
-                progress: TransferProgress | None = None, commit: MoveCommit | None = None) -> None: ...
+                progress: TransferProgress | None = None, commit: MoveCommit | None = None,
+                alone: bool = False) -> None: ...
 
 @final
 class TransferProgress:
@@ -500,7 +501,6 @@ def copy_buffer_to_host(source: Any, source_byte: int, destination: HostStorage,
 def submit_prefault(storage: HostStorage, byte_start: int, nbytes: int, then: _Then) -> None: ...
 # prefault.rs: a fresh file snapshot's bytes into memory (mapped from the page cache, or read when not all cached).
 def load_snapshot(storage: HostStorage) -> None: ...
-def submit_load_snapshot(storage: HostStorage, then: _Then) -> None: ...
 
 # The native moves (inline_move.rs, async_move.rs) and the per-thread grad mode they read.
 def configure_inline_move(config: dict[str, Any]) -> None: ...

@@ -12,7 +12,8 @@
 //! Large spans into host memory are copied in pieces spread over idle copy threads
 //! ([`engine::pieces`]), so another core faults in and fills part of
 //! the destination meanwhile; a span into a file stays on one thread, since its writes take the
-//! file's inode lock one at a time.
+//! file's inode lock one at a time. [`SpanCopy::run_alone`] keeps a span on its own thread:
+//! for a prefetch that overlaps the caller's compute, which the other cores are running.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -117,6 +118,15 @@ const SPLIT_MIN: u64 = 2 * PROGRESS_CHUNK as u64;
 /// nothing next to copying it.
 const PIECE: u64 = 2 << 20;
 
+/// Which threads a span copy may use.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Threads {
+    /// The calling thread and idle copy threads.
+    Idle,
+    /// The calling thread only.
+    One,
+}
+
 /// One side of a transfer: host memory its carrier's claim guards, or a file.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -196,10 +206,21 @@ impl SpanCopy {
     /// Copy the span in chunks of the I/O chunk, counting each into `progress` (whose total
     /// becomes the span's length); a large span into host memory in parallel pieces.
     pub fn run(self, progress: Option<&Arc<Progress>>) -> Result<(), TransferError> {
+        self.run_on(progress, Threads::Idle)
+    }
+
+    /// [`run`](Self::run) on the calling thread alone: for a transfer that overlaps the
+    /// caller's own work (a prefetch), where helpers on the other cores would take the cores
+    /// that work runs on.
+    pub fn run_alone(self, progress: Option<&Arc<Progress>>) -> Result<(), TransferError> {
+        self.run_on(progress, Threads::One)
+    }
+
+    fn run_on(self, progress: Option<&Arc<Progress>>, threads: Threads) -> Result<(), TransferError> {
         if let Some(progress) = progress {
             progress.total.store(self.nbytes, Ordering::Relaxed);
         }
-        if matches!(self.dst, Endpoint::Host(_)) && self.nbytes >= SPLIT_MIN {
+        if threads == Threads::Idle && matches!(self.dst, Endpoint::Host(_)) && self.nbytes >= SPLIT_MIN {
             let pieces = self.nbytes.div_ceil(PIECE) as usize;
             let job = Arc::new(self);
             let progress = progress.cloned();
@@ -372,5 +393,35 @@ impl<'a> LayoutCopy<'a> {
             progress.complete();
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::HostBuffer;
+
+    /// A span large enough to be split, copied by `run` and by `run_alone`: the same bytes and
+    /// the same progress either way.
+    #[test]
+    fn a_span_run_alone_copies_what_a_split_run_copies() {
+        let len = (SPLIT_MIN + PIECE + 12) as usize;
+        let mut src = HostBuffer::new(len, false).unwrap();
+        let seed: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+        src.write_mut(0, &seed).unwrap();
+        let src = Arc::new(src);
+        for alone in [false, true] {
+            let dst = Arc::new(HostBuffer::new(len, true).unwrap());
+            // SAFETY: nothing else reads or writes either buffer while the copy runs.
+            let (from, into) = unsafe { (ClaimedHost::new(src.clone()), ClaimedHost::new(dst.clone())) };
+            let copy =
+                SpanCopy::new(Endpoint::Host(from), 1, Endpoint::Host(into), 0, (len / 4 - 1) as u64, 4).unwrap();
+            let progress = Arc::new(Progress::new(0));
+            if alone { copy.run_alone(Some(&progress)) } else { copy.run(Some(&progress)) }.unwrap();
+            let mut out = vec![0u8; len];
+            dst.read(0, &mut out).unwrap();
+            assert_eq!(&out[..len - 4], &seed[4..], "alone: {alone}");
+            assert_eq!((progress.done(), progress.total()), ((len - 4) as u64, (len - 4) as u64), "alone: {alone}");
+        }
     }
 }

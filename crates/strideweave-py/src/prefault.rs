@@ -80,21 +80,8 @@ fn load_snapshot(py: Python<'_>, storage: PyRef<'_, HostStorage>) -> PyResult<()
     })
 }
 
-/// `load_snapshot` on the engine's copy lane, then `then(None)` or `then(exc)` with the GIL.
-/// The job holds the buffer, so a release meanwhile only drops the carrier's own reference.
-#[pyfunction]
-fn submit_load_snapshot(storage: PyRef<'_, HostStorage>, then: &Bound<'_, PyAny>) -> PyResult<()> {
-    let buffer = storage.buffer().ok_or_else(|| PyRuntimeError::new_err("HostStorage is released"))?;
-    // SAFETY: as in `load_snapshot`: the promote's fresh primary, unpublished until this job
-    // completes and the promote commits.
-    submit_job(then, move || {
-        unsafe { buffer.load_snapshot() }.map_err(|err| JobError::Io { err, context: "loading a file snapshot".into() })
-    })
-}
-
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(submit_prefault, m)?)?;
     m.add_function(wrap_pyfunction!(load_snapshot, m)?)?;
-    m.add_function(wrap_pyfunction!(submit_load_snapshot, m)?)?;
     Ok(())
 }

@@ -196,9 +196,10 @@ fn copy_span(
 }
 
 /// `copy_span` on an engine worker; then `then(None)` or `then(exc)` with the GIL. With
-/// `progress`, the bytes copied so far are counted into it chunk by chunk.
+/// `progress`, the bytes copied so far are counted into it chunk by chunk. With `alone`, on
+/// that worker only, not split over idle ones (a prefetch beside the caller's compute).
 #[pyfunction]
-#[pyo3(signature = (src, src_slot, dst, dst_slot, count, then, *, progress=None, commit=None))]
+#[pyo3(signature = (src, src_slot, dst, dst_slot, count, then, *, progress=None, commit=None, alone=false))]
 #[allow(clippy::too_many_arguments)]
 fn submit_span(
     src: &Bound<'_, PyAny>,
@@ -209,10 +210,15 @@ fn submit_span(
     then: &Bound<'_, PyAny>,
     progress: Option<Py<TransferProgress>>,
     commit: Option<Py<MoveCommit>>,
+    alone: bool,
 ) -> PyResult<()> {
     let job = span(src, src_slot, dst, dst_slot, count)?;
     let progress = progress.map(|p| p.get().counter().clone());
-    submit_committing(then, commit, move || job.run(progress.as_ref()).map_err(JobError::from)).map(drop)
+    submit_committing(then, commit, move || {
+        let progress = progress.as_ref();
+        if alone { job.run_alone(progress) } else { job.run(progress) }.map_err(JobError::from)
+    })
+    .map(drop)
 }
 
 /// Copies every slot the flattened layout (`leaf_extents`, `leaf_strides`) addresses,

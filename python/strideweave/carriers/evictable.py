@@ -468,15 +468,23 @@ class _CopyStep(_Step):
     storages copy in Rust on the engine (one positioned read for FileBacked → CPU); others
     slot by slot on an engine thread.
 
-    Snapshots. A FileBacked secondary of at least `SNAPSHOT_MIN_BYTES` promoted into a fresh
-    built-in CPU primary is a copy-on-write snapshot of the file (`CPU._sw_snapshot_of`, a
-    private mapping), made on the calling thread in microseconds. The transfer then loads it
-    (`load_snapshot`, on an engine thread for `promote_async()`): when the file's bytes are all
-    in the page cache their pages are mapped and nothing is copied, and the primary reads the
-    page cache as `np.memmap` does; otherwise one positioned read fills the snapshot, which is
-    about twice as fast as faulting a mapping in from the disk. The first write to a page copies
-    that page into the process and no write reaches the file, so to everybody who reads or
-    writes it the primary is a copy.
+    Snapshots. A FileBacked secondary of at least `SNAPSHOT_MIN_BYTES` promoted by a blocking
+    `promote()` into a fresh built-in CPU primary is a copy-on-write snapshot of the file
+    (`CPU._sw_snapshot_of`, a private mapping), made on the calling thread in microseconds,
+    then loaded (`load_snapshot`): when the file's bytes are all in the page cache their pages
+    are mapped and nothing is copied, and the primary reads the page cache as `np.memmap`
+    does; otherwise one positioned read fills the snapshot, which is about twice as fast as
+    faulting a mapping in from the disk. The first write to a page copies that page into the
+    process and no write reaches the file, so to everybody who reads or writes it the primary
+    is a copy.
+
+    `promote_async()` copies instead: one positioned read into an uninitialised (recycled)
+    buffer, on the copy lane alone (`submit_span(alone=True)`), not split over the other cores.
+    Its point is to finish the work while the caller computes on something else, so the work
+    should be done when the handle completes: a copied primary is the process's own memory in
+    huge pages, where a snapshot leaves the page cache's small pages under the caller's
+    compute (4-6% slower matmuls in benches/bench_stream_weights.py), and copy threads on
+    every core would take the core that compute runs on.
 
     The snapshot's contract (the file's bytes change only by the write-back of the snapshot
     itself, and the file does not shrink while it is mapped) holds because the secondary is
@@ -485,10 +493,11 @@ class _CopyStep(_Step):
 
     snapshot = False
 
-    def allocate(self) -> None:
+    def allocate(self, *, lazy: bool = False) -> None:
+        """The destination (see `_Step.allocate`); with `lazy`, a snapshot where one applies."""
         source, target, ev = self.source, self.target, self.ev
         fresh_needed = target.is_released() or target.size() < ev._size
-        if (fresh_needed and type(source) is FileBacked and type(target) is CPU
+        if (lazy and fresh_needed and type(source) is FileBacked and type(target) is CPU
                 and ev._size * KIND_BYTES[STORAGE_KIND[ev._dtype]] >= SNAPSHOT_MIN_BYTES):
             fresh = CPU._sw_snapshot_of(source._sw_storage(), ev._size, target.dtype())
             ev._ownership.take(fresh)
@@ -498,7 +507,7 @@ class _CopyStep(_Step):
         super().allocate()
 
     def run(self) -> None:
-        self.allocate()
+        self.allocate(lazy=True)
         source, destination, size = self.source, self.destination, self.ev._size
         if self.snapshot:
             _native.load_snapshot(destination._sw_storage())
@@ -521,10 +530,8 @@ class _CopyStep(_Step):
                 done._succeed(None)
             else:
                 done._fail(exc)
-        if self.snapshot:
-            _native.submit_load_snapshot(dst, then)
-        elif src is not None and dst is not None:
-            _native.submit_span(src, 0, dst, 0, size, then)
+        if src is not None and dst is not None:
+            _native.submit_span(src, 0, dst, 0, size, then, alone=True)
         else:
             def job() -> None:
                 try:

@@ -154,7 +154,7 @@ def bench_bulk(nbytes: int, repeats: int) -> None:
     def ours_from_file(t: sw.Tensor) -> sw.Tensor:
         return sw.move(t, sw.CPU(n, empty=True))
 
-    checked = []
+    checked: list[bool] = []
 
     def check_and_release(state: Any, out: sw.Tensor) -> None:
         if not checked:

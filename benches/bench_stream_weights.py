@@ -157,7 +157,7 @@ def main() -> None:
             def reader() -> None:
                 for k in range(layers):
                     b = free.get()
-                    view = memoryview(buffers[b]).cast("B")
+                    view = buffers[b].data.cast("B")
                     got = 0
                     while got < len(view):
                         got += os.preadv(fds[k], [view[got:]], got)

@@ -291,9 +291,8 @@ impl HostStorage {
     pub(crate) fn release_buffer(&self) {
         if let Some(buffer) = self.take_buffer() {
             // Unmapping a large buffer takes milliseconds that neither the caller nor the move
-            // commit needs to wait for: the carrier is already released. A buffer the recycled
-            // list keeps frees in microseconds, less than handing it to the engine costs.
-            if buffer.len() >= DEFERRED_FREE_BYTES && !buffer.frees_cheaply() {
+            // commit needs to wait for: the carrier is already released.
+            if buffer.len() >= DEFERRED_FREE_BYTES {
                 engine::submit(move || drop(buffer));
             }
         }

@@ -98,17 +98,6 @@ mod recycled {
         kept.drain(..out).collect()
     }
 
-    /// Whether a freed mapping of `len` bytes would be kept now without pushing another out
-    /// (so freeing it unmaps nothing). A hint: another thread may fill the list meanwhile.
-    pub(super) fn has_room_for(len: usize) -> bool {
-        if !(RECYCLE_MIN..=RECYCLE_MAX_BYTES).contains(&len) {
-            return false;
-        }
-        kept().is_some_and(|kept| {
-            kept.len() < RECYCLE_MAX_BUFFERS && kept.iter().map(|&(_, l)| l).sum::<usize>() + len <= RECYCLE_MAX_BYTES
-        })
-    }
-
     /// How many mappings are kept and their bytes (tests).
     #[cfg(test)]
     pub(super) fn held() -> (usize, usize) {
@@ -433,17 +422,6 @@ impl HostBuffer {
         self.ptr.as_ptr()
     }
 
-    /// Whether dropping this buffer now would be cheap: a heap or wrapped buffer, or a
-    /// mapping the recycled list has room to keep, so no `munmap` runs. A hint for callers that
-    /// move expensive frees off their thread; another thread's free may change it meanwhile.
-    pub fn frees_cheaply(&self) -> bool {
-        match self.origin {
-            Origin::Heap { .. } | Origin::Wrapped => true,
-            Origin::Mapped => recycled::has_room_for(self.len),
-            Origin::FileSnapshot => false,
-        }
-    }
-
     /// Length in bytes.
     #[inline]
     pub fn len(&self) -> usize {
@@ -691,9 +669,6 @@ mod tests {
         drop(many);
         let (count, bytes) = recycled::held();
         assert!(count <= RECYCLE_MAX_BUFFERS && bytes <= RECYCLE_MAX_BYTES, "{count} kept, {bytes} bytes");
-        // Freeing cheaply: a heap buffer always; a mapping too large to keep never.
-        assert!(HostBuffer::new(64, false).unwrap().frees_cheaply());
-        assert!(!HostBuffer::new(RECYCLE_MAX_BYTES + PAGE_ALIGN, false).unwrap().frees_cheaply());
     }
 
     #[test]

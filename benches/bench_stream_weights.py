@@ -21,7 +21,9 @@ pages written out, untimed, before every pass); min of `passes`:
                   arrays sit at 16 mod 64 bytes (glibc's malloc), and the OpenBLAS that NumPy
                   bundles runs this batch-64 sgemm 25-30% faster on such a weight matrix than on
                   a 64-byte-aligned one on some CPUs (this machine's Xeon among them); these
-                  rows show the I/O's cost apart from that.
+                  rows show the I/O's cost apart from that. The alignment probe after the
+                  table shows the effect alone: the same matmuls on one pair of weight
+                  matrices at +0, +16 and +64 bytes from a page boundary.
 One BLAS thread (OPENBLAS_NUM_THREADS=1 unless set). Printed: ms per pass and the ratio ÷ in RAM (goal for clean+async: ≤ 1.15 and ahead of the
 reader thread), and the same goal against the page-aligned rows.
 
@@ -75,6 +77,32 @@ def page_aligned(a: np.ndarray) -> np.ndarray:
     out = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
     out[...] = a
     return out
+
+
+def at_offset(a: np.ndarray, offset: int) -> np.ndarray:
+    """A copy of `a` whose data starts `offset` bytes after a page boundary."""
+    raw = np.empty(a.nbytes + 8192, dtype=np.uint8)
+    start = -raw.ctypes.data % 4096 + offset
+    out = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
+def alignment_probe(x0: np.ndarray, w: np.ndarray, layers: int, rounds: int = 5) -> dict[int, float]:
+    """Seconds (best of `rounds`) for `layers` of the pass's step, alternating two copies of
+    `w`, with the copies' data at each offset from a page boundary: what the BLAS makes of
+    the weights' address alone."""
+    best = {}
+    for offset in (0, 16, 64):
+        pair = [at_offset(w, offset) for _ in range(2)]
+        times = []
+        for _ in range(rounds):
+            start, x = time.perf_counter(), x0
+            for k in range(layers):
+                x = np.tanh(x @ pair[k % 2])
+            times.append(time.perf_counter() - start)
+        best[offset] = min(times)
+    return best
 
 
 def stream_arrays(x0: np.ndarray, weights: "list[np.ndarray] | list[np.memmap]") -> np.ndarray:
@@ -231,6 +259,10 @@ def main() -> None:
         print(f"goal against {what}: clean+async ≤ 1.15 × {ram} ({ratio:.2f}: "
               f"{'met' if ratio <= 1.15 else 'not met'}) and ahead of the {reader} "
               f"({'ahead' if ahead else 'behind'}: {ours / min(times[reader]):.2f} × its time)")
+    probe = alignment_probe(x0, in_ram[0], layers)
+    print("alignment probe (the same matmuls on one weight pair, its data at +N bytes from a page): "
+          + ", ".join(f"+{k} {v * 1000:.1f} ms" for k, v in probe.items())
+          + f"; +0 ÷ +16 = {probe[0] / probe[16]:.2f}")
     # Quick or not, layers of at least 1024² (4 MiB): below that, what the process itself
     # grows by once running (allocator arenas of the engine's threads) is a sizeable part of
     # the half of the weights the limit leaves, and the child runs out of memory.

@@ -481,10 +481,9 @@ class _CopyStep(_Step):
     `promote_async()` copies instead: one positioned read into an uninitialised (recycled)
     buffer, on the copy lane alone (`submit_span(alone=True)`), not split over the other cores.
     Its point is to finish the work while the caller computes on something else, so the work
-    should be done when the handle completes: a copied primary is the process's own memory in
-    huge pages, where a snapshot leaves the page cache's small pages under the caller's
-    compute (4-6% slower matmuls in benches/bench_stream_weights.py), and copy threads on
-    every core would take the core that compute runs on.
+    should be done when the handle completes: the caller's matmuls on a snapshot (the page
+    cache's pages) ran 4-6% slower than on a copied primary in benches/bench_stream_weights.py,
+    and copy threads on every core would take the core that compute runs on.
 
     The snapshot's contract (the file's bytes change only by the write-back of the snapshot
     itself, and the file does not shrink while it is mapped) holds because the secondary is

@@ -13,7 +13,11 @@ both sides see the same machine load and page-cache state; ratios are ours / the
                    np.ascontiguousarray(a[np.ix_(rows, cols)]) (goal <= 1.5); also printed with
                    every tile on secondary, read in place (no goal)
   tiled.to_cpu     move(full tensor, CPU) vs a CPU->CPU bulk move of the same size
-                   (goal <= 1.5); fresh carriers each round, built outside the timing
+                   (goal <= 1.5); fresh sources each round, built outside the timing, moved
+                   into one destination per side that the warm-up faulted in: a fresh 64 MiB
+                   destination either finds recycled pages or faults its own in (the same
+                   CPU->CPU move took 3 to 24 ms here), and that lottery, not the copy, made
+                   the medians of this row
 Also printed: the cost of creating one file in that directory, which is what a file per tile
 would cost per evicted tile (a FileBacked tier's tiles share one file instead).
 """
@@ -143,15 +147,18 @@ def bench_projection(values: np.ndarray, tile: tuple[int, int], rounds: int) -> 
 def bench_to_cpu(values: np.ndarray, tile: tuple[int, int], rounds: int) -> None:
     n = values.size
 
+    # One destination per side, reused: a move releases its source, not its destination.
+    ours_dest, theirs_dest = sw.CPU(n, empty=True), sw.CPU(n, empty=True)
+
     def ours() -> float:
-        te, dest = tiled(values, tile), sw.CPU(n, empty=True)
+        te = tiled(values, tile)
         with sw.no_grad():
-            return timed(lambda: sw.move(full(te), dest))
+            return timed(lambda: sw.move(full(te), ours_dest))
 
     def theirs() -> float:
-        src, dest = seeded_cpu(values), sw.CPU(n, empty=True)
+        src = seeded_cpu(values)
         with sw.no_grad():
-            return timed(lambda: sw.move(flat(src, n), dest))
+            return timed(lambda: sw.move(flat(src, n), theirs_dest))
 
     te, dest = tiled(values, tile), sw.CPU(n, empty=True)
     with sw.no_grad():
@@ -159,6 +166,8 @@ def bench_to_cpu(values: np.ndarray, tile: tuple[int, int], rounds: int) -> None
     assert np.array_equal(np.from_dlpack(out), values)
     kib = tile[0] * tile[1] * 4 // 1024
     side_by_side(f"tiled.to_cpu, {kib} KiB tiles", ours, theirs, rounds, 1.5, ("ours", "CPU->CPU move"))
+    for carrier in (ours_dest, theirs_dest, dest):
+        carrier.release()
 
 
 def main(argv: list[str]) -> None:

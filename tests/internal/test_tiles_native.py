@@ -203,3 +203,37 @@ def test_bad_block_requests_and_released_storages_are_refused():
     with pytest.raises(RuntimeError, match="released"):
         _native.copy_spans([(a, 0, b, 0, 1)])
     assert b.to_list() == [9.0] * 4
+
+
+def placed(sources, offsets, block, shape):
+    """Runs `submit_place_blocks` of numpy-backed Float32 sources into a fresh numpy-backed
+    destination; returns the destination as an array of `shape` (first mode fastest)."""
+    import numpy as np
+    out = np.zeros(shape[::-1], dtype=np.float32)
+    storages = [_native.HostStorage.wrap("f32", s.ctypes.data, s.size) for s in sources]
+    dst = _native.HostStorage.wrap("f32", out.ctypes.data, out.size)
+    done, results = threading.Event(), []
+    _native.submit_place_blocks(storages, dst, offsets, block, shape, lambda e: (results.append(e), done.set()))
+    assert done.wait(TIMEOUT) and results == [None]
+    return out
+
+
+def test_a_large_placement_on_the_tile_lattice_is_split_over_copy_threads_with_the_same_result():
+    # 64 tiles of 256 KiB (16 MiB) placed on the lattice: copied in parts at once.
+    import numpy as np
+    t, g = 256, 8
+    tiles = [np.arange(t * t, dtype=np.float32) + k * t * t for k in range(g * g)]
+    order = [(i, j) for j in range(g) for i in range(g)][::-1]  # placed in reverse grid order
+    offsets = [i * t + j * t * (g * t) for i, j in order]
+    out = placed(tiles, offsets, [t, t], [g * t, g * t])
+    for k, (i, j) in enumerate(order):
+        assert np.array_equal(out[j * t:(j + 1) * t, i * t:(i + 1) * t], tiles[k].reshape(t, t)), (i, j)
+
+
+def test_large_blocks_placed_at_one_offset_run_in_order_and_the_last_wins():
+    # Off the disjoint lattice rule (two blocks at one slot), so never split: in order.
+    import numpy as np
+    n = 2048
+    first, second = np.full(n * n, 1.0, dtype=np.float32), np.arange(n * n, dtype=np.float32)
+    out = placed([first, second], [0, 0], [n, n], [n, n])
+    assert np.array_equal(out.reshape(-1), second)

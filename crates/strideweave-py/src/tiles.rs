@@ -22,7 +22,9 @@
 //! request is queued: a bad request raises here and writes nothing. The submitted form runs
 //! the whole request as ONE engine job with the GIL released and then calls `then(None)` or
 //! `then(exc)` with the GIL held; the blocking form runs it on the calling thread with the
-//! GIL released.
+//! GIL released. Either way, a placement whose tiles sit on the block lattice (disjoint, so
+//! safe to copy at once) into 16 MiB or more of host memory runs in parts over idle copy
+//! threads, as a large span does (`transfer.rs`).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -30,6 +32,7 @@ use std::sync::Arc;
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use strideweave_core::copy;
 use strideweave_core::engine;
 use strideweave_core::storage::{ElemKind, FileStore, HostBuffer};
 use strideweave_core::tiles::{self, Block, BlockGeometry, Span, SpanError, Store};
@@ -56,7 +59,14 @@ struct Request {
     held: Vec<Held>,
     elem: usize,
     work: Work,
+    /// The blocks write pairwise disjoint slots of host memory (a placement on the block
+    /// lattice, `tiles::placed_on_lattice`), so parts of them may run at the same time.
+    disjoint: bool,
 }
+
+/// A disjoint placement of at least two of these runs in parts over idle copy threads
+/// (`engine::run_pieces`), each part large enough to stream its stores as the whole would.
+const SPLIT_PART_BYTES: u64 = copy::STREAM_THRESHOLD as u64;
 
 impl Request {
     fn stores(&self) -> Vec<Store<'_>> {
@@ -86,17 +96,45 @@ impl Request {
         }
     }
 
-    /// Runs every span or block; an I/O error says how large the request was.
-    fn run(&self) -> Result<(), JobError> {
+    /// How many parts a disjoint placement into host memory runs in (1: the whole at once).
+    fn parts(&self) -> usize {
+        let Work::Blocks(geo, blocks) = &self.work else { return 1 };
+        let into_host = blocks.iter().all(|b| matches!(self.held[b.dst], Held::Host(_)));
+        if !self.disjoint || !into_host {
+            return 1;
+        }
+        let bytes = geo.block_slots() * self.elem as u64 * blocks.len() as u64;
+        ((bytes / SPLIT_PART_BYTES) as usize).clamp(1, blocks.len())
+    }
+
+    /// Runs every span or block, a disjoint placement in parts over idle copy threads; an
+    /// I/O error says how large the request was.
+    fn run(self) -> Result<(), JobError> {
+        let parts = self.parts();
+        if parts == 1 {
+            return self.run_part(0, 1);
+        }
+        let request = Arc::new(self);
+        engine::run_pieces(parts, move |k| request.run_part(k, parts))
+    }
+
+    /// Runs part `k` of `parts`: the `k`-th run of consecutive blocks (`parts` > 1 only for a
+    /// disjoint placement), or the whole request.
+    fn run_part(&self, k: usize, parts: usize) -> Result<(), JobError> {
         let stores = self.stores();
         // SAFETY: `check` passed for these stores before the request was run; `held` keeps
         // every buffer and file alive; the carrier layer pins the tiles and claims the
-        // destination it names, so no other thread writes these ranges meanwhile.
+        // destination it names, so no other thread writes these ranges meanwhile. Parts of
+        // one request that run at once write disjoint slots (`parts` is 1 unless
+        // `placed_on_lattice` held) and only read their sources.
         let done = match &self.work {
             // SAFETY: as above.
             Work::Spans(spans) => unsafe { tiles::run_spans(&stores, self.elem, spans) },
-            // SAFETY: as above.
-            Work::Blocks(geo, blocks) => unsafe { tiles::run_blocks(&stores, self.elem, geo, blocks) },
+            Work::Blocks(geo, blocks) => {
+                let part = &blocks[k * blocks.len() / parts..(k + 1) * blocks.len() / parts];
+                // SAFETY: as above.
+                unsafe { tiles::run_blocks(&stores, self.elem, geo, part) }
+            }
         };
         done.map_err(|err| JobError::Io {
             err,
@@ -206,8 +244,13 @@ impl Interner {
     }
 
     fn finish(self, work: Work) -> PyResult<Request> {
+        self.finish_with(work, false)
+    }
+
+    /// `finish`, for blocks the caller has found to write disjoint slots (`disjoint`).
+    fn finish_with(self, work: Work, disjoint: bool) -> PyResult<Request> {
         let elem = self.kind.map_or(1, ElemKind::size);
-        let request = Request { held: self.held, elem, work };
+        let request = Request { held: self.held, elem, work, disjoint };
         request.check()?;
         Ok(request)
     }
@@ -316,16 +359,19 @@ fn parse_placement(
     dst_shape: &[i64],
 ) -> PyResult<Request> {
     let block = shape(block_shape, "block_shape")?;
-    let geo = BlockGeometry::new(&block, &block, &shape(dst_shape, "dst_shape")?).map_err(error::span)?;
+    let dst_shape = shape(dst_shape, "dst_shape")?;
+    let geo = BlockGeometry::new(&block, &block, &dst_shape).map_err(error::span)?;
     let mut interner = Interner::default();
     let into = interner.intern(destination, Name { list: "destination", index: None, part: "" })?;
     let mut parsed = Vec::with_capacity(offsets.len());
+    let mut placed_at = Vec::with_capacity(offsets.len());
     let mut at = offsets.into_iter();
     for (k, src) in sources.try_iter()?.enumerate() {
         let off =
             at.next().ok_or_else(|| PyValueError::new_err(format!("offsets has fewer items than sources ({k})")))?;
         let from = interner.intern(&src?, name("sources", k, ""))?;
         let dst_off = slot(off, name("offsets", k, ""))?;
+        placed_at.push(dst_off);
         parsed.push(Block {
             src: from.index,
             src_off: from.place("block", k, "source", 0, geo.src_reach())?,
@@ -336,7 +382,8 @@ fn parse_placement(
     if at.next().is_some() {
         return Err(PyValueError::new_err(format!("offsets has more items than sources ({})", parsed.len())));
     }
-    interner.finish(Work::Blocks(geo, parsed))
+    let disjoint = tiles::placed_on_lattice(&block, &dst_shape, &placed_at);
+    interner.finish_with(Work::Blocks(geo, parsed), disjoint)
 }
 
 /// Whole-storage copies: `sources[k]` slots `[0, count)` into `destinations[k]` at slot 0.

@@ -103,6 +103,11 @@ impl BlockGeometry {
 }
 
 impl BlockGeometry {
+    /// The slots one block copies (its rows times the row's length).
+    pub fn block_slots(&self) -> u64 {
+        self.row * self.rows.len() as u64
+    }
+
     /// Slots from a block's first to one past its last, in the source array.
     pub fn src_reach(&self) -> u64 {
         self.src_reach
@@ -112,6 +117,30 @@ impl BlockGeometry {
     pub fn dst_reach(&self) -> u64 {
         self.dst_reach
     }
+}
+
+/// Whether blocks of shape `block` placed into a dense `dst_shape` array (first mode fastest)
+/// at each of the destination slots `offsets` write pairwise disjoint slots, by a rule quick
+/// to check: every block starts on the lattice of whole blocks, fits inside the array along
+/// every mode, and no two start at the same slot. Blocks placed otherwise may be disjoint
+/// too; for them this answers `false`. A tiled tier's tiles placed into one array (its
+/// projections and its route to CPU) pass, so their blocks can be copied at the same time.
+pub fn placed_on_lattice(block: &[u64], dst_shape: &[u64], offsets: &[u64]) -> bool {
+    if block.len() != dst_shape.len() || block.contains(&0) {
+        return false;
+    }
+    let Some(total) = dst_shape.iter().try_fold(1u64, |acc, &n| acc.checked_mul(n)) else { return false };
+    let mut seen = std::collections::HashSet::with_capacity(offsets.len());
+    offsets.iter().all(|&at| {
+        let mut rest = at;
+        let on_lattice = at < total
+            && block.iter().zip(dst_shape).all(|(&b, &n)| {
+                let c = rest % n;
+                rest /= n;
+                c % b == 0 && c + b <= n
+            });
+        on_lattice && seen.insert(at)
+    })
 }
 
 /// Checks every block's reach against the stores' current sizes and refuses a block whose
@@ -238,6 +267,20 @@ mod tests {
         check_blocks(stores, 4, geo, blocks)?;
         // SAFETY: checked above; the test owns every store.
         unsafe { run_blocks(stores, 4, geo, blocks) }.map_err(SpanError::from)
+    }
+
+    /// Tiles of a 4x6 array in 2x3 blocks: origins (0,0) = 0, (2,0) = 2, (0,3) = 12, (2,3) = 14.
+    #[test]
+    fn placements_on_the_block_lattice_are_disjoint_and_others_are_not_claimed() {
+        let on = |offsets: &[u64]| placed_on_lattice(&[2, 3], &[4, 6], offsets);
+        assert!(on(&[0, 2, 12, 14]) && on(&[14, 0]) && on(&[]));
+        assert!(!on(&[0, 0]), "two blocks at one slot");
+        assert!(!on(&[1]), "off the lattice in mode 0 (overlaps both blocks of its column)");
+        assert!(!on(&[4]), "off the lattice in mode 1");
+        assert!(!on(&[24]), "outside the array");
+        assert!(!placed_on_lattice(&[3, 3], &[4, 6], &[3]), "a block at row 3 of 4 does not fit mode 0");
+        assert!(!placed_on_lattice(&[2, 0], &[4, 6], &[0]) && !placed_on_lattice(&[2], &[4, 6], &[0]));
+        assert!(!placed_on_lattice(&[2, 3], &[0, 6], &[0]), "an empty array holds no block");
     }
 
     /// A 4x4 logical array of 2x2 tiles, first mode fastest: value = slot.

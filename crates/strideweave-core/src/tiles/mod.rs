@@ -41,7 +41,7 @@ mod blocks;
 #[cfg(test)]
 mod test_support;
 
-pub use blocks::{check_blocks, run_blocks, Block, BlockGeometry};
+pub use blocks::{check_blocks, placed_on_lattice, run_blocks, Block, BlockGeometry};
 
 /// One end of a span: a host buffer or a file, borrowed for the request.
 #[derive(Clone, Copy, Debug)]

@@ -237,3 +237,21 @@ def test_large_blocks_placed_at_one_offset_run_in_order_and_the_last_wins():
     first, second = np.full(n * n, 1.0, dtype=np.float32), np.arange(n * n, dtype=np.float32)
     out = placed([first, second], [0, 0], [n, n], [n, n])
     assert np.array_equal(out.reshape(-1), second)
+
+
+def test_a_placement_that_reads_its_own_destination_runs_in_order():
+    # Block 0 copies the destination's first half into its second; block 1 then overwrites the
+    # first half. Run at once, block 1 could land before block 0 has read it.
+    import numpy as np
+    n = 2048
+    out = np.zeros(2 * n * n, dtype=np.float32)
+    out[:n * n] = np.arange(n * n, dtype=np.float32)
+    other = np.full(n * n, -1.0, dtype=np.float32)
+    dst = _native.HostStorage.wrap("f32", out.ctypes.data, out.size)
+    src = _native.HostStorage.wrap("f32", other.ctypes.data, other.size)
+    done, results = threading.Event(), []
+    _native.submit_place_blocks([dst, src], dst, [n * n, 0], [n, n], [n, 2 * n],
+                                lambda e: (results.append(e), done.set()))
+    assert done.wait(TIMEOUT) and results == [None]
+    assert np.array_equal(out[n * n:], np.arange(n * n, dtype=np.float32))
+    assert np.array_equal(out[:n * n], other)

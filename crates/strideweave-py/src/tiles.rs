@@ -99,8 +99,10 @@ impl Request {
     /// How many parts a disjoint placement into host memory runs in (1: the whole at once).
     fn parts(&self) -> usize {
         let Work::Blocks(geo, blocks) = &self.work else { return 1 };
-        let into_host = blocks.iter().all(|b| matches!(self.held[b.dst], Held::Host(_)));
-        if !self.disjoint || !into_host {
+        // Host destinations only (a file's writes serialise on its inode lock anyway), and no
+        // source that is the destination itself: one part could read what another writes.
+        let apart = blocks.iter().all(|b| matches!(self.held[b.dst], Held::Host(_)) && b.src != b.dst);
+        if !self.disjoint || !apart {
             return 1;
         }
         let bytes = geo.block_slots() * self.elem as u64 * blocks.len() as u64;

@@ -118,18 +118,11 @@ impl Carrier for FileCarrier {
     }
 
     fn read_slot(&self, _: &HookToken, i: usize) -> Result<Scalar> {
-        let mut bytes = [0u8; 8];
-        let size = self.kind.size();
-        self.live()?.read_at(self.byte_off(i), &mut bytes[..size]).map_err(|e| ModelError::io("reading a slot", e))?;
-        Ok(self.kind.decode(&bytes[..size]))
+        read_scalar(&*self.live()?, self.byte_off(i), self.kind)
     }
 
     fn write_slot(&self, _: &HookToken, i: usize, v: Scalar) -> Result<()> {
-        let mut bytes = [0u8; 8];
-        self.kind.encode(v, &mut bytes);
-        self.live()?
-            .write_at(self.byte_off(i), &bytes[..self.kind.size()])
-            .map_err(|e| ModelError::io("writing a slot", e))
+        write_scalar(&*self.live()?, self.byte_off(i), self.kind, v)
     }
 
     fn is_mutable_hook(&self) -> bool {
@@ -176,4 +169,20 @@ impl Drop for FileCarrier {
             let _ = store.unlink();
         }
     }
+}
+
+/// The slot of element kind `kind` at byte `at` of a file store (a file carrier's slot, or a
+/// tiled tier's tile in a region of its slab).
+pub(crate) fn read_scalar(store: &FileStore, at: u64, kind: ElemKind) -> Result<Scalar> {
+    let mut bytes = [0u8; 8];
+    let bytes = &mut bytes[..kind.size()];
+    store.read_at(at, bytes).map_err(|e| ModelError::io("reading a slot", e))?;
+    Ok(kind.decode(bytes))
+}
+
+/// Writes `v` as the slot of element kind `kind` at byte `at` of a file store.
+pub(crate) fn write_scalar(store: &FileStore, at: u64, kind: ElemKind, v: Scalar) -> Result<()> {
+    let mut bytes = [0u8; 8];
+    kind.encode(v, &mut bytes);
+    store.write_at(at, &bytes[..kind.size()]).map_err(|e| ModelError::io("writing a slot", e))
 }

@@ -125,17 +125,11 @@ impl Carrier for SlabTile {
     }
 
     fn read_slot(&self, _: &HookToken, i: usize) -> Result<Scalar> {
-        let mut bytes = [0u8; 16];
-        let bytes = &mut bytes[..self.kind.size()];
-        self.store.read_at(self.at(i)?, bytes).map_err(|e| ModelError::io("reading a tile's slot", e))?;
-        Ok(self.kind.decode(bytes))
+        super::file::read_scalar(&self.store, self.at(i)?, self.kind)
     }
 
     fn write_slot(&self, _: &HookToken, i: usize, v: Scalar) -> Result<()> {
-        let mut bytes = [0u8; 16];
-        let bytes = &mut bytes[..self.kind.size()];
-        self.kind.encode(v, bytes);
-        self.store.write_at(self.at(i)?, bytes).map_err(|e| ModelError::io("writing a tile's slot", e))
+        super::file::write_scalar(&self.store, self.at(i)?, self.kind, v)
     }
 
     fn is_mutable_hook(&self) -> bool {

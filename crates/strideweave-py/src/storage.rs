@@ -347,9 +347,21 @@ impl HostStorage {
     #[pyo3(signature = (kind, count, number, zeroed = true))]
     fn many(kind: &str, count: usize, number: usize, zeroed: bool) -> PyResult<Vec<Self>> {
         let mut made = error::reserve::<Self>(number, "host storages")?;
-        for _ in 0..number {
-            made.push(Self::new(kind, count, zeroed)?);
+        if zeroed {
+            for _ in 0..number {
+                made.push(Self::new(kind, count, zeroed)?);
+            }
+            return Ok(made);
         }
+        // Uninitialised: the buffers of this length that evicted tiles gave back come first.
+        let elem = parse_kind(kind)?;
+        let bytes = count
+            .checked_mul(elem.size())
+            .filter(|&b| b <= isize::MAX as usize)
+            .ok_or_else(|| PyOverflowError::new_err(format!("host storage size {count} overflows")))?;
+        let buffers = HostBuffer::uninit_batch(bytes, number)
+            .map_err(|_| PyMemoryError::new_err(format!("cannot allocate {number} buffers of {bytes} bytes")))?;
+        made.extend(buffers.into_iter().map(|buffer| Self::holding(elem, buffer)));
         Ok(made)
     }
 

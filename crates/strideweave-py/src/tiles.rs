@@ -519,10 +519,11 @@ fn release_storages(py: Python<'_>, storages: &Bound<'_, PyAny>) -> PyResult<()>
             )));
         }
     }
-    // Freed together: on an engine worker once they add up to DEFERRED_FREE_BYTES (a
+    // Kept for the tiles a later promote makes, as far as `HostBuffer::keep_batch` keeps them;
+    // the rest freed together: on an engine worker once they add up to DEFERRED_FREE_BYTES (a
     // thousand tile buffers take milliseconds to unmap, which nobody needs to wait for), as
     // one large buffer's release is.
-    let buffers: Vec<Arc<HostBuffer>> = hosts.iter().filter_map(|h| h.take_buffer()).collect();
+    let buffers = HostBuffer::keep_batch(hosts.iter().filter_map(|h| h.take_buffer()).collect());
     if buffers.iter().map(|b| b.len()).sum::<usize>() >= DEFERRED_FREE_BYTES {
         engine::submit(move || drop(buffers));
     } else {

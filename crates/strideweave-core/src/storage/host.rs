@@ -106,6 +106,78 @@ mod recycled {
     }
 }
 
+/// Uninitialised heap buffers given back in batches ([`HostBuffer::keep_batch`]: a tiled
+/// tier's tiles, evicted together) are kept, at most this many bytes of them, for the next
+/// batch of their length ([`HostBuffer::uninit_batch`]: the tiles a promote makes). The heap
+/// would otherwise return the pages of a few thousand freed tiles to the kernel, and the next
+/// promote would fault every page in again (a thousand 16 KiB tiles: four thousand faults,
+/// about as long as the copy itself); on a virtual machine that hands freed memory back to its
+/// host each of those pages costs more still.
+pub const BATCH_KEEP_MAX_BYTES: usize = 64 * 1024 * 1024;
+
+/// The heap buffers kept for batches, by length, with their bytes together. As [`recycled`],
+/// tried and never waited for.
+mod kept_batches {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, MutexGuard, TryLockError};
+
+    use super::{HostBuffer, BATCH_KEEP_MAX_BYTES};
+
+    #[derive(Default)]
+    pub(super) struct Kept {
+        by_len: HashMap<usize, Vec<HostBuffer>>,
+        bytes: usize,
+    }
+
+    static KEPT: Mutex<Option<Kept>> = Mutex::new(None);
+
+    fn kept() -> Option<MutexGuard<'static, Option<Kept>>> {
+        match KEPT.try_lock() {
+            Ok(guard) => Some(guard),
+            // Every edit leaves the map and its byte count consistent: a poisoned lock is used.
+            Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// Up to `n` kept buffers of exactly `len` bytes, now the caller's.
+    pub(super) fn take(len: usize, n: usize) -> Vec<HostBuffer> {
+        let Some(mut guard) = kept() else { return Vec::new() };
+        let Some(kept) = guard.as_mut() else { return Vec::new() };
+        let Some(list) = kept.by_len.get_mut(&len) else { return Vec::new() };
+        let out: Vec<HostBuffer> = list.split_off(list.len().saturating_sub(n));
+        if list.is_empty() {
+            kept.by_len.remove(&len);
+        }
+        kept.bytes -= out.len() * len;
+        out
+    }
+
+    /// Keep what fits of `buffers` (heap buffers nobody else holds); returns the rest, for
+    /// the caller to drop.
+    pub(super) fn give(buffers: Vec<HostBuffer>) -> Vec<HostBuffer> {
+        let Some(mut guard) = kept() else { return buffers };
+        let kept = guard.get_or_insert_with(Kept::default);
+        let mut rest = Vec::new();
+        for buffer in buffers {
+            if kept.bytes + buffer.len() > BATCH_KEEP_MAX_BYTES {
+                rest.push(buffer);
+                continue;
+            }
+            kept.bytes += buffer.len();
+            kept.by_len.entry(buffer.len()).or_default().push(buffer);
+        }
+        rest
+    }
+
+    /// How many buffers are kept and their bytes (tests).
+    #[cfg(test)]
+    pub(super) fn held() -> (usize, usize) {
+        let guard = KEPT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        guard.as_ref().map_or((0, 0), |k| (k.by_len.values().map(Vec::len).sum(), k.bytes))
+    }
+}
+
 /// Heap buffers of at least this many bytes get the huge-page advice too (NumPy's threshold).
 pub const HUGE_PAGE_THRESHOLD: usize = 4 * 1024 * 1024;
 
@@ -251,6 +323,46 @@ impl HostBuffer {
             advise_huge_pages(ptr.as_ptr(), len);
         }
         Ok(Self { ptr, len, origin: Origin::Heap { lead }, mapped_file: None })
+    }
+
+    /// `n` uninitialised buffers of `len` bytes each, as `new(len, false)` makes them, served
+    /// first from the buffers of that length a [`keep_batch`](Self::keep_batch) kept (their
+    /// pages present: no faults, nothing zeroed). Either all `n` or an error, with the kept
+    /// buffers taken kept again.
+    pub fn uninit_batch(len: usize, n: usize) -> Result<Vec<Self>, TryReserveError> {
+        let mut out = kept_batches::take(len, n);
+        if let Err(e) = out.try_reserve_exact(n - out.len()) {
+            drop(kept_batches::give(out));
+            return Err(e);
+        }
+        while out.len() < n {
+            match Self::new(len, false) {
+                Ok(buffer) => out.push(buffer),
+                Err(e) => {
+                    drop(Self::keep_batch(out.into_iter().map(Arc::new).collect()));
+                    return Err(e);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Give back buffers a batch is done with: an uninitialised-capable heap buffer nobody
+    /// else holds is kept for a later [`uninit_batch`](Self::uninit_batch) of its length, up
+    /// to [`BATCH_KEEP_MAX_BYTES`] together. Returns the rest, which the caller drops (a
+    /// mapping freed is unmapped or recycled then, as any other).
+    pub fn keep_batch(buffers: Vec<Arc<Self>>) -> Vec<Arc<Self>> {
+        let mut rest = Vec::new();
+        let mut keep = Vec::new();
+        for buffer in buffers {
+            match Arc::try_unwrap(buffer) {
+                Ok(owned) if matches!(owned.origin, Origin::Heap { .. }) && owned.len > 0 => keep.push(owned),
+                Ok(owned) => rest.push(Arc::new(owned)),
+                Err(shared) => rest.push(shared),
+            }
+        }
+        rest.extend(kept_batches::give(keep).into_iter().map(Arc::new));
+        rest
     }
 
     fn map(len: usize) -> Result<Self, TryReserveError> {
@@ -669,6 +781,44 @@ mod tests {
         drop(many);
         let (count, bytes) = recycled::held();
         assert!(count <= RECYCLE_MAX_BUFFERS && bytes <= RECYCLE_MAX_BYTES, "{count} kept, {bytes} bytes");
+    }
+
+    /// A batch given back serves the next batch of its length: the same buffers, their bytes
+    /// as left; a buffer somebody else still holds, another length or bytes beyond the bound
+    /// are not kept. A length of its own, so other tests do not take them; a few attempts,
+    /// since a give that finds the list locked by another test's thread keeps nothing.
+    #[test]
+    fn a_batch_given_back_serves_the_next_batch_of_its_length() {
+        let len = 16 * 1024 + 3 * HOST_ALIGN;
+        let served_again = (0..5).any(|_| {
+            let mut batch = HostBuffer::uninit_batch(len, 3).unwrap();
+            for (k, b) in batch.iter_mut().enumerate() {
+                b.write_mut(len - 1, &[k as u8 + 1]).unwrap();
+            }
+            let addrs: Vec<usize> = batch.iter().map(|b| b.as_ptr() as usize).collect();
+            let held: Vec<Arc<HostBuffer>> = batch.into_iter().map(Arc::new).collect();
+            let still_held = Arc::clone(&held[0]);
+            let rest = HostBuffer::keep_batch(held);
+            assert!(rest.iter().any(|b| Arc::ptr_eq(b, &still_held)), "a shared buffer is not kept");
+            drop(rest);
+            let again = HostBuffer::uninit_batch(len, 2).unwrap();
+            let other = HostBuffer::uninit_batch(len + HOST_ALIGN, 2).unwrap();
+            assert!(
+                other.iter().all(|b| !addrs[1..].contains(&(b.as_ptr() as usize))),
+                "another length never takes them"
+            );
+            let mut got: Vec<(usize, u8)> =
+                again.iter().map(|b| (b.as_ptr() as usize, b.as_slice()[len - 1])).collect();
+            got.sort_unstable();
+            let mut want: Vec<(usize, u8)> = vec![(addrs[1], 2), (addrs[2], 3)];
+            want.sort_unstable();
+            got == want
+        });
+        assert!(served_again, "the kept buffers, their bytes as left, served the next batch of their length");
+        let big = HostBuffer::uninit_batch(1 << 20, BATCH_KEEP_MAX_BYTES / (1 << 20) + 2).unwrap();
+        drop(HostBuffer::keep_batch(big.into_iter().map(Arc::new).collect()));
+        let (_, bytes) = kept_batches::held();
+        assert!(bytes <= BATCH_KEEP_MAX_BYTES, "{bytes} bytes kept");
     }
 
     #[test]

@@ -38,22 +38,28 @@ def _pin(c: Any, indices: Iterable[int], reading: bool = False) -> None:
     """Pin `indices` for one request; the caller holds `c._state_lock`. A projection pins
     `reading`: it reads the tiles in place, so a residency request already pending on them
     must not release them under it (see `_commit`)."""
+    pins = c._pins
     for i in indices:
-        c._pins[i] += 1
-        if reading:
-            c._readers[i] += 1
+        pins[i] += 1
+    if reading:
+        readers = c._readers
+        for i in indices:
+            readers[i] += 1
     c._pending += 1
 
 
 def _unpin(c: Any, indices: Iterable[int], reading: bool = False) -> None:
     retired: list[Tile] = []
     with c._state_lock:
+        pins = c._pins
         for i in indices:
-            c._pins[i] -= 1
-            if reading:
-                c._readers[i] -= 1
-                if not c._readers[i] and i in c._retired:
-                    retired.extend(c._retired.pop(i))
+            pins[i] -= 1
+        if reading:
+            readers, retiring = c._readers, c._retired
+            for i in indices:
+                readers[i] -= 1
+                if not readers[i] and i in retiring:
+                    retired.extend(retiring.pop(i))
         c._pending -= 1
     # Tiles a commit replaced while this projection read them: nobody reads them now.
     tiled_tiles.release_tiles(retired, c._ownership)
@@ -68,6 +74,7 @@ def _commit(c: Any, moving: list[int], staged: list[Tile], target: str,
     is retired until the last reader unpins; or, promoted with retain_clean, it is kept as
     the tile's clean copy."""
     tiles, where, ownership = c._tiles, c._where, c._ownership
+    clean_copies, readers, retired = c._clean_copies, c._readers, c._retired
     keep = target == PRIMARY and c._retain_clean
     fresh_tiles = iter(staged)
     # Adopting and releasing carrier tiles take the global carrier state lock, which a public
@@ -77,13 +84,13 @@ def _commit(c: Any, moving: list[int], staged: list[Tile], target: str,
         replaced = []
         for i in moving:
             if keep:
-                c._clean_copies[i] = tiles[i]
-            elif c._readers[i]:
-                c._retired.setdefault(i, []).append(tiles[i])
+                clean_copies[i] = tiles[i]
+            elif readers[i]:
+                retired.setdefault(i, []).append(tiles[i])
             else:
                 replaced.append(tiles[i])
             if i in reused:  # the clean copy is the current tile again
-                tiles[i] = c._clean_copies.pop(i)
+                tiles[i] = clean_copies.pop(i)
             else:
                 tiles[i] = next(fresh_tiles)
             where[i] = target
@@ -150,11 +157,12 @@ def residency(c: Any, tiles: Any, target: str, protect: Iterable[int] = ()) -> A
     handle = _native.new_completion(AwaitResidency)
     with c._state_lock:
         c._check_live(action)  # again, atomically with the pins: a release may have run since
-        pinned = [i for i in requested if c._pins[i]]
+        pins, where = c._pins, c._where
+        pinned = [i for i in requested if pins[i]]
         if pinned:
             raise RuntimeError(f"cannot {action} a TiledEvictable: tile {c._coordinate_of(pinned[0])} "
                                "is pinned by a pending residency request or projection")
-        moving = [i for i in requested if c._where[i] != target]
+        moving = [i for i in requested if where[i] != target]
         policy = c._policy is not None and target == PRIMARY
         if policy:
             c._touch(requested)
@@ -201,8 +209,9 @@ class _Phase:
 
     def __init__(self, c: Any, moving: list[int], target: str) -> None:
         self.moving, self.target = moving, target
-        self.reused = ({i: c._clean_copies[i] for i in moving if i in c._clean_copies}
-                       if target != PRIMARY else {})
+        clean_copies = c._clean_copies
+        self.reused = ({i: clean_copies[i] for i in moving if i in clean_copies}
+                       if target != PRIMARY and clean_copies else {})
         self.copying = [i for i in moving if i not in self.reused]
         self.prototype = c._primary if target == PRIMARY else c._secondary
         self.source_tier = c._secondary if target == PRIMARY else c._primary

@@ -90,7 +90,18 @@ def read_all(tile: Tile, size: int) -> list[Any]:
     return [tile[j] for j in range(size)]
 
 
+_BARE_TYPES = frozenset((_native.HostStorage, _native.FileRegion))
+
+
+def all_bare(tiles: Sequence[Tile]) -> bool:
+    """Whether every tile is a bare storage: one pass over the tiles' types in C, since a
+    request's bookkeeping asks this of a thousand tiles several times."""
+    return set(map(type, tiles)) <= _BARE_TYPES
+
+
 def _split(tiles: Sequence[Tile]) -> tuple[list[Bare], list[Carrier]]:
+    if all_bare(tiles):
+        return list(tiles), []
     bare: list[Bare] = []
     carriers: list[Carrier] = []
     for tile in tiles:
@@ -103,6 +114,8 @@ def _split(tiles: Sequence[Tile]) -> tuple[list[Bare], list[Carrier]]:
 
 def adopt_all(tiles: Sequence[Tile], ownership: Ownership) -> None:
     """Record the TiledEvictable as the owner of every carrier tile (a bare storage has none)."""
+    if all_bare(tiles):
+        return
     for tile in tiles:
         if isinstance(tile, Carrier):
             ownership.take(tile)
@@ -132,7 +145,7 @@ def storages_of(tiles: Sequence[Tile]) -> list[Any] | None:
     bare), or None when one has none. A `HostReadableTile` gives a fresh snapshot of its slots,
     which is right only as a copy source: destinations are always fresh tiles of a tier that
     has Rust storage (`tiled_bulk.native_storage` of its prototype is checked first)."""
-    if not any(isinstance(tile, Carrier) for tile in tiles):
+    if all_bare(tiles):
         return list(tiles)
     storages = [source_storage(tile) for tile in tiles]
     return None if any(s is None for s in storages) else storages

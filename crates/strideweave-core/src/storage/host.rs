@@ -153,12 +153,25 @@ mod kept_batches {
         out
     }
 
-    /// Keep what fits of `buffers` (heap buffers nobody else holds); returns the rest, for
-    /// the caller to drop.
+    /// Keep what fits of `buffers` (heap buffers nobody else holds), making room by letting
+    /// go of buffers of other lengths first: the batch given last is the one a promote asks
+    /// for next. Returns what is not kept, for the caller to drop.
     pub(super) fn give(buffers: Vec<HostBuffer>) -> Vec<HostBuffer> {
         let Some(mut guard) = kept() else { return buffers };
         let kept = guard.get_or_insert_with(Kept::default);
+        let incoming: usize = buffers.iter().map(HostBuffer::len).sum();
         let mut rest = Vec::new();
+        let lengths: Vec<usize> = buffers.iter().map(HostBuffer::len).collect();
+        let others: Vec<usize> = kept.by_len.keys().copied().filter(|len| !lengths.contains(len)).collect();
+        for len in others {
+            if kept.bytes + incoming <= BATCH_KEEP_MAX_BYTES {
+                break;
+            }
+            if let Some(list) = kept.by_len.remove(&len) {
+                kept.bytes -= list.len() * len;
+                rest.extend(list);
+            }
+        }
         for buffer in buffers {
             if kept.bytes + buffer.len() > BATCH_KEEP_MAX_BYTES {
                 rest.push(buffer);
@@ -819,6 +832,16 @@ mod tests {
         drop(HostBuffer::keep_batch(big.into_iter().map(Arc::new).collect()));
         let (_, bytes) = kept_batches::held();
         assert!(bytes <= BATCH_KEEP_MAX_BYTES, "{bytes} bytes kept");
+        // A later batch of another length takes the room (the one a promote asks for next).
+        let later_len = (1 << 20) + HOST_ALIGN;
+        let made_room = (0..5).any(|_| {
+            let later = HostBuffer::uninit_batch(later_len, 4).unwrap();
+            let addrs: Vec<usize> = later.iter().map(|b| b.as_ptr() as usize).collect();
+            drop(HostBuffer::keep_batch(later.into_iter().map(Arc::new).collect()));
+            let again = HostBuffer::uninit_batch(later_len, 4).unwrap();
+            again.iter().all(|b| addrs.contains(&(b.as_ptr() as usize)))
+        });
+        assert!(made_room, "the last batch given back is kept, making room");
     }
 
     #[test]

@@ -35,7 +35,7 @@ use crate::layout::plan::{addressed_range, check_modes, LoopPlan, PlanError};
 
 mod streaming;
 pub(crate) mod vectored;
-pub use streaming::{copy_span_streaming, stream_fence, STREAM_THRESHOLD};
+pub use streaming::{copy_span_streaming, stream_fence, stream_rows, STREAM_THRESHOLD};
 pub use vectored::{file_read_scatter, file_write_gather, MAX_RANGES};
 
 /// Bytes moved per positioned read or write. Large enough that syscall overhead vanishes

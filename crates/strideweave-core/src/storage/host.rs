@@ -119,9 +119,9 @@ pub const BATCH_KEEP_MAX_BYTES: usize = 64 * 1024 * 1024;
 /// tried and never waited for.
 mod kept_batches {
     use std::collections::HashMap;
-    use std::sync::{Mutex, MutexGuard, TryLockError};
+    use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
-    use super::{HostBuffer, BATCH_KEEP_MAX_BYTES};
+    use super::{HostBuffer, Origin, BATCH_KEEP_MAX_BYTES};
 
     #[derive(Default)]
     pub(super) struct Kept {
@@ -153,32 +153,39 @@ mod kept_batches {
         out
     }
 
-    /// Keep what fits of `buffers` (heap buffers nobody else holds), making room by letting
-    /// go of buffers of other lengths first: the batch given last is the one a promote asks
-    /// for next. Returns what is not kept, for the caller to drop.
-    pub(super) fn give(buffers: Vec<HostBuffer>) -> Vec<HostBuffer> {
+    /// Keep what fits of `buffers`: heap buffers nobody else holds, making room by letting
+    /// go of buffers of other lengths first (the batch given last is the one a promote asks
+    /// for next). Returns what is not kept, for the caller to drop, as it was given: nothing
+    /// is unwrapped that is not kept.
+    pub(super) fn give(buffers: Vec<Arc<HostBuffer>>) -> Vec<Arc<HostBuffer>> {
         let Some(mut guard) = kept() else { return buffers };
         let kept = guard.get_or_insert_with(Kept::default);
-        let incoming: usize = buffers.iter().map(HostBuffer::len).sum();
+        let keepable = |b: &Arc<HostBuffer>| matches!(b.origin, Origin::Heap { .. }) && b.len > 0;
+        let incoming: usize = buffers.iter().filter(|b| keepable(b)).map(|b| b.len).sum();
         let mut rest = Vec::new();
-        let lengths: Vec<usize> = buffers.iter().map(HostBuffer::len).collect();
-        let others: Vec<usize> = kept.by_len.keys().copied().filter(|len| !lengths.contains(len)).collect();
+        let others: Vec<usize> =
+            kept.by_len.keys().copied().filter(|len| !buffers.iter().any(|b| b.len == *len)).collect();
         for len in others {
             if kept.bytes + incoming <= BATCH_KEEP_MAX_BYTES {
                 break;
             }
             if let Some(list) = kept.by_len.remove(&len) {
                 kept.bytes -= list.len() * len;
-                rest.extend(list);
+                rest.extend(list.into_iter().map(Arc::new));
             }
         }
         for buffer in buffers {
-            if kept.bytes + buffer.len() > BATCH_KEEP_MAX_BYTES {
+            if !keepable(&buffer) || kept.bytes + buffer.len > BATCH_KEEP_MAX_BYTES {
                 rest.push(buffer);
                 continue;
             }
-            kept.bytes += buffer.len();
-            kept.by_len.entry(buffer.len()).or_default().push(buffer);
+            match Arc::try_unwrap(buffer) {
+                Ok(owned) => {
+                    kept.bytes += owned.len;
+                    kept.by_len.entry(owned.len).or_default().push(owned);
+                }
+                Err(shared) => rest.push(shared),
+            }
         }
         rest
     }
@@ -345,7 +352,7 @@ impl HostBuffer {
     pub fn uninit_batch(len: usize, n: usize) -> Result<Vec<Self>, TryReserveError> {
         let mut out = kept_batches::take(len, n);
         if let Err(e) = out.try_reserve_exact(n - out.len()) {
-            drop(kept_batches::give(out));
+            drop(Self::keep_batch(out.into_iter().map(Arc::new).collect()));
             return Err(e);
         }
         while out.len() < n {
@@ -365,17 +372,7 @@ impl HostBuffer {
     /// to [`BATCH_KEEP_MAX_BYTES`] together. Returns the rest, which the caller drops (a
     /// mapping freed is unmapped or recycled then, as any other).
     pub fn keep_batch(buffers: Vec<Arc<Self>>) -> Vec<Arc<Self>> {
-        let mut rest = Vec::new();
-        let mut keep = Vec::new();
-        for buffer in buffers {
-            match Arc::try_unwrap(buffer) {
-                Ok(owned) if matches!(owned.origin, Origin::Heap { .. }) && owned.len > 0 => keep.push(owned),
-                Ok(owned) => rest.push(Arc::new(owned)),
-                Err(shared) => rest.push(shared),
-            }
-        }
-        rest.extend(kept_batches::give(keep).into_iter().map(Arc::new));
-        rest
+        kept_batches::give(buffers)
     }
 
     fn map(len: usize) -> Result<Self, TryReserveError> {

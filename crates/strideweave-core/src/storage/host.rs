@@ -369,7 +369,7 @@ impl HostBuffer {
 
     /// Give back buffers a batch is done with: an uninitialised-capable heap buffer nobody
     /// else holds is kept for a later [`uninit_batch`](Self::uninit_batch) of its length, up
-    /// to [`BATCH_KEEP_MAX_BYTES`] together. Returns the rest, which the caller drops (a
+    /// to 64 MiB together (`BATCH_KEEP_MAX_BYTES`). Returns the rest, which the caller drops (a
     /// mapping freed is unmapped or recycled then, as any other).
     pub fn keep_batch(buffers: Vec<Arc<Self>>) -> Vec<Arc<Self>> {
         kept_batches::give(buffers)

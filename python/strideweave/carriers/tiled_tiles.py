@@ -25,7 +25,7 @@ import contextlib
 import itertools
 import os
 import threading
-from typing import Any, Protocol, Sequence, Union, runtime_checkable
+from typing import Any, Protocol, Sequence, Union, cast, runtime_checkable
 
 from strideweave import _native
 from strideweave.carriers import tiled_bulk
@@ -101,7 +101,7 @@ def all_bare(tiles: Sequence[Tile]) -> bool:
 
 def _split(tiles: Sequence[Tile]) -> tuple[list[Bare], list[Carrier]]:
     if all_bare(tiles):
-        return list(tiles), []
+        return cast("list[Bare]", list(tiles)), []
     bare: list[Bare] = []
     carriers: list[Carrier] = []
     for tile in tiles:

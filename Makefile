@@ -65,11 +65,12 @@ rust-checks: $(VENV)/.venv-stamp
 pytest: build
 	$(VPY) -m pytest -q
 
-# The package with mypy (settings in pyproject.toml), the stub of the compiled module against
+# The package and the benches with mypy (settings in pyproject.toml), the stub of the compiled module against
 # the built extension, user-side code with mypy --strict and pyright, and the public API's
 # type completeness.
 typecheck: build
 	$(VPY) -m mypy -p strideweave
+	$(VPY) -m mypy benches
 	$(VPY) -m mypy.stubtest strideweave --mypy-config-file pyproject.toml
 	$(VPY) -m mypy --strict --config-file= $(TYPED)
 	$(VENV)/bin/pyright $(TYPED)

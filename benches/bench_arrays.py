@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import sys
+from typing import Callable
 
 import numpy as np
 from _timing import best_per_call_ns
@@ -29,7 +30,7 @@ def main(quick: bool) -> None:
     big = sw.Tensor(sw.CPU(1_000_000), 0, sw.Layout(sw.Shape([1000, 1000]), sw.Stride([1000, 1])))
     big_np = np.from_dlpack(big).copy()
     one = sw.Tensor(sw.CPU(1), 0, sw.Layout(sw.Shape(1), sw.Stride(1)))
-    groups = [
+    groups: list[tuple[str, list[tuple[str, Callable[[], object]]]]] = [
         ("conversion", [("np.asarray(tensor)", lambda: np.asarray(tensor)),
                         ("np.from_dlpack(tensor)", lambda: np.from_dlpack(tensor)),
                         ("np.asarray(ndarray view)", lambda: np.asarray(view))]),

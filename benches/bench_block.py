@@ -14,6 +14,7 @@ buffer may be (every chunk goes through the aligned bounce buffer: one extra mem
 """
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -83,10 +84,8 @@ def main() -> int:
                                   "iflag=direct"),
         }
         for label, (src, dst, shift) in bufs.items():
-            runs[f"write {label}"] = (
-                lambda src=src, shift=shift: dev.write_from(src, shift, off, nbytes))
-            runs[f"read {label}"] = (
-                lambda dst=dst, shift=shift: dev.read_into(dst, shift, off, nbytes))
+            runs[f"write {label}"] = functools.partial(dev.write_from, src, shift, off, nbytes)
+            runs[f"read {label}"] = functools.partial(dev.read_into, dst, shift, off, nbytes)
         best_t = {k: float("inf") for k in runs}
         for _ in range(REPEATS):
             for k, fn in runs.items():
@@ -96,8 +95,8 @@ def main() -> int:
         # A whole-buffer comparison would turn 64 Mi slots into Python ints; 4096 spread-out
         # slots catch a wrong offset or a missed chunk as surely.
         for label, (src, dst, shift) in bufs.items():
-            first, count = shift // 4, nbytes // 4
-            probes = np.linspace(first, first + count - 1, 4096).astype(int).tolist()
+            first, slots = shift // 4, nbytes // 4
+            probes = np.linspace(first, first + slots - 1, 4096).astype(int).tolist()
             if any(src.get(k) != dst.get(k) for k in probes):
                 print(f"bench_block: round trip mismatch ({label})!")
                 return 1

@@ -13,7 +13,7 @@ import timeit
 from strideweave import Layout, Shape, Stride
 
 try:
-    import pycute
+    import pycute  # type: ignore[import-untyped]  # no stubs; the reference's figures only
 except ImportError:  # requirements-pycute.txt not installed: strideweave's figures alone
     pycute = None
 

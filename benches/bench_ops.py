@@ -15,6 +15,7 @@ Tensor construction; `add` also records an autograd node (grad mode on, the defa
 from __future__ import annotations
 
 import sys
+from typing import Any
 import time
 
 import numpy as np
@@ -59,7 +60,7 @@ def main(n: int) -> None:
     ha, hb = filled_tensor(ta, hier), filled_tensor(tb, hier)
     na, nb = ta.T, tb.T  # NumPy's equivalent: an F-order walk of the same storage
 
-    checks = [
+    checks: list[tuple[np.ndarray, Any]] = [
         (np.asarray(np.from_dlpack(a + b)), xa + xb),
         (np.asarray(sw.sum(a).tolist()), np.float32(xa.astype(np.float64).sum())),
     ]

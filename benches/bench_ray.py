@@ -41,6 +41,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 import gc  # noqa: E402
+import logging  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -67,7 +68,7 @@ def main(argv: list[str]) -> int:
     repeats = 2 if quick else 7
     n = size_mib * MiB // 4
     store = max(256, 3 * size_mib) * MiB
-    node = dict(num_cpus=1, object_store_memory=store, node_ip_address="127.0.0.1")
+    node: dict[str, Any] = dict(num_cpus=1, object_store_memory=store, node_ip_address="127.0.0.1")
 
     @ray.remote(num_cpus=0)
     class Receiver:
@@ -94,9 +95,9 @@ def main(argv: list[str]) -> int:
     try:
         cluster.add_node(**node, include_dashboard=False)
         cluster.add_node(**node, resources={"node_b": 1})
-        ray.init(address=cluster.address, log_to_driver=False, logging_level="ERROR")
+        ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.ERROR)
         cluster.wait_for_nodes()
-        receiver = Receiver.options(resources={"node_b": 1}).remote()
+        receiver = Receiver.options(resources={"node_b": 1}).remote()  # type: ignore[attr-defined]  # ray's actor class
         assert ray.get(receiver.node_id.remote()) != ray.get_runtime_context().get_node_id()
 
         array = (np.arange(n) % 1000).astype(np.float32)

@@ -841,6 +841,36 @@ mod tests {
         assert!(made_room, "the last batch given back is kept, making room");
     }
 
+    /// Eight threads taking and giving back batches of one length at once: no buffer is
+    /// ever handed to two of them (each writes its mark into every buffer it holds and finds
+    /// it there before giving the batch back), and the bound holds.
+    #[test]
+    fn eight_threads_taking_and_giving_back_batches_never_share_a_buffer() {
+        let len = 16 * 1024 + 5 * HOST_ALIGN;
+        std::thread::scope(|scope| {
+            for thread in 0..8u8 {
+                scope.spawn(move || {
+                    for round in 0..200u32 {
+                        let mut batch = HostBuffer::uninit_batch(len, 1 + (round as usize % 7)).unwrap();
+                        let mark = [thread, round as u8];
+                        for b in &mut batch {
+                            b.write_mut(0, &mark).unwrap();
+                            b.write_mut(len - 2, &mark).unwrap();
+                        }
+                        std::thread::yield_now();
+                        for b in &batch {
+                            assert_eq!(&b.as_slice()[..2], &mark);
+                            assert_eq!(&b.as_slice()[len - 2..], &mark);
+                        }
+                        drop(HostBuffer::keep_batch(batch.into_iter().map(Arc::new).collect()));
+                    }
+                });
+            }
+        });
+        let (_, bytes) = kept_batches::held();
+        assert!(bytes <= BATCH_KEEP_MAX_BYTES, "{bytes} bytes kept");
+    }
+
     #[test]
     fn out_of_bounds_access_is_refused() {
         let mut b = HostBuffer::new(8, true).unwrap();

@@ -131,16 +131,46 @@ impl HostCarrier {
         Self::allocated(kind, slots, true, !recyclable)
     }
 
+    /// `n` carriers of `slots` for a tiled tier's fresh tiles, each filled before anybody can
+    /// read it (or released unread), as [`for_overwrite`](Self::for_overwrite)'s are. Below
+    /// the host storage's `RECYCLE_MIN` their buffers are uninitialised, served first from
+    /// the buffers evicted tiles gave back ([`release_storage_into`](Self::release_storage_into),
+    /// then `HostBuffer::keep_batch`): their pages present, nothing zeroed, as the Python
+    /// package's tiles are.
+    pub(crate) fn batch_for_overwrite(kind: ElemKind, slots: usize, n: usize) -> Result<Vec<Arc<Self>>> {
+        let bytes = slots.checked_mul(kind.size()).ok_or(ModelError::OutOfMemory { bytes: usize::MAX })?;
+        if bytes >= crate::storage::RECYCLE_MIN {
+            return (0..n).map(|_| Self::for_overwrite(kind, slots)).collect();
+        }
+        let buffers = HostBuffer::uninit_batch(bytes, n).map_err(|_| ModelError::OutOfMemory { bytes })?;
+        Ok(buffers.into_iter().map(|buf| Self::holding(kind, slots, true, buf)).collect())
+    }
+
     fn allocated(kind: ElemKind, slots: usize, mutable: bool, zeroed: bool) -> Result<Arc<Self>> {
         let bytes = slots.checked_mul(kind.size()).ok_or(ModelError::OutOfMemory { bytes: usize::MAX })?;
         let buf = HostBuffer::new(bytes, zeroed).map_err(|_| ModelError::OutOfMemory { bytes })?;
-        Ok(Arc::new(HostCarrier {
+        Ok(Self::holding(kind, slots, mutable, buf))
+    }
+
+    fn holding(kind: ElemKind, slots: usize, mutable: bool, buf: HostBuffer) -> Arc<Self> {
+        Arc::new(HostCarrier {
             state: CarrierState::new("HostCarrier"),
             kind,
             mutable,
             slots: AtomicUsize::new(slots),
             store: RwLock::new(Some(Arc::new(HostStore::new(buf)))),
-        }))
+        })
+    }
+
+    /// The storage release ([`Carrier::release_storage`]), handing the buffer to `kept` when
+    /// nothing else holds it (no transfer, no DLPack export): a tiled tier gives its released
+    /// tiles' buffers back together for the next promote's fresh tiles.
+    pub(crate) fn release_storage_into(&self, kept: &mut Vec<Arc<HostBuffer>>) {
+        self.slots.store(0, Ordering::Release);
+        let store = self.store.write().take();
+        if let Some(store) = store.and_then(|store| Arc::try_unwrap(store).ok()) {
+            kept.push(Arc::new(store.buf.into_inner()));
+        }
     }
 
     /// A mutable carrier holding `values` (which must all be of one kind, `kind`).

@@ -71,6 +71,9 @@ struct Held {
     window: Window,
     /// A slab tile's region: freed with others in one step when the tile is given back.
     region: Option<(Arc<FileSlab>, u64)>,
+    /// A host tile this composite made: its buffer is given back with the others' for the
+    /// next promote's fresh tiles.
+    host: Option<Arc<HostCarrier>>,
 }
 
 /// One tile: the carrier holding its values, the clean copy a `retain_clean` promote kept,
@@ -347,14 +350,24 @@ impl TiledEvictable {
                     };
                     let window = Window::File(store.clone(), base);
                     tile.state.adopt(self.owner).expect("a fresh tile is free");
-                    Held { carrier: Arc::new(tile), window, region: Some((slab.clone(), cell)) }
+                    Held { carrier: Arc::new(tile), window, region: Some((slab.clone(), cell)), host: None }
+                })
+                .collect());
+        }
+        if self.tier(tier).class_key() == ClassKey::of::<HostCarrier>() {
+            return Ok(HostCarrier::batch_for_overwrite(self.kind, self.tile_slots, n)?
+                .into_iter()
+                .map(|host| {
+                    host.state(HOOK).adopt(self.owner).expect("a fresh tile is free");
+                    let carrier: Arc<dyn Carrier> = host.clone();
+                    Held { window: Window::of(&*carrier), carrier, region: None, host: Some(host) }
                 })
                 .collect());
         }
         let mut made = Vec::with_capacity(n);
         for _ in 0..n {
             match tier_ops::fresh_like(&**self.tier(tier), self.kind, self.tile_slots, self.owner) {
-                Ok(carrier) => made.push(Held { window: Window::of(&*carrier), carrier, region: None }),
+                Ok(carrier) => made.push(Held { window: Window::of(&*carrier), carrier, region: None, host: None }),
                 Err(e) => {
                     self.give_back(made);
                     return Err(e);
@@ -368,9 +381,22 @@ impl TiledEvictable {
     /// of slab tiles go back to their slab together.
     fn give_back(&self, tiles: impl IntoIterator<Item = Held>) {
         let mut regions: Vec<(Arc<FileSlab>, Vec<u64>)> = Vec::new();
+        let mut buffers = Vec::new();
         for tile in tiles {
-            tier_ops::release_owned(&*tile.carrier, self.owner, false);
-            if let Some((slab, cell)) = tile.region {
+            // The tile's window holds its host store too: let go of it first, so the buffer
+            // is nobody else's when the tile is released.
+            let Held { carrier, window, region, host } = tile;
+            drop(window);
+            match &host {
+                Some(host) => {
+                    if let Ok(true) = host.state(HOOK).release_as_owner(self.owner) {
+                        host.release_storage_into(&mut buffers);
+                    }
+                    host.state(HOOK).disown(self.owner);
+                }
+                None => tier_ops::release_owned(&*carrier, self.owner, false),
+            }
+            if let Some((slab, cell)) = region {
                 match regions.iter_mut().find(|(s, _)| Arc::ptr_eq(s, &slab)) {
                     Some((_, cells)) => cells.push(cell),
                     None => regions.push((slab, vec![cell])),
@@ -380,6 +406,7 @@ impl TiledEvictable {
         for (slab, cells) in regions {
             let _ = slab.free(&cells);
         }
+        drop(crate::storage::HostBuffer::keep_batch(buffers));
     }
 
     fn tier(&self, which: Tier) -> &Arc<dyn Carrier> {
@@ -677,6 +704,8 @@ impl TiledEvictable {
             self.abandon(staged);
             return Err(e);
         }
+        // The tiles left behind go back together: one slab step, one batch of buffers.
+        let mut left_behind = Vec::new();
         for s in staged {
             let tile = &mut tiles[s.index];
             let left = match (s.step, s.fresh) {
@@ -688,9 +717,10 @@ impl TiledEvictable {
                 // A clean eviction: the kept copy is current again.
                 (_, None) => tile.clean.take().map(|copy| std::mem::replace(&mut tile.current, copy)),
             };
-            self.give_back(left);
+            left_behind.extend(left);
             tile.residency.commit(s.step, s.writes);
         }
+        self.give_back(left_behind);
         Ok(())
     }
 

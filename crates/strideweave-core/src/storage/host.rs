@@ -196,6 +196,13 @@ mod kept_batches {
         let guard = KEPT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         guard.as_ref().map_or((0, 0), |k| (k.by_len.values().map(Vec::len).sum(), k.bytes))
     }
+
+    /// How many buffers of `len` bytes are kept (tests).
+    #[cfg(test)]
+    pub(super) fn held_of(len: usize) -> usize {
+        let guard = KEPT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        guard.as_ref().and_then(|k| k.by_len.get(&len)).map_or(0, Vec::len)
+    }
 }
 
 /// Heap buffers of at least this many bytes get the huge-page advice too (NumPy's threshold).
@@ -373,6 +380,13 @@ impl HostBuffer {
     /// mapping freed is unmapped or recycled then, as any other).
     pub fn keep_batch(buffers: Vec<Arc<Self>>) -> Vec<Arc<Self>> {
         kept_batches::give(buffers)
+    }
+
+    /// How many buffers of `len` bytes [`keep_batch`](Self::keep_batch) keeps now (tests of
+    /// the layers that give buffers back).
+    #[cfg(test)]
+    pub(crate) fn kept_of(len: usize) -> usize {
+        kept_batches::held_of(len)
     }
 
     fn map(len: usize) -> Result<Self, TryReserveError> {

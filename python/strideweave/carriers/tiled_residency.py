@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from typing import Any, Iterable, Protocol, cast
+from typing import Any, Iterable, Protocol, Sequence, cast
 
 from strideweave import _autograd, _move_log, _native
 from strideweave.carriers import tiled_bulk, tiled_tiles
@@ -34,7 +34,7 @@ from strideweave.layout import Layout, Shape
 __all__: list[str] = []
 
 
-def _pin(c: Any, indices: Iterable[int], reading: bool = False) -> None:
+def _pin(c: Any, indices: Sequence[int], reading: bool = False) -> None:
     """Pin `indices` for one request; the caller holds `c._state_lock`. A projection pins
     `reading`: it reads the tiles in place, so a residency request already pending on them
     must not release them under it (see `_commit`)."""
@@ -48,7 +48,7 @@ def _pin(c: Any, indices: Iterable[int], reading: bool = False) -> None:
     c._pending += 1
 
 
-def _unpin(c: Any, indices: Iterable[int], reading: bool = False) -> None:
+def _unpin(c: Any, indices: Sequence[int], reading: bool = False) -> None:
     retired: list[Tile] = []
     with c._state_lock:
         pins = c._pins
@@ -97,7 +97,7 @@ def _commit(c: Any, moving: list[int], staged: list[Tile], target: str,
     tiled_tiles.release_tiles(replaced, ownership)
 
 
-def _finish(c: Any, indices: Iterable[int], handle: Any, error: BaseException | None,
+def _finish(c: Any, indices: Sequence[int], handle: Any, error: BaseException | None,
             result: Any = None, reading: bool = False) -> None:
     """A request's terminal step: unpin its tiles, then complete its handle with `result` or
     `error`, in that order, so a waiter the handle wakes finds the tiles free."""

@@ -49,7 +49,9 @@ Issue 10 (the general move request, `_native.MoveRequest`):
                          one that overrides `get_value` (the general request), grad off and on, against
                          `a.copy()` (the goal's reference) and against NumPy doing the same
                          work: `np.copyto` from fresh filled arrays into fresh `np.zeros`,
-                         since each move's source and destination are fresh memory too
+                         since each move's source and destination are fresh memory too; the
+                         plain subclass also into one reused destination, as the small-move
+                         row moves, so that the two rows differ only in the source's class
 """
 from __future__ import annotations
 
@@ -395,6 +397,15 @@ def bench_general_request(repeats: int) -> None:
                   f"ratio {best[grad] / best['numpy']:5.1f}x{goal if not grad else ''}   "
                   f"same work in NumPy (copyto into fresh zeros) {best['same work'] * 1e6:5.2f} µs, "
                   f"ratio {best[grad] / best['same work']:4.1f}x")
+        if cls is UserCPU:
+            # The rows above move into a fresh CPU each time; the built-in "small move" row
+            # moves into one destination it reuses. The same here, so the two rows differ only
+            # in the source's class.
+            reused = sw.CPU(small)
+            same = small_move_costs(user_source, lambda: reused, small_data, 300 if repeats <= 3 else 2000)
+            print(f"  {what}, into one reused CPU as the small-move row, grad off: "
+                  f"{same[False] * 1e6:6.2f} µs   a.copy() {same['numpy'] * 1e6:5.2f} µs   "
+                  f"ratio {same[False] / same['numpy']:5.1f}x")
         gc.collect()
 
 

@@ -8,7 +8,8 @@ both sides see the same machine load and page-cache state; ratios are ours / the
 (lower is better) with the issue-12 goal beside each:
   evict+promote    evict every tile, then promote every tile, vs ndarray.tofile + np.fromfile
                    of the same bytes in the same directory, file unlinked (goal <= 1.25),
-                   for 16 KiB (64x64) and 256 KiB (256x256) Float32 tiles
+                   for 16 KiB (64x64) and 256 KiB (256x256) Float32 tiles; and issue 24's own
+                   measure, 1024 tiles of 16 KiB (a 2048x2048 corner), twice the rounds
   projection       every other tile on each axis, tiles on primary, vs
                    np.ascontiguousarray(a[np.ix_(rows, cols)]) (goal <= 1.5); also printed with
                    every tile on secondary, read in place (no goal)

@@ -325,17 +325,23 @@ impl HostStorage {
     }
 }
 
+/// The element kind named `kind` and the bytes of `count` slots of it. The carrier checks
+/// sizes first (README, "Sizes"); this is the same rule for direct use.
+fn host_bytes(kind: &str, count: usize) -> PyResult<(ElemKind, usize)> {
+    let kind = parse_kind(kind)?;
+    let bytes = count
+        .checked_mul(kind.size())
+        .filter(|&b| b <= isize::MAX as usize)
+        .ok_or_else(|| PyOverflowError::new_err(format!("host storage size {count} overflows")))?;
+    Ok((kind, bytes))
+}
+
 #[pymethods]
 impl HostStorage {
     #[new]
     #[pyo3(signature = (kind, count, zeroed = true))]
     fn new(kind: &str, count: usize, zeroed: bool) -> PyResult<Self> {
-        let kind = parse_kind(kind)?;
-        // The carrier checks sizes first (README, "Sizes"); this is the same rule for direct use.
-        let bytes = count
-            .checked_mul(kind.size())
-            .filter(|&b| b <= isize::MAX as usize)
-            .ok_or_else(|| PyOverflowError::new_err(format!("host storage size {count} overflows")))?;
+        let (kind, bytes) = host_bytes(kind, count)?;
         let buffer = HostBuffer::new(bytes, zeroed)
             .map_err(|_| PyMemoryError::new_err(format!("cannot allocate {bytes} bytes of host memory")))?;
         Ok(Self::holding(kind, buffer))
@@ -354,11 +360,7 @@ impl HostStorage {
             return Ok(made);
         }
         // Uninitialised: the buffers of this length that evicted tiles gave back come first.
-        let elem = parse_kind(kind)?;
-        let bytes = count
-            .checked_mul(elem.size())
-            .filter(|&b| b <= isize::MAX as usize)
-            .ok_or_else(|| PyOverflowError::new_err(format!("host storage size {count} overflows")))?;
+        let (elem, bytes) = host_bytes(kind, count)?;
         let buffers = HostBuffer::uninit_batch(bytes, number)
             .map_err(|_| PyMemoryError::new_err(format!("cannot allocate {number} buffers of {bytes} bytes")))?;
         made.extend(buffers.into_iter().map(|buffer| Self::holding(elem, buffer)));

@@ -41,8 +41,14 @@ pub(super) fn fresh_like(
 /// (a released tier the composite still lists). Nobody else can claim an owned carrier, so
 /// the release cannot be refused.
 pub(super) fn release_owned(tier: &dyn Carrier, owner: OwnerToken, keep: bool) {
+    release_owned_by(tier, owner, keep, || tier.release_storage(HOOK))
+}
+
+/// [`release_owned`], with `release` in place of the carrier's storage release (a tiled
+/// tier's host tile hands its buffer back for the next promote's tiles).
+pub(super) fn release_owned_by(tier: &dyn Carrier, owner: OwnerToken, keep: bool, release: impl FnOnce()) {
     if let Ok(true) = tier.state(HOOK).release_as_owner(owner) {
-        tier.release_storage(HOOK);
+        release();
     }
     if !keep {
         tier.state(HOOK).disown(owner);

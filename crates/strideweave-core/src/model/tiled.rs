@@ -389,10 +389,7 @@ impl TiledEvictable {
             drop(window);
             match &host {
                 Some(host) => {
-                    if let Ok(true) = host.state(HOOK).release_as_owner(self.owner) {
-                        host.release_storage_into(&mut buffers);
-                    }
-                    host.state(HOOK).disown(self.owner);
+                    tier_ops::release_owned_by(&**host, self.owner, false, || host.release_storage_into(&mut buffers))
                 }
                 None => tier_ops::release_owned(&*carrier, self.owner, false),
             }

@@ -19,6 +19,9 @@
 //! fresh one, a hook's failure) a tier the transition made is released again, the values stay
 //! where they were and the composite's state is unchanged. Both refuse a released composite
 //! and one a pending move claims; neither counts as a write (the version is unchanged).
+//! While a transition runs, blocking or asynchronous, it holds the composite: reads, writes,
+//! moves and release of it from any other thread are refused (`Claimed`, as for a pending
+//! move), not made to wait, as the specification's `Evictable` refuses them (§3.2).
 //!
 //! ```
 //! use strideweave_core::model::{Carrier, CarrierExt, Evictable, FileCarrier, HostCarrier, Tensor, Tier};
@@ -214,13 +217,13 @@ impl Evictable {
 
     /// Move the values to the secondary tier (nothing to do if they are there). Waits first
     /// for an asynchronous transition still running.
-    pub fn evict(&self) -> Result<()> {
+    pub fn evict(self: &Arc<Self>) -> Result<()> {
         self.transition(true)
     }
 
     /// Move the values back to the primary tier (nothing to do if they are there). Waits
     /// first for an asynchronous transition still running.
-    pub fn promote(&self) -> Result<()> {
+    pub fn promote(self: &Arc<Self>) -> Result<()> {
         self.transition(false)
     }
 
@@ -256,14 +259,32 @@ impl Evictable {
         self.transition_async(false)
     }
 
-    fn transition(&self, evict: bool) -> Result<()> {
-        // Its tiers are owned, so nothing outside reaches them during the copy.
-        self.transitions.blocking(&self.state, || {
+    fn transition(self: &Arc<Self>, evict: bool) -> Result<()> {
+        let composite: Arc<dyn Carrier> = self.clone();
+        self.transitions.blocking(&composite, if evict { "evict" } else { "promote" }, || {
+            // Nobody writes a claimed carrier, so this version holds until the commit.
+            let Some(staged) = self.begin(evict)? else { return Ok(()) };
+            // A hook's panic fails the transition, which gives back what it made and lets
+            // reads in again.
+            let transferred = tier_ops::contained(|| staged.transfer(self.slots));
             let mut tiers = self.tiers.lock();
-            let Some(staged) = self.stage(&tiers, evict, self.state.version())? else { return Ok(()) };
-            let transferred = staged.transfer(self.slots);
+            tiers.in_transition = false;
             self.finish(&mut tiers, staged, transferred)
         })
+    }
+
+    /// Stage the transition `evict` needs under the tiers' lock: `None` when nothing is left
+    /// to transfer (done already, or a clean eviction, committed here); else the staged
+    /// transfer, with reads refused until its commit (the values are between tiers).
+    fn begin(&self, evict: bool) -> Result<Option<Staged>> {
+        let mut tiers = self.tiers.lock();
+        let Some(staged) = self.stage(&tiers, evict, self.state.version())? else { return Ok(None) };
+        if !staged.step.transfers() {
+            self.finish(&mut tiers, staged, Ok(()))?;
+            return Ok(None);
+        }
+        tiers.in_transition = true;
+        Ok(Some(staged))
     }
 
     fn transition_async(self: &Arc<Self>, evict: bool) -> Result<ResidencyHandle> {
@@ -272,18 +293,7 @@ impl Evictable {
         self.transitions.start(
             self.clone(),
             action,
-            || {
-                let mut tiers = self.tiers.lock();
-                // Nobody writes a claimed carrier, so this version holds until the commit.
-                let Some(staged) = self.stage(&tiers, evict, self.state.version())? else { return Ok(None) };
-                if !staged.step.transfers() {
-                    self.finish(&mut tiers, staged, Ok(()))?;
-                    return Ok(None);
-                }
-                // Reads are refused too while the values are between tiers.
-                tiers.in_transition = true;
-                Ok(Some(staged))
-            },
+            || self.begin(evict),
             move |staged| {
                 let transferred = tier_ops::contained(|| staged.transfer(composite.slots));
                 let mut tiers = composite.tiers.lock();

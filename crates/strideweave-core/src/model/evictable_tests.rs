@@ -169,7 +169,8 @@ fn a_move_into_the_composite_makes_its_clean_copy_stale() {
 }
 
 /// 8 threads × 300 rounds on one composite: two evict and promote, four write a slot each,
-/// two read. No write is lost across the transitions, a refused access is `Evicted`, and the
+/// two read. No write is lost across the transitions, a refused access is `Evicted` (or
+/// `Claimed` while a transition holds the composite), and the
 /// version counts exactly the writes that succeeded.
 #[test]
 fn transitions_racing_writes_and_reads_lose_no_write() {
@@ -196,7 +197,8 @@ fn transitions_racing_writes_and_reads_lose_no_write() {
                 start.wait();
                 for round in 0..ROUNDS {
                     match e.get((round % 4) as i64) {
-                        Ok(_) | Err(ModelError::Evicted { .. }) => {}
+                        // Refused while a transition holds the composite (§3.2).
+                        Ok(_) | Err(ModelError::Evicted { .. } | ModelError::Claimed { .. }) => {}
                         Err(other) => panic!("a read got {other:?}"),
                     }
                 }
@@ -215,7 +217,7 @@ fn transitions_racing_writes_and_reads_lose_no_write() {
                                 written = v;
                                 writes.fetch_add(1, Ordering::Relaxed);
                             }
-                            Err(ModelError::Evicted { .. }) => {}
+                            Err(ModelError::Evicted { .. } | ModelError::Claimed { .. }) => {}
                             Err(other) => panic!("a write got {other:?}"),
                         }
                     }
@@ -254,14 +256,19 @@ fn a_release_racing_transitions_releases_every_tier() {
                     let (e, start) = (&e, &start);
                     s.spawn(move || {
                         start.wait();
-                        let outcome = match (k + round) % 3 {
-                            0 => e.release(),
-                            1 => e.evict(),
-                            _ => e.promote(),
-                        };
-                        match outcome {
-                            Ok(()) | Err(ModelError::Released { .. }) => {}
-                            Err(other) => panic!("got {other:?}"),
+                        loop {
+                            let outcome = match (k + round) % 3 {
+                                0 => e.release(),
+                                1 => e.evict(),
+                                _ => e.promote(),
+                            };
+                            match outcome {
+                                Ok(()) | Err(ModelError::Released { .. }) => break,
+                                // A release while a transition holds the composite is
+                                // refused as for a pending move (§3.2); it tries again.
+                                Err(ModelError::Claimed { .. }) if (k + round) % 3 == 0 => {}
+                                Err(other) => panic!("got {other:?}"),
+                            }
                         }
                         vec![e.primary(), e.secondary()]
                     })
@@ -310,6 +317,49 @@ fn a_pending_async_promote_holds_the_composite_and_a_later_transition_waits_for_
     assert!(handle.wait().is_ok());
     later.join().unwrap().unwrap(); // then finds its work done
     assert_eq!((e.version(), t.values_f32().unwrap()), (0, vec![1.0, 2.0, 3.0]));
+}
+
+/// A blocking promote holds the composite as an asynchronous one does (§3.2: "Hold the
+/// Evictable while they run"): another thread's read, write, release and move are refused
+/// `Claimed` while it runs, instead of waiting for it, and nothing they tried changed anything.
+#[test]
+fn a_running_blocking_promote_refuses_other_threads_instead_of_making_them_wait() {
+    let gate = Arc::new(super::test_support::Gate::default());
+    let e = evicted_behind(&gate);
+    let promote = {
+        let e = e.clone();
+        std::thread::spawn(move || e.promote())
+    };
+    // The promote's transfer waits at the gate, holding the composite. The probes run on a
+    // thread of their own: a probe that waited for the promote (a lock, not a claim) would
+    // wait forever, so the test gives it 10 s, then opens the gate and fails.
+    let (tx, rx) = std::sync::mpsc::channel();
+    {
+        let e = e.clone();
+        std::thread::spawn(move || {
+            while e.resident() != Tier::Secondary || !e.state(super::carrier::HOOK).is_claimed() {
+                std::thread::yield_now();
+            }
+            let refused = |r: Result<(), ModelError>| matches!(r, Err(ModelError::Claimed { .. }));
+            let read = matches!(e.get(1), Err(ModelError::Claimed { action: "read", .. }));
+            let (write, release) = (refused(e.set(0, Scalar::F32(9.0))), refused(e.release()));
+            let t = Tensor::canonical(&e, &[3]).unwrap();
+            let moved = move_tensor(&t, HostCarrier::zeros(ElemKind::F32, 3).unwrap()).is_err();
+            let _ = tx.send([read, write, release, moved]);
+        });
+    }
+    let probes = rx.recv_timeout(std::time::Duration::from_secs(10));
+    if probes.is_err() {
+        gate.open();
+        panic!("another thread's access waited for the running promote instead of being refused");
+    }
+    assert_eq!(probes.unwrap(), [true; 4], "read, write, release and move are refused");
+    let t = Tensor::canonical(&e, &[3]).unwrap();
+    assert!(!promote.is_finished());
+    gate.open();
+    promote.join().unwrap().unwrap();
+    assert_eq!((e.version(), e.resident(), t.values_f32().unwrap()), (0, Tier::Primary, vec![1.0, 2.0, 3.0]));
+    e.release().unwrap(); // no claim left behind
 }
 
 #[test]

@@ -12,7 +12,7 @@ use super::carrier::{BulkStorage, Carrier, CarrierExt, ClassKey, HOOK};
 use super::error::{ModelError, Result};
 use super::host::{HostCarrier, HostStore};
 use super::movement::route::{self, route_kind, Job};
-use super::state::{CarrierState, OwnerToken};
+use super::state::OwnerToken;
 use crate::engine::{pool, Completion};
 use crate::layout::{Layout, Shape};
 use crate::storage::{ElemKind, FileStore};
@@ -144,11 +144,12 @@ pub(super) fn copy_runs(
 }
 
 /// The order of a tier composite's residency changes, one at a time: a change first waits
-/// for an asynchronous one still running. A blocking change runs with the composite's state
-/// locked (no write, release or claim interleaves; the gate drops uncommitted, so the change
-/// is not a write); an asynchronous one holds a claim of the composite from its call until it
-/// is final, so refusals return at the call and writes, moves and release are refused while it
-/// runs on the engine's copy lane.
+/// for an asynchronous one still running. Every change, blocking or asynchronous, holds a
+/// claim of the composite from its call until it is final, so refusals of the composite's
+/// state return at the call, and writes, moves and release of the composite by anybody else
+/// are refused while it runs (tensor-and-carriers.md §3.2: "Hold the Evictable while they
+/// run"), instead of waiting for it as a lock would make them; a blocking change runs on the
+/// calling thread, an asynchronous one on the engine's copy lane.
 #[derive(Default)]
 pub(super) struct Transitions {
     /// The handle of the last asynchronous change.
@@ -156,15 +157,22 @@ pub(super) struct Transitions {
 }
 
 impl Transitions {
-    /// Run `change` on this thread, after the one running, with `state` locked.
-    pub(super) fn blocking(&self, state: &CarrierState, change: impl FnOnce() -> Result<()>) -> Result<()> {
+    /// Claim `composite` for `action`, after the change running, and run `change` on this
+    /// thread under the claim.
+    pub(super) fn blocking(
+        &self,
+        composite: &Arc<dyn Carrier>,
+        action: &'static str,
+        change: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
         let mut pending = self.pending.lock();
         if let Some(running) = pending.take() {
             let _ = running.wait();
         }
-        let gate = state.begin_write()?;
-        gate.check_writable(true)?;
-        change()
+        let claim = composite.state(HOOK).claim_for(composite, action)?;
+        let outcome = change();
+        drop(claim);
+        outcome
     }
 
     /// Claim `composite` for `action`, after the change running, and `stage` the change under

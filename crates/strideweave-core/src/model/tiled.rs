@@ -18,9 +18,10 @@
 //!   primary tile and makes the copy current again, writing nothing. The first write to a
 //!   tile releases its clean copy. A request commits every tile at once, or, when any copy
 //!   fails, changes nothing. `promote_async`/`evict_async` run the copies on an engine
-//!   thread; until their handle is done, writes, moves and release of the carrier and other
-//!   requests are refused as for a pending move (reads see the old tiles), and a later
-//!   request waits for it. Residency changes alter no value and no version.
+//!   thread; until their handle is done, writes, moves and release of the carrier are
+//!   refused as for a pending move (reads see the old tiles), and a later request waits for
+//!   it. A blocking request holds the carrier the same way while it runs: another thread's
+//!   write, move or release is refused, not made to wait. Residency changes alter no value and no version.
 //!
 //! Decisions of this Rust model, narrower than the Python package's: one request at a time
 //! (the Python one runs requests on disjoint tiles together, and refuses writes only to a
@@ -540,12 +541,12 @@ impl TiledEvictable {
 
     /// Move tiles `indices` to the primary tier (tiles there already are skipped); every
     /// tile at once, or none. Waits first for an asynchronous request still running.
-    pub fn promote(&self, indices: &[usize]) -> Result<()> {
+    pub fn promote(self: &Arc<Self>, indices: &[usize]) -> Result<()> {
         self.request(indices, false)
     }
 
     /// Move tiles `indices` to the secondary tier (see [`promote`](Self::promote)).
-    pub fn evict(&self, indices: &[usize]) -> Result<()> {
+    pub fn evict(self: &Arc<Self>, indices: &[usize]) -> Result<()> {
         self.request(indices, true)
     }
 
@@ -562,8 +563,9 @@ impl TiledEvictable {
         self.request_async(indices, true)
     }
 
-    fn request(&self, indices: &[usize], evict: bool) -> Result<()> {
-        self.transitions.blocking(&self.state, || {
+    fn request(self: &Arc<Self>, indices: &[usize], evict: bool) -> Result<()> {
+        let composite: Arc<dyn Carrier> = self.clone();
+        self.transitions.blocking(&composite, if evict { "evict" } else { "promote" }, || {
             self.check_indices(indices)?;
             let mut tiles = self.tiles.lock();
             let staged = self.stage(&tiles, indices, evict)?;

@@ -175,6 +175,43 @@ fn a_pending_async_request_holds_the_carrier_reads_see_the_old_tiles_and_a_later
     assert_eq!((t.location(1).unwrap(), f32s(&*t), t.version()), (Tier::Primary, counting(8), 0));
 }
 
+/// A running blocking request holds the carrier as a pending asynchronous one does: another
+/// thread's write and release are refused `Claimed`, not made to wait for it.
+#[test]
+fn a_running_blocking_request_refuses_other_threads_instead_of_making_them_wait() {
+    let gate = Arc::new(Gate::default());
+    let secondary = Arc::new(VecCarrier { gate: Some(gate.clone()), ..VecCarrier::new(&[]) });
+    let t = TiledEvictable::new(HostCarrier::from_f32(&counting(8)), secondary, &[2], &[4]).unwrap();
+    t.evict(&[0, 1]).unwrap(); // writes the secondary tiles: the gate holds only their reads
+    let request = {
+        let t = t.clone();
+        std::thread::spawn(move || t.promote(&[1]))
+    };
+    // The probes run on a thread of their own: one that waited for the request would wait
+    // forever, so the test gives them 10 s, then opens the gate and fails.
+    let (tx, rx) = std::sync::mpsc::channel();
+    {
+        let t = t.clone();
+        std::thread::spawn(move || {
+            while !t.state(super::carrier::HOOK).is_claimed() {
+                std::thread::yield_now();
+            }
+            let claimed = |r: Result<()>| matches!(r, Err(ModelError::Claimed { .. }));
+            let _ = tx.send([claimed(t.set(0, Scalar::F32(9.0))), claimed(t.release())]);
+        });
+    }
+    let probes = rx.recv_timeout(std::time::Duration::from_secs(10));
+    if probes.is_err() {
+        gate.open();
+        panic!("another thread's access waited for the running request instead of being refused");
+    }
+    assert_eq!(probes.unwrap(), [true; 2], "write and release are refused");
+    gate.open();
+    request.join().unwrap().unwrap();
+    assert_eq!((t.location(1).unwrap(), f32s(&*t), t.version()), (Tier::Primary, counting(8), 0));
+    t.release().unwrap(); // no claim left behind
+}
+
 #[test]
 fn eight_threads_racing_requests_reads_writes_and_release_leave_no_claim() {
     for round in 0..300 {

@@ -261,15 +261,9 @@ impl Evictable {
 
     fn transition(self: &Arc<Self>, evict: bool) -> Result<()> {
         let composite: Arc<dyn Carrier> = self.clone();
-        self.transitions.blocking(&composite, if evict { "evict" } else { "promote" }, || {
-            // Nobody writes a claimed carrier, so this version holds until the commit.
-            let Some(staged) = self.begin(evict)? else { return Ok(()) };
-            // A hook's panic fails the transition, which gives back what it made and lets
-            // reads in again.
-            let transferred = tier_ops::contained(|| staged.transfer(self.slots));
-            let mut tiers = self.tiers.lock();
-            tiers.in_transition = false;
-            self.finish(&mut tiers, staged, transferred)
+        self.transitions.blocking(&composite, if evict { "evict" } else { "promote" }, || match self.begin(evict)? {
+            Some(staged) => self.complete(staged),
+            None => Ok(()),
         })
     }
 
@@ -278,6 +272,7 @@ impl Evictable {
     /// transfer, with reads refused until its commit (the values are between tiers).
     fn begin(&self, evict: bool) -> Result<Option<Staged>> {
         let mut tiers = self.tiers.lock();
+        // Nobody writes a claimed carrier, so this version holds until the commit.
         let Some(staged) = self.stage(&tiers, evict, self.state.version())? else { return Ok(None) };
         if !staged.step.transfers() {
             self.finish(&mut tiers, staged, Ok(()))?;
@@ -287,20 +282,19 @@ impl Evictable {
         Ok(Some(staged))
     }
 
+    /// Transfer a staged transition, then commit it or give back what it made, and let reads
+    /// in again. A hook's panic fails the transition like any other failure.
+    fn complete(&self, staged: Staged) -> Result<()> {
+        let transferred = tier_ops::contained(|| staged.transfer(self.slots));
+        let mut tiers = self.tiers.lock();
+        tiers.in_transition = false;
+        self.finish(&mut tiers, staged, transferred)
+    }
+
     fn transition_async(self: &Arc<Self>, evict: bool) -> Result<ResidencyHandle> {
         let action = if evict { "evict" } else { "promote" };
         let composite = self.clone();
-        self.transitions.start(
-            self.clone(),
-            action,
-            || self.begin(evict),
-            move |staged| {
-                let transferred = tier_ops::contained(|| staged.transfer(composite.slots));
-                let mut tiers = composite.tiers.lock();
-                tiers.in_transition = false;
-                composite.finish(&mut tiers, staged, transferred)
-            },
-        )
+        self.transitions.start(self.clone(), action, || self.begin(evict), move |staged| composite.complete(staged))
     }
 
     /// The transition `evict` needs of the composite at `version`, its fresh tier made (a

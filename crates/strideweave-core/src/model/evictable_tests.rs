@@ -170,8 +170,8 @@ fn a_move_into_the_composite_makes_its_clean_copy_stale() {
 
 /// 8 threads × 300 rounds on one composite: two evict and promote, four write a slot each,
 /// two read. No write is lost across the transitions, a refused access is `Evicted` (or
-/// `Claimed` while a transition holds the composite), and the
-/// version counts exactly the writes that succeeded.
+/// `Claimed` while a transition holds the composite), and the version counts exactly the
+/// writes that succeeded.
 #[test]
 fn transitions_racing_writes_and_reads_lose_no_write() {
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -330,30 +330,22 @@ fn a_running_blocking_promote_refuses_other_threads_instead_of_making_them_wait(
         let e = e.clone();
         std::thread::spawn(move || e.promote())
     };
-    // The promote's transfer waits at the gate, holding the composite. The probes run on a
-    // thread of their own: a probe that waited for the promote (a lock, not a claim) would
-    // wait forever, so the test gives it 10 s, then opens the gate and fails.
-    let (tx, rx) = std::sync::mpsc::channel();
-    {
-        let e = e.clone();
-        std::thread::spawn(move || {
-            while e.resident() != Tier::Secondary || !e.state(super::carrier::HOOK).is_claimed() {
-                std::thread::yield_now();
-            }
+    // The promote's transfer waits at the gate, holding the composite.
+    let (probed, held) = (e.clone(), e.clone());
+    let probes = super::test_support::probe_while_held(
+        &gate,
+        move || held.state(super::carrier::HOOK).is_claimed(),
+        move || {
+            let e = probed;
             let refused = |r: Result<(), ModelError>| matches!(r, Err(ModelError::Claimed { .. }));
             let read = matches!(e.get(1), Err(ModelError::Claimed { action: "read", .. }));
             let (write, release) = (refused(e.set(0, Scalar::F32(9.0))), refused(e.release()));
             let t = Tensor::canonical(&e, &[3]).unwrap();
             let moved = move_tensor(&t, HostCarrier::zeros(ElemKind::F32, 3).unwrap()).is_err();
-            let _ = tx.send([read, write, release, moved]);
-        });
-    }
-    let probes = rx.recv_timeout(std::time::Duration::from_secs(10));
-    if probes.is_err() {
-        gate.open();
-        panic!("another thread's access waited for the running promote instead of being refused");
-    }
-    assert_eq!(probes.unwrap(), [true; 4], "read, write, release and move are refused");
+            [read, write, release, moved]
+        },
+    );
+    assert_eq!(probes, [true; 4], "read, write, release and move are refused");
     let t = Tensor::canonical(&e, &[3]).unwrap();
     assert!(!promote.is_finished());
     gate.open();

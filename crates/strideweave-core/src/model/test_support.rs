@@ -13,6 +13,27 @@ use super::error::{ModelError, Result};
 use super::state::CarrierState;
 use crate::storage::{ElemKind, Scalar};
 
+/// `probe`'s answer, run on a thread of its own once `held` says an operation gated by `gate`
+/// holds its carrier: a probe that waited for that operation (a lock, not a claim) would
+/// wait forever, so after 10 s the gate opens and the test fails.
+pub(crate) fn probe_while_held<R: Send + 'static>(
+    gate: &Gate,
+    held: impl Fn() -> bool + Send + 'static,
+    probe: impl FnOnce() -> R + Send + 'static,
+) -> R {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        while !held() {
+            std::thread::yield_now();
+        }
+        let _ = tx.send(probe());
+    });
+    rx.recv_timeout(Duration::from_secs(10)).unwrap_or_else(|_| {
+        gate.open();
+        panic!("another thread's access waited for the running operation instead of being refused")
+    })
+}
+
 /// A gate that starts closed; `open` lets every waiter through for good.
 #[derive(Default)]
 pub(crate) struct Gate {

@@ -21,7 +21,8 @@
 //!   thread; until their handle is done, writes, moves and release of the carrier are
 //!   refused as for a pending move (reads see the old tiles), and a later request waits for
 //!   it. A blocking request holds the carrier the same way while it runs: another thread's
-//!   write, move or release is refused, not made to wait. Residency changes alter no value and no version.
+//!   write, move or release is refused, not made to wait. Residency changes alter no value
+//!   and no version.
 //!
 //! Decisions of this Rust model, narrower than the Python package's: one request at a time
 //! (the Python one runs requests on disjoint tiles together, and refuses writes only to a

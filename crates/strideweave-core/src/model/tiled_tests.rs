@@ -152,12 +152,19 @@ fn a_failed_copy_changes_no_tile() {
     assert_eq!(t.tiles_on(Tier::Primary), vec![0, 1]);
 }
 
-#[test]
-fn a_pending_async_request_holds_the_carrier_reads_see_the_old_tiles_and_a_later_request_waits() {
-    let gate = Arc::new(Gate::default());
+/// Two tiles of `counting(8)`, both evicted to a secondary whose slot reads wait for `gate`:
+/// a promote stays running until the test opens it.
+fn evicted_behind(gate: &Arc<Gate>) -> Arc<TiledEvictable> {
     let secondary = Arc::new(VecCarrier { gate: Some(gate.clone()), ..VecCarrier::new(&[]) });
     let t = TiledEvictable::new(HostCarrier::from_f32(&counting(8)), secondary, &[2], &[4]).unwrap();
     t.evict(&[0, 1]).unwrap(); // writes the secondary tiles: the gate holds only their reads
+    t
+}
+
+#[test]
+fn a_pending_async_request_holds_the_carrier_reads_see_the_old_tiles_and_a_later_request_waits() {
+    let gate = Arc::new(Gate::default());
+    let t = evicted_behind(&gate);
     let pending = t.promote_async(&[1]).unwrap();
     assert!(!pending.is_done());
     let claimed = |r: Result<()>| matches!(r, Err(ModelError::Claimed { .. }));
@@ -180,32 +187,21 @@ fn a_pending_async_request_holds_the_carrier_reads_see_the_old_tiles_and_a_later
 #[test]
 fn a_running_blocking_request_refuses_other_threads_instead_of_making_them_wait() {
     let gate = Arc::new(Gate::default());
-    let secondary = Arc::new(VecCarrier { gate: Some(gate.clone()), ..VecCarrier::new(&[]) });
-    let t = TiledEvictable::new(HostCarrier::from_f32(&counting(8)), secondary, &[2], &[4]).unwrap();
-    t.evict(&[0, 1]).unwrap(); // writes the secondary tiles: the gate holds only their reads
+    let t = evicted_behind(&gate);
     let request = {
         let t = t.clone();
         std::thread::spawn(move || t.promote(&[1]))
     };
-    // The probes run on a thread of their own: one that waited for the request would wait
-    // forever, so the test gives them 10 s, then opens the gate and fails.
-    let (tx, rx) = std::sync::mpsc::channel();
-    {
-        let t = t.clone();
-        std::thread::spawn(move || {
-            while !t.state(super::carrier::HOOK).is_claimed() {
-                std::thread::yield_now();
-            }
+    let (probed, held) = (t.clone(), t.clone());
+    let probes = super::test_support::probe_while_held(
+        &gate,
+        move || held.state(super::carrier::HOOK).is_claimed(),
+        move || {
             let claimed = |r: Result<()>| matches!(r, Err(ModelError::Claimed { .. }));
-            let _ = tx.send([claimed(t.set(0, Scalar::F32(9.0))), claimed(t.release())]);
-        });
-    }
-    let probes = rx.recv_timeout(std::time::Duration::from_secs(10));
-    if probes.is_err() {
-        gate.open();
-        panic!("another thread's access waited for the running request instead of being refused");
-    }
-    assert_eq!(probes.unwrap(), [true; 2], "write and release are refused");
+            [claimed(probed.set(0, Scalar::F32(9.0))), claimed(probed.release())]
+        },
+    );
+    assert_eq!(probes, [true; 2], "write and release are refused");
     gate.open();
     request.join().unwrap().unwrap();
     assert_eq!((t.location(1).unwrap(), f32s(&*t), t.version()), (Tier::Primary, counting(8), 0));

@@ -30,7 +30,7 @@ pub(crate) fn probe_while_held<R: Send + 'static>(
     });
     rx.recv_timeout(Duration::from_secs(10)).unwrap_or_else(|_| {
         gate.open();
-        panic!("another thread's access waited for the running operation instead of being refused")
+        panic!("another thread's access waited for the running operation instead of being answered at once")
     })
 }
 
@@ -39,6 +39,8 @@ pub(crate) fn probe_while_held<R: Send + 'static>(
 pub(crate) struct Gate {
     open: Mutex<bool>,
     cond: Condvar,
+    /// How many callers are held at the gate now.
+    waiting: std::sync::atomic::AtomicUsize,
 }
 
 impl Gate {
@@ -47,11 +49,18 @@ impl Gate {
         self.cond.notify_all();
     }
 
+    /// Whether somebody waits at the gate: the gated operation is under way.
+    pub fn is_waited_on(&self) -> bool {
+        self.waiting.load(std::sync::atomic::Ordering::SeqCst) > 0
+    }
+
     fn pass(&self) {
         let mut open = self.open.lock();
+        self.waiting.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         while !*open {
             self.cond.wait(&mut open);
         }
+        self.waiting.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 

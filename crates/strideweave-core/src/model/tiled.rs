@@ -21,8 +21,8 @@
 //!   thread; until their handle is done, writes, moves and release of the carrier are
 //!   refused as for a pending move (reads see the old tiles), and a later request waits for
 //!   it. A blocking request holds the carrier the same way while it runs: another thread's
-//!   write, move or release is refused, not made to wait. Residency changes alter no value
-//!   and no version.
+//!   write, move or release is refused, not made to wait, and its reads see the old tiles.
+//!   Residency changes alter no value and no version.
 //!
 //! Decisions of this Rust model, narrower than the Python package's: one request at a time
 //! (the Python one runs requests on disjoint tiles together, and refuses writes only to a
@@ -567,11 +567,10 @@ impl TiledEvictable {
     fn request(self: &Arc<Self>, indices: &[usize], evict: bool) -> Result<()> {
         let composite: Arc<dyn Carrier> = self.clone();
         self.transitions.blocking(&composite, if evict { "evict" } else { "promote" }, || {
-            self.check_indices(indices)?;
-            let mut tiles = self.tiles.lock();
-            let staged = self.stage(&tiles, indices, evict)?;
-            let copied = self.copy(&staged);
-            self.finish(&mut tiles, staged, copied)
+            match self.begin(indices, evict)? {
+                Some(staged) => self.complete(staged),
+                None => Ok(()),
+            }
         })
     }
 
@@ -580,21 +579,30 @@ impl TiledEvictable {
         self.transitions.start(
             self.clone(),
             if evict { "evict" } else { "promote" },
-            || {
-                self.check_indices(indices)?;
-                let staged = self.stage(&self.tiles.lock(), indices, evict)?;
-                if staged.iter().all(|s| !s.step.transfers()) {
-                    self.finish(&mut self.tiles.lock(), staged, Ok(()))?;
-                    return Ok(None);
-                }
-                // Reads see the old tiles until the commit swaps them.
-                Ok(Some(staged))
-            },
-            move |staged| {
-                let copied = tier_ops::contained(|| composite.copy(&staged));
-                composite.finish(&mut composite.tiles.lock(), staged, copied)
-            },
+            || self.begin(indices, evict),
+            move |staged| composite.complete(staged),
         )
+    }
+
+    /// Stage a request under the tiles' lock: `None` when nothing is left to copy (committed
+    /// here); else the staged tiles. Reads see the old tiles until the commit swaps them, so
+    /// neither a blocking nor an asynchronous request keeps the lock while it copies.
+    fn begin(&self, indices: &[usize], evict: bool) -> Result<Option<Vec<StagedTile>>> {
+        self.check_indices(indices)?;
+        let mut tiles = self.tiles.lock();
+        let staged = self.stage(&tiles, indices, evict)?;
+        if staged.iter().all(|s| !s.step.transfers()) {
+            self.finish(&mut tiles, staged, Ok(()))?;
+            return Ok(None);
+        }
+        Ok(Some(staged))
+    }
+
+    /// Copy a staged request, then commit it or give back what it made. A hook's panic fails
+    /// the request like any other failure.
+    fn complete(&self, staged: Vec<StagedTile>) -> Result<()> {
+        let copied = tier_ops::contained(|| self.copy(&staged));
+        self.finish(&mut self.tiles.lock(), staged, copied)
     }
 
     fn no_tile(&self, index: usize) -> ModelError {

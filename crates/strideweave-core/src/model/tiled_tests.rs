@@ -208,6 +208,29 @@ fn a_running_blocking_request_refuses_other_threads_instead_of_making_them_wait(
     t.release().unwrap(); // no claim left behind
 }
 
+/// While a blocking request copies, another thread's read goes ahead at once instead of
+/// waiting for it: the request keeps no lock across its copy, as an asynchronous one keeps
+/// none, and commits only after it.
+#[test]
+fn reads_during_a_running_blocking_request_see_the_old_tiles_without_waiting() {
+    let gate = Arc::new(Gate::default());
+    let secondary = Arc::new(VecCarrier { gate: Some(gate.clone()), ..VecCarrier::new(&[]) });
+    let t = TiledEvictable::new(HostCarrier::from_f32(&counting(8)), secondary, &[2], &[4]).unwrap();
+    t.evict(&[1]).unwrap(); // tile 1 into the gated tier; tile 0 stays in host memory
+    let request = {
+        let t = t.clone();
+        std::thread::spawn(move || t.promote(&[1]))
+    };
+    let (probed, held) = (t.clone(), gate.clone());
+    let read = super::test_support::probe_while_held(&gate, move || held.is_waited_on(), move || probed.get(2));
+    assert_eq!(read.unwrap(), Scalar::F32(2.0));
+    assert_eq!(t.location(1).unwrap(), Tier::Secondary, "not committed while the copy runs");
+    gate.open();
+    request.join().unwrap().unwrap();
+    assert_eq!((t.location(1).unwrap(), f32s(&*t), t.version()), (Tier::Primary, counting(8), 0));
+    t.release().unwrap(); // no claim left behind
+}
+
 #[test]
 fn eight_threads_racing_requests_reads_writes_and_release_leave_no_claim() {
     for round in 0..300 {

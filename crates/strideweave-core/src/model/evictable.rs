@@ -45,76 +45,67 @@
 
 use std::sync::Arc;
 
-use parking_lot::Mutex;
-
 use super::awaitable::ResidencyHandle;
 use super::carrier::{Carrier, CarrierExt, HookToken, IntoCarrier, HOOK};
 use super::error::{ModelError, Result};
 pub use super::residency::Tier;
-use super::residency::{Residency, Transition};
+use super::residency::Transition;
 use super::state::{CarrierState, OwnerToken};
-use super::tier_ops::{self, Transitions};
+use super::tier_ops;
+use super::two_tier::{TierWork, TwoTier, Unreadable};
 use crate::storage::ElemKind;
 
-struct Tiers {
-    primary: Arc<dyn Carrier>,
-    secondary: Arc<dyn Carrier>,
-    residency: Residency,
-    /// An asynchronous transition is transferring: the values are between tiers.
-    in_transition: bool,
+/// What this model's Evictable does to its tiers, carriers of this model: fresh tiers by
+/// their `allocate_like`, transfers by a move's route, releases as the owner.
+struct CarrierTiers {
+    owner: OwnerToken,
+    kind: ElemKind,
+    slots: usize,
 }
 
-/// A transition planned and ready to transfer: its step, the composite's version, the tier
-/// the values leave, the one they go to, and the fresh tier replacing that one, if any.
-struct Staged {
-    step: Transition,
-    version: u64,
-    source: Arc<dyn Carrier>,
-    target: Arc<dyn Carrier>,
-    fresh: Option<Arc<dyn Carrier>>,
-}
+impl TierWork for CarrierTiers {
+    type Tier = Arc<dyn Carrier>;
 
-impl Staged {
-    /// The values into the target (or its fresh replacement), when the step transfers.
-    fn transfer(&self, slots: usize) -> Result<()> {
-        if !self.step.transfers() {
-            return Ok(());
-        }
-        tier_ops::transfer(&*self.source, &**self.fresh.as_ref().unwrap_or(&self.target), slots)
-    }
-}
-
-impl Tiers {
-    fn tier(&self, which: Tier) -> &Arc<dyn Carrier> {
-        match which {
-            Tier::Primary => &self.primary,
-            Tier::Secondary => &self.secondary,
-        }
+    fn needs_fresh(&self, target: &Arc<dyn Carrier>) -> bool {
+        target.is_released() || target.size() < self.slots
     }
 
-    fn replace(&mut self, which: Tier, fresh: Arc<dyn Carrier>) -> Arc<dyn Carrier> {
-        let slot = match which {
-            Tier::Primary => &mut self.primary,
-            Tier::Secondary => &mut self.secondary,
-        };
-        std::mem::replace(slot, fresh)
+    fn fresh(
+        &self,
+        _: Transition,
+        _: &Arc<dyn Carrier>,
+        target: &Arc<dyn Carrier>,
+        _: bool,
+    ) -> Result<Arc<dyn Carrier>> {
+        tier_ops::fresh_like(&**target, self.kind, self.slots, self.owner)
+    }
+
+    fn transfer(&self, step: Transition, source: &Arc<dyn Carrier>, target: &Arc<dyn Carrier>, _: bool) -> Result<()> {
+        tier_ops::transfer(&**source, &**target, self.slots)?;
+        if step.releases_source() {
+            // Released as a move releases its source; it stays ours until replaced.
+            tier_ops::release_owned(&**source, self.owner, true);
+        }
+        Ok(())
+    }
+
+    fn release(&self, tier: &Arc<dyn Carrier>, keep: bool) {
+        tier_ops::release_owned(&**tier, self.owner, keep)
     }
 }
 
 /// A two-tier composite carrier (see the module docs).
 pub struct Evictable {
     state: CarrierState,
-    owner: OwnerToken,
     kind: ElemKind,
     slots: usize,
-    tiers: Mutex<Tiers>,
-    /// One transition at a time, blocking or asynchronous.
-    transitions: Transitions,
+    /// The tiers, the residency and the order of changes: the one two-tier model.
+    tiers: Arc<TwoTier<CarrierTiers>>,
 }
 
 impl std::fmt::Debug for Evictable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let residency = self.tiers.lock().residency;
+        let residency = self.tiers.residency();
         f.debug_struct("Evictable")
             .field("kind", &self.kind)
             .field("slots", &self.slots)
@@ -178,53 +169,48 @@ impl Evictable {
             primary.state(HOOK).disown(owner);
             return Err(e);
         }
+        let slots = primary.size();
+        let work = CarrierTiers { owner, kind, slots };
         Ok(Arc::new(Evictable {
             state: CarrierState::new("Evictable"),
-            owner,
             kind,
-            slots: primary.size(),
-            tiers: Mutex::new(Tiers {
-                primary,
-                secondary,
-                residency: Residency::new(retain_clean),
-                in_transition: false,
-            }),
-            transitions: Transitions::default(),
+            slots,
+            tiers: Arc::new(TwoTier::new(work, primary, secondary, retain_clean)),
         }))
     }
 
     /// The tier holding the values now.
     pub fn resident(&self) -> Tier {
-        self.tiers.lock().residency.resident()
+        self.tiers.residency().resident()
     }
 
     /// The primary tier now: a transition into a released primary replaces it.
     pub fn primary(&self) -> Arc<dyn Carrier> {
-        self.tiers.lock().primary.clone()
+        self.tiers.primary()
     }
 
     /// The secondary tier now: a transition into a released secondary replaces it.
     pub fn secondary(&self) -> Arc<dyn Carrier> {
-        self.tiers.lock().secondary.clone()
+        self.tiers.secondary()
     }
 
     /// Whether the secondary holds the current values: evicted, or promoted by a composite
     /// made with [`retaining_clean`](Self::retaining_clean) and not written since (an
     /// [`evict`](Self::evict) then writes nothing).
     pub fn is_clean(&self) -> bool {
-        !self.state.is_released() && self.tiers.lock().residency.is_clean(self.state.version())
+        !self.state.is_released() && self.tiers.residency().is_clean(self.state.version())
     }
 
     /// Move the values to the secondary tier (nothing to do if they are there). Waits first
     /// for an asynchronous transition still running.
     pub fn evict(self: &Arc<Self>) -> Result<()> {
-        self.transition(true)
+        self.tiers.transition(&self.composite(), true)
     }
 
     /// Move the values back to the primary tier (nothing to do if they are there). Waits
     /// first for an asynchronous transition still running.
     pub fn promote(self: &Arc<Self>) -> Result<()> {
-        self.transition(false)
+        self.tiers.transition(&self.composite(), false)
     }
 
     /// Start [`evict`](Self::evict) on an engine thread. Refusals of the composite's state
@@ -249,109 +235,28 @@ impl Evictable {
     /// assert_eq!(layer.get(1023).unwrap(), Scalar::F32(0.5));
     /// ```
     pub fn evict_async(self: &Arc<Self>) -> Result<ResidencyHandle> {
-        self.transition_async(true)
+        self.tiers.transition_async(&self.composite(), true)
     }
 
     /// Start [`promote`](Self::promote) on an engine thread (see
     /// [`evict_async`](Self::evict_async)): prefetch the values, then wait for the handle (or
     /// `.await` it) before reading them.
     pub fn promote_async(self: &Arc<Self>) -> Result<ResidencyHandle> {
-        self.transition_async(false)
+        self.tiers.transition_async(&self.composite(), false)
     }
 
-    fn transition(self: &Arc<Self>, evict: bool) -> Result<()> {
-        let composite: Arc<dyn Carrier> = self.clone();
-        self.transitions.blocking(&composite, if evict { "evict" } else { "promote" }, || match self.begin(evict)? {
-            Some(staged) => self.complete(staged),
-            None => Ok(()),
+    fn composite(self: &Arc<Self>) -> Arc<dyn Carrier> {
+        self.clone()
+    }
+
+    /// The tiers, locked, with the values in the primary: refused while a transition
+    /// transfers (the values are between tiers), or `Evicted`. The caller reads or writes the
+    /// primary under this lock, so no transition releases it meanwhile.
+    fn promoted(&self, action: &'static str) -> Result<super::two_tier::Promoted<'_, Arc<dyn Carrier>>> {
+        self.tiers.promoted().map_err(|why| match why {
+            Unreadable::InTransition => self.state.pending_refusal(action),
+            _ => ModelError::Evicted { carrier: self.state.class_name().to_string() },
         })
-    }
-
-    /// Stage the transition `evict` needs under the tiers' lock: `None` when nothing is left
-    /// to transfer (done already, or a clean eviction, committed here); else the staged
-    /// transfer, with reads refused until its commit (the values are between tiers).
-    fn begin(&self, evict: bool) -> Result<Option<Staged>> {
-        let mut tiers = self.tiers.lock();
-        // Nobody writes a claimed carrier, so this version holds until the commit.
-        let Some(staged) = self.stage(&tiers, evict, self.state.version())? else { return Ok(None) };
-        if !staged.step.transfers() {
-            self.finish(&mut tiers, staged, Ok(()))?;
-            return Ok(None);
-        }
-        tiers.in_transition = true;
-        Ok(Some(staged))
-    }
-
-    /// Transfer a staged transition, then commit it or give back what it made, and let reads
-    /// in again. A hook's panic fails the transition like any other failure.
-    fn complete(&self, staged: Staged) -> Result<()> {
-        let transferred = tier_ops::contained(|| staged.transfer(self.slots));
-        let mut tiers = self.tiers.lock();
-        tiers.in_transition = false;
-        self.finish(&mut tiers, staged, transferred)
-    }
-
-    fn transition_async(self: &Arc<Self>, evict: bool) -> Result<ResidencyHandle> {
-        let action = if evict { "evict" } else { "promote" };
-        let composite = self.clone();
-        self.transitions.start(self.clone(), action, || self.begin(evict), move |staged| composite.complete(staged))
-    }
-
-    /// The transition `evict` needs of the composite at `version`, its fresh tier made (a
-    /// released or too small target is replaced); `None` when the values are there already.
-    fn stage(&self, tiers: &Tiers, evict: bool, version: u64) -> Result<Option<Staged>> {
-        let Some(step) = tiers.residency.plan(evict, version) else { return Ok(None) };
-        let source = tiers.tier(step.source()).clone();
-        let target = tiers.tier(step.target()).clone();
-        let fresh = if step.transfers() && (target.is_released() || target.size() < self.slots) {
-            Some(self.fresh_tier(&*target)?)
-        } else {
-            None
-        };
-        Ok(Some(Staged { step, version, source, target, fresh }))
-    }
-
-    /// Commit a staged transition whose transfer succeeded, or give back what it made.
-    fn finish(&self, tiers: &mut Tiers, staged: Staged, transferred: Result<()>) -> Result<()> {
-        let Staged { step, version, source, fresh, .. } = staged;
-        if let Err(e) = transferred {
-            if let Some(fresh) = fresh {
-                self.release_tier(&*fresh, false);
-            }
-            return Err(e);
-        }
-        if let Some(fresh) = fresh {
-            let replaced = tiers.replace(step.target(), fresh);
-            self.release_tier(&*replaced, false);
-        }
-        if step.releases_source() {
-            // Released as a move releases its source; it stays ours until replaced.
-            self.release_tier(&*source, true);
-        }
-        tiers.residency.commit(step, version);
-        Ok(())
-    }
-
-    fn fresh_tier(&self, like: &dyn Carrier) -> Result<Arc<dyn Carrier>> {
-        tier_ops::fresh_like(like, self.kind, self.slots, self.owner)
-    }
-
-    fn release_tier(&self, tier: &dyn Carrier, keep: bool) {
-        tier_ops::release_owned(tier, self.owner, keep)
-    }
-
-    /// The tiers, locked, with the values in the primary: refused while an asynchronous
-    /// transition runs (the values are between tiers), or `Evicted`. The caller reads or
-    /// writes the primary under this lock, so no transition releases it meanwhile.
-    fn promoted(&self, action: &'static str) -> Result<parking_lot::MutexGuard<'_, Tiers>> {
-        let tiers = self.tiers.lock();
-        if tiers.in_transition {
-            return Err(self.state.pending_refusal(action));
-        }
-        if tiers.residency.is_evicted() {
-            return Err(ModelError::Evicted { carrier: self.state.class_name().to_string() });
-        }
-        Ok(tiers)
     }
 }
 
@@ -369,14 +274,14 @@ impl Carrier for Evictable {
     }
 
     fn read_slot(&self, _: &HookToken, i: usize) -> Result<crate::storage::Scalar> {
-        self.promoted("read")?.primary.read_slot(HOOK, i)
+        self.promoted("read")?.primary().read_slot(HOOK, i)
     }
 
     /// Every write into the composite (a public one, or a move's) makes the clean copy stale.
     fn write_slot(&self, _: &HookToken, i: usize, v: crate::storage::Scalar) -> Result<()> {
-        let mut tiers = self.promoted("write to")?;
-        tiers.residency.mark_dirty();
-        tiers.primary.write_slot(HOOK, i, v)
+        let mut promoted = self.promoted("write to")?;
+        promoted.mark_dirty();
+        promoted.primary().write_slot(HOOK, i, v)
     }
 
     fn is_mutable_hook(&self) -> bool {
@@ -385,9 +290,9 @@ impl Carrier for Evictable {
 
     /// Releases both tiers: the composite gives up their ownership and releases them.
     fn release_storage(&self, _: &HookToken) {
-        let tiers = self.tiers.lock();
-        for tier in [&tiers.primary, &tiers.secondary] {
-            tier.state(HOOK).disown(self.owner);
+        let owner = self.tiers.work().owner;
+        for tier in self.tiers.both() {
+            tier.state(HOOK).disown(owner);
             let _ = tier.release();
         }
     }

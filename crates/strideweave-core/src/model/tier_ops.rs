@@ -157,32 +157,32 @@ pub(super) struct Transitions {
 }
 
 impl Transitions {
-    /// Claim `composite` for `action`, after the change running, and run `change` on this
-    /// thread under the claim.
-    pub(super) fn blocking(
+    /// Take the composite's `claim`, after the change running, and run `change` on this
+    /// thread under it.
+    pub(super) fn blocking<G>(
         &self,
-        composite: &Arc<dyn Carrier>,
-        action: &'static str,
+        claim: impl FnOnce() -> Result<G>,
         change: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
         let mut pending = self.pending.lock();
         if let Some(running) = pending.take() {
             let _ = running.wait();
         }
-        let claim = composite.state(HOOK).claim_for(composite, action)?;
+        let claim = claim()?;
         let outcome = change();
         drop(claim);
         outcome
     }
 
-    /// Claim `composite` for `action`, after the change running, and `stage` the change under
-    /// the claim: `None` when it finished there (nothing to transfer), else what `work` then
-    /// does on the copy lane, its outcome the handle's. The claim ends before the handle
+    /// Take the composite's `claim`, after the change running, and `stage` the change under
+    /// it: `None` when it finished there (nothing to transfer), else what `work` then does on
+    /// the copy lane (on the wait lane when `waits`: work that waits for other engine work,
+    /// or runs a binding's code), its outcome the handle's. The claim ends before the handle
     /// completes, so a waiter finds the composite free.
-    pub(super) fn start<S: Send + 'static>(
+    pub(super) fn start<S: Send + 'static, G: Send + 'static>(
         &self,
-        composite: Arc<dyn Carrier>,
-        action: &'static str,
+        claim: impl FnOnce() -> Result<G>,
+        waits: bool,
         stage: impl FnOnce() -> Result<Option<S>>,
         work: impl FnOnce(S) -> Result<()> + Send + 'static,
     ) -> Result<ResidencyHandle> {
@@ -190,16 +190,21 @@ impl Transitions {
         if let Some(running) = pending.take() {
             let _ = running.wait();
         }
-        let claim = composite.state(HOOK).claim_for(&composite, action)?;
+        let claim = claim()?;
         let Some(staged) = stage()? else { return Ok(ResidencyHandle::done(Ok(()))) };
         let cell = Arc::new(Completion::new());
         let handle = ResidencyHandle::on(cell.clone());
         *pending = Some(handle.clone());
-        pool::submit(move || {
+        let job = move || {
             let outcome = work(staged);
             drop(claim);
             cell.commit(outcome);
-        });
+        };
+        if waits {
+            pool::submit_blocking(job);
+        } else {
+            pool::submit(job);
+        }
         Ok(handle)
     }
 }

@@ -566,19 +566,23 @@ impl TiledEvictable {
 
     fn request(self: &Arc<Self>, indices: &[usize], evict: bool) -> Result<()> {
         let composite: Arc<dyn Carrier> = self.clone();
-        self.transitions.blocking(&composite, if evict { "evict" } else { "promote" }, || {
-            match self.begin(indices, evict)? {
+        let action = if evict { "evict" } else { "promote" };
+        self.transitions.blocking(
+            || composite.state(HOOK).claim_for(&composite, action),
+            || match self.begin(indices, evict)? {
                 Some(staged) => self.complete(staged),
                 None => Ok(()),
-            }
-        })
+            },
+        )
     }
 
     fn request_async(self: &Arc<Self>, indices: &[usize], evict: bool) -> Result<ResidencyHandle> {
         let composite = self.clone();
+        let held: Arc<dyn Carrier> = self.clone();
+        let action = if evict { "evict" } else { "promote" };
         self.transitions.start(
-            self.clone(),
-            if evict { "evict" } else { "promote" },
+            || held.state(HOOK).claim_for(&held, action),
+            false,
             || self.begin(indices, evict),
             move |staged| composite.complete(staged),
         )

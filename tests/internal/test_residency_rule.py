@@ -1,6 +1,7 @@
-"""The core's residency rule as the Python Evictable reads it (`_native.Residency`): which
-transition an evict or a promote is, and what the residency is after it. The Rust
-`Evictable` follows the same rule (crates/strideweave-core: `model::residency`)."""
+"""The core's residency rule (`_native.Residency`, the TiledEvictable's per tile): which
+transition an evict or a promote is, and what the residency is after it; and the Evictable's
+tiers and residency, kept by the core's two-tier composite (`_native.TwoTier`), the Rust
+`Evictable`'s (crates/strideweave-core: `model::residency`, `model::two_tier`)."""
 from __future__ import annotations
 
 import pytest
@@ -35,15 +36,17 @@ def test_a_retained_clean_copy_is_dropped_instead_of_written_until_a_write_or_a_
     assert r.plan(True, 5).transfers, "a move into the composite made the copy stale"
 
 
-def test_the_evictable_keeps_its_residency_in_the_core_rule():
+def test_the_evictable_keeps_its_tiers_and_residency_in_the_core_two_tier_composite():
     import strideweave as sw
     f32 = sw.DType.Float32
     ev = sw.Evictable(sw.CPU(0, dtype=f32).new_like([1.0, 2.0]), sw.FileBacked(dtype=f32), retain_clean=True)
+    assert isinstance(ev._tiers, _native.TwoTier)
     ev.evict()
     ev.promote()
-    assert ev._residency.is_clean(ev.version) and ev.is_clean()
+    assert ev._tiers.is_clean(ev.version) and ev.is_clean()
+    assert (ev._tiers.primary, ev._tiers.secondary) == (ev.primary, ev.secondary)
     ev[0] = 3.0
-    assert not ev._residency.is_clean(ev.version) and not ev.is_clean()
+    assert not ev._tiers.is_clean(ev.version) and not ev.is_clean()
 
 
 def test_bad_arguments_are_type_errors():

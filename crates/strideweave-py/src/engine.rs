@@ -266,6 +266,11 @@ impl AwaitResult {
         self.commit(Outcome::Value(value))
     }
 
+    /// Records `exc` (an exception instance) as the terminal failure.
+    pub(crate) fn fail(&self, exc: &Bound<'_, PyAny>) -> PyResult<bool> {
+        self._fail(exc)
+    }
+
     /// `job` completes this handle: a thread that waits for the handle without a timeout runs
     /// it itself when no worker has started it yet (see `block_until`).
     pub(crate) fn completed_by(&self, job: Arc<QueuedJob>) {

@@ -30,6 +30,7 @@ mod storage;
 mod tensor_base;
 mod tiles;
 mod transfer;
+mod two_tier;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -58,6 +59,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     buffer_copy::register(m)?;
     prefault::register(m)?;
     residency::register(m)?;
+    two_tier::register(m)?;
     Ok(())
 }
 

@@ -24,23 +24,26 @@ could otherwise release it in between and make the committed transition raise (i
 
 Clean tiers and asynchronous residency (§3.2.1–§3.2.2, issue 24). With `retain_clean=True` a
 promotion copies (the secondary stays live as a clean copy) and the eviction of a primary
-unchanged since then only releases it. Which of these a transition is, and what the residency
-is after it, is the core's one residency rule (`_native.Residency`, the Rust `Evictable`'s
-too): this class asks it for the transition (`plan`), does the transition's work with its
-tiers and commits it there. Each transition is a `_Step` run under the Evictable's claim:
-`evict()`/`promote()` run its transfer on the calling thread, `evict_async()` /
-`promote_async()` start it and commit from the transfer handle's completion, then complete
-an `AwaitResidency` (the move handles' protocol).
+unchanged since then only releases it.
+
+One model (issue 21). The tiers, the residency and the order of every transition are the
+core's two-tier composite (`_native.TwoTier`, `model::two_tier` in crates/strideweave-core), the
+Rust `Evictable`'s own: it claims this Evictable for the transition (refusals in the words
+below), runs one transition at a time, plans it by the core's residency rule, refuses reads
+while the values are between tiers, and commits or gives back. What is done to a tier is this
+module's `_TierWork`: a fresh tier by the tier class's `allocate_like`, the transfer as a move
+between tiers (or a copy, for a `retain_clean` promote), a release as the owner.
+`evict()`/`promote()` run the transfer on the calling thread; `evict_async()` /
+`promote_async()` on an engine thread, completing an `AwaitResidency` (the move handles'
+protocol).
 """
 from __future__ import annotations
 
 import contextlib
-import threading
-from typing import Any, Iterable, cast
+from typing import Any, Iterable
 
 from strideweave import _native
-from strideweave.carriers.base import (Carrier, check_bool_argument, check_index, drop_claims,
-                                       not_a_carrier, take_claim)
+from strideweave.carriers.base import RELEASING, Carrier, check_bool_argument, check_index, not_a_carrier
 from strideweave.carriers.ownership import Ownership, TwoTiered, check_tier_pair
 from strideweave.carriers.block_device import BlockDeviceCarrier
 from strideweave.carriers.cpu import CPU
@@ -63,8 +66,9 @@ SNAPSHOT_MIN_BYTES = 4 << 20
 
 
 class _TransitionClaim:
-    """Held in the Evictable's `_sw_claim` while a transition runs, so writes, release and
-    moves of the Evictable from other threads fail instead of racing the tier swap."""
+    """Held in the Evictable's `_sw_claim` while a transition runs (the core's `TwoTier` takes
+    one per transition), so writes, release and moves of the Evictable fail instead of racing
+    the tier swap."""
 
     __slots__ = ()
 
@@ -141,24 +145,29 @@ class Evictable(TwoTiered, Carrier):
         self._size = size
         self._dtype: DType = dtype
         self._mutable = bool(mutable)
-        self._primary = primary
-        self._secondary = secondary
-        self._lock = threading.Lock()
-        # Where the values are and whether the secondary holds a clean copy: the core's rule.
-        self._residency = _native.Residency(retain_clean)
-        # The handle of an asynchronous transition still running (a later transition waits).
-        self._pending: AwaitResidency | None = None
+        ownership = _Ownership()
+        # The tiers, the residency and the transitions: the core's two-tier composite.
+        self._tiers = _native.TwoTier(_TierWork(ownership, size), primary, secondary, retain_clean,
+                                      _TransitionClaim, RELEASING)
         # Each tier is adopted in one step of its state: one a racing move or release took
         # since the checks above fails them now, with their message.
-        self._sw_own_tiers(_Ownership(), lambda: _check_tiers_free(primary, secondary))
+        self._sw_own_tiers(ownership, lambda: _check_tiers_free(primary, secondary))
 
     # ----- queries ------------------------------------------------------------------------
-    # `primary` / `secondary` (TwoTiered): the current tiers; eviction releases the primary,
-    # promotion the secondary.
+    # `primary` / `secondary` (TwoTiered): the current tiers, the core's; eviction releases the
+    # primary, promotion the secondary.
+
+    @property
+    def _primary(self) -> Carrier:  # type: ignore[override]
+        return self._tiers.primary  # type: ignore[no-any-return]
+
+    @property
+    def _secondary(self) -> Carrier:  # type: ignore[override]
+        return self._tiers.secondary  # type: ignore[no-any-return]
 
     def is_evicted(self) -> bool:
         """True when the values live in the secondary tier."""
-        return self._residency.is_evicted()
+        return self._tiers.is_evicted()  # type: ignore[no-any-return]
 
     def size(self) -> int:
         return 0 if self._sw_released else self._size
@@ -179,16 +188,18 @@ class Evictable(TwoTiered, Carrier):
                           "tiers; export a tensor on a DLPack carrier instead")
 
     # ----- element access -------------------------------------------------------------------
-    def _check_promoted(self) -> None:
-        if self._residency.is_evicted():
+    def _promoted_primary(self, action: str) -> Carrier:
+        """The primary, which holds the values: RuntimeError while a transition moves them (as
+        for a pending move) or while they are evicted."""
+        primary = self._tiers.readable_primary(self, action)
+        if primary is None:
             raise RuntimeError(f"{type(self).__name__} carrier is evicted: promote() it before "
                                "reading or writing its values")
+        return primary  # type: ignore[no-any-return]
 
     def get_value(self, i: Any) -> Any:
         index = check_index(self, i)
-        self._check_not_in_transition("read")
-        self._check_promoted()
-        return self._primary[index]
+        return self._promoted_primary("read")[index]
 
     def set_value(self, i: Any, v: Any) -> None:
         # A public write, as Carrier._sw_write_slot: the checks with their messages, then the
@@ -196,24 +207,22 @@ class Evictable(TwoTiered, Carrier):
         # carrier and refuses a transition while it is open; so the residency checked again
         # once it is open holds until the store is done.
         index = check_index(self, i)
-        self._check_not_in_transition("write to")
-        self._check_promoted()
+        self._promoted_primary("write to")
         self._sw_check_writable()
         self._sw_open_public_write()
         stored = False
         try:
-            self._check_promoted()
-            self._primary._sw_write_as_owner(self._ownership, index, v)
-            self._residency.mark_dirty()
+            self._promoted_primary("write to")._sw_write_as_owner(self._ownership, index, v)
+            self._tiers.mark_dirty()
             stored = True
         finally:
             self._sw_close_write(stored)
 
     def _sw_fill(self, i: int, v: Any) -> None:
         # A move into this Evictable: the primary's storage write, no version change.
-        self._check_promoted()
-        self._residency.mark_dirty()  # the secondary no longer holds these values
-        self._primary._sw_fill(i, v)
+        primary = self._promoted_primary("write to")
+        self._tiers.mark_dirty()  # the secondary no longer holds these values
+        primary._sw_fill(i, v)
 
     __getitem__ = get_value
     __setitem__ = set_value
@@ -223,127 +232,41 @@ class Evictable(TwoTiered, Carrier):
         """Move the values into the secondary tier (no-op when already evicted). With
         `retain_clean` and a clean secondary (see `is_clean`), release the primary without
         writing anything."""
-        self._transition(evict=True, wait=True)
+        self._tiers.transition(self, True)
 
     def promote(self) -> None:
         """Move the values back into the primary tier (no-op when promoted). With
         `retain_clean`, copy them instead, keeping the secondary as a clean copy."""
-        self._transition(evict=False, wait=True)
+        self._tiers.transition(self, False)
 
     def evict_async(self) -> AwaitResidency:
         """Start `evict()`; the handle's `wait()` returns None or raises the transition's
         failure (which, as for `evict()`, changed nothing). Until it completes, reads, writes,
         moves and release of this Evictable raise RuntimeError (a pending move), and a further
         transition first waits for it. Refusals (released, owned, claimed) raise here."""
-        return self._transition(evict=True, wait=False)
+        return self._start(evict=True)
 
     def promote_async(self) -> AwaitResidency:
         """Start `promote()` (see `evict_async`): prefetch the values while the caller works
         on something else; `wait()` before reading them."""
-        return self._transition(evict=False, wait=False)
+        return self._start(evict=False)
 
     @property
     def retain_clean(self) -> bool:
         """Whether `promote()` keeps the secondary as a clean copy (a constructor argument)."""
-        return self._residency.retains_clean()
+        return self._tiers.retains_clean()  # type: ignore[no-any-return]
 
     def is_clean(self) -> bool:
         """True when the secondary tier holds the current values: evicted, or promoted with
         `retain_clean` and neither written nor moved into since that promote (an `evict()`
         then writes nothing)."""
-        return not self._sw_released and self._residency.is_clean(self._sw_version)
+        return not self._sw_released and bool(self._tiers.is_clean(self._sw_version))
 
-    def _check_not_in_transition(self, action: str) -> None:
-        # A pending transition holds the Evictable's claim; reads are refused like writes, as
-        # for a carrier a pending move holds (the values are between tiers).
-        if isinstance(self._sw_claim, _TransitionClaim):
-            raise _native.pending_move_refusal(type(self).__name__, action)
-
-    def _transition(self, *, evict: bool, wait: bool) -> AwaitResidency:
-        action = "evict" if evict else "promote"
+    def _start(self, *, evict: bool) -> AwaitResidency:
         handle = _native.new_completion(AwaitResidency)
-        # One transition at a time: a second one waits for the first (also for one started
-        # asynchronously), then finds its work done or does it. The Evictable's claim is
-        # checked and taken in one step of its state (released, owned, claimed, each refused
-        # with its message), so of a transition and a racing move, release or write of the
-        # Evictable exactly one goes ahead; it is given back only once the tiers and the
-        # residency are final.
-        with self._lock:
-            pending = self._pending
-            if pending is not None:
-                pending._join()
-            claim = _TransitionClaim()
-            take_claim(self, claim, action)
-            step = None
-            try:
-                step = self._plan(evict)
-                transfer = None
-                if step is not None:
-                    if wait:
-                        step.run()
-                    else:
-                        transfer = step.start()
-            except BaseException:
-                if step is not None:
-                    step.abandon()
-                self._give_back(claim)
-                raise
-            if transfer is None:
-                if step is not None:
-                    step.commit()
-                self._give_back(claim)
-                handle._succeed(None)
-                return handle
-            self._pending = handle
-        started = cast(_Step, step)  # a transfer was started, so there is a step
+        self._tiers.transition_async(self, evict, handle)
+        return handle  # type: ignore[no-any-return]
 
-        def finish(done: Any) -> None:
-            # On the thread that completed the transfer: commit or abandon, then the claim.
-            failure = done.exception()
-            try:
-                if failure is None:
-                    started.commit()
-                else:
-                    started.abandon()
-            except BaseException as exc:  # noqa: BLE001 - becomes the handle's failure
-                failure = failure or exc
-            self._give_back(claim)
-            if failure is None:
-                handle._succeed(None)
-            else:
-                handle._fail(failure)
-        transfer._add_done_callback(finish)
-        return handle
-
-    def _give_back(self, claim: "_TransitionClaim") -> None:
-        # A write opens only while no transition claims this carrier and checks the residency
-        # once open, so it never sees the residency from before a transition with the claim
-        # from after it.
-        drop_claims(claim, (self,))
-
-    def _plan(self, evict: bool) -> "_Step | None":
-        """The step that takes the values to the other tier, or None when they are there:
-        the core's residency rule says which transition it is."""
-        transition = self._residency.plan(evict, self._sw_version)
-        if transition is None:
-            return None
-        if not transition.transfers:
-            return _DropCleanPrimary(self, transition)
-        source, target = ((self._primary, self._secondary) if transition.evicts
-                          else (self._secondary, self._primary))
-        step = _CopyStep if transition.copies else _MoveStep
-        return step(self, source, target, transition)
-
-    # ----- commit helpers used by the steps ------------------------------------------------------
-    def _release_tier(self, tier: Carrier, *, keep: bool) -> None:
-        """Release an owned tier as its owner: never unowned while live, so a user holding it
-        (`ev.secondary`) cannot release it in between (issue 22 item 1); `keep` leaves it
-        listed as ours (the source a move released), else it is disowned afterwards. After a
-        committed transition, a failing release hook cannot undo it: it is not raised."""
-        with contextlib.suppress(Exception):
-            tier._sw_release_for(self._ownership)
-        if not keep:
-            self._ownership.drop(tier)
     # ----- release and factories ---------------------------------------------------------------
     def _release(self) -> None:
         # The base class has already refused an owned or claimed Evictable.
@@ -383,100 +306,38 @@ class Evictable(TwoTiered, Carrier):
         if self._sw_released:
             state = "released"
         else:
-            state = f"size={self._size} {'evicted' if self._residency.is_evicted() else 'promoted'}"
+            state = f"size={self._size} {'evicted' if self._tiers.is_evicted() else 'promoted'}"
         return (f"<{type(self).__name__} {state} dtype={self._dtype.name} version={self._sw_version} "
                 f"primary={_describe(self._primary)} secondary={_describe(self._secondary)}>")
 
 
-class _Step:
-    """One residency transition's work between taking the Evictable's claim and giving it
-    back: `start()` begins the transfer (None: nothing to transfer) and returns its handle;
-    then exactly one of `commit()` (the transfer succeeded) or `abandon()` (it failed, or
-    was never started: nothing of the Evictable changes)."""
+class _TierWork:
+    """What the Evictable's transitions do to its tiers, called by the core's `TwoTier` while
+    the transition claims the Evictable (so nobody else writes, releases or moves it or its
+    tiers meanwhile), never under a lock of the core.
 
-    def __init__(self, ev: Evictable, source: Carrier, target: Carrier,
-                 transition: _native.Transition) -> None:
-        self.ev = ev
-        self.source = source
-        self.target = target
-        self.transition = transition
-        self.evict: bool = transition.evicts
-        self.fresh: Carrier | None = None
-        self.destination = target
+    Fresh tiers. A transition into a released or too small tier makes a fresh one with the
+    tier's `allocate_like`, owned at once; the contract's call exactly (zeroed), except a
+    promote into the exact built-in CPU class, whose `allocate_like` runs no hook anybody sees:
+    it asks for `empty=True`, since the transfer writes every slot before anybody can read one
+    (a failure releases the fresh primary unread), and an uninitialised host buffer of a size
+    freed before reuses that buffer's pages (`RECYCLE_MIN` in the core's host storage) instead
+    of faulting in and zeroing fresh ones.
 
-    def allocate(self) -> None:
-        """The destination: the target tier if live and large enough, else a fresh owned one.
-        An allocation failure leaves everything as it was: nothing is owned yet. The
-        contract's call exactly (zeroed), except a promote into the exact built-in CPU class,
-        whose `allocate_like` runs no hook anybody sees: it asks for `empty=True`, since the
-        transfer writes every slot before anybody can read one (the Evictable's claim is held
-        until the commit; a failure releases the fresh primary unread), and an uninitialised
-        host buffer of a size freed before reuses that buffer's pages (`RECYCLE_MIN` in the
-        core's host storage) instead of faulting in and zeroing fresh ones."""
-        target, size = self.target, self.ev._size
-        if target.is_released() or target.size() < size:
-            fresh: Carrier
-            if not self.evict and type(target) is CPU:
-                fresh = target.allocate_like(size, mutable=True, empty=True)
-            else:
-                fresh = target.allocate_like(size, mutable=True)
-            self.ev._ownership.take(fresh)
-            self.fresh = self.destination = fresh
-
-    def start(self) -> Any:
-        raise NotImplementedError
-
-    def run(self) -> None:
-        """The transfer on this thread, for a synchronous transition (a move handle's own
-        wait runs a queued move itself)."""
-        transfer = self.start()
-        if transfer is not None:
-            transfer.wait()
-
-    def abandon(self) -> None:
-        if self.fresh is not None:
-            self.ev._release_tier(self.fresh, keep=False)
-            self.fresh = None
-
-    def commit(self) -> None:
-        ev, fresh, target = self.ev, self.fresh, self.target
-        if fresh is not None:
-            if self.evict:
-                ev._secondary = fresh
-            else:
-                ev._primary = fresh
-        ev._residency.commit(self.transition, ev._sw_version)
-        if fresh is not None:
-            ev._release_tier(target, keep=False)
-
-
-class _MoveStep(_Step):
-    """The specified transition: one move between tiers, which releases its source for us,
-    its owner (so the source stays ours: listed as our released tier, the pair keeps
-    reporting as owned until the Evictable is released)."""
-
-    def start(self) -> Any:
-        from strideweave.carriers.move import _start_move_between_tiers
-        self.allocate()
-        return _start_move_between_tiers(_flat_tensor(self.source, self.ev._size), self.destination)
-
-
-class _CopyStep(_Step):
-    """`retain_clean` promotion: copy the secondary into the primary, leaving the secondary
-    live as the clean copy. Both tiers are the Evictable's and its claim is held, so nobody
-    else writes, releases or moves them meanwhile: the copy needs no move request. Built-in
-    storages copy in Rust on the engine (one positioned read for FileBacked → CPU); others
-    slot by slot on an engine thread.
+    Transfers. The specified transition is one move between tiers, which releases its source
+    for us, its owner (so the source stays ours: listed as our released tier until replaced).
+    A `retain_clean` promotion copies instead, leaving the secondary live as the clean copy;
+    both tiers are ours and claimed, so the copy needs no move request: built-in storages copy
+    in Rust (one positioned read for FileBacked → CPU), others slot by slot.
 
     Snapshots. A FileBacked secondary of at least `SNAPSHOT_MIN_BYTES` promoted by a blocking
     `promote()` into a fresh built-in CPU primary is a copy-on-write snapshot of the file
-    (`CPU._sw_snapshot_of`, a private mapping), made on the calling thread in microseconds,
-    then loaded (`load_snapshot`): when the file's bytes are all in the page cache their pages
-    are mapped and nothing is copied, and the primary reads the page cache as `np.memmap`
-    does; otherwise one positioned read fills the snapshot, which is about twice as fast as
-    faulting a mapping in from the disk. The first write to a page copies that page into the
-    process and no write reaches the file, so to everybody who reads or writes it the primary
-    is a copy.
+    (`CPU._sw_snapshot_of`, a private mapping), made in microseconds, then loaded
+    (`load_snapshot`): when the file's bytes are all in the page cache their pages are mapped
+    and nothing is copied, and the primary reads the page cache as `np.memmap` does; otherwise
+    one positioned read fills the snapshot, which is about twice as fast as faulting a mapping
+    in from the disk. The first write to a page copies that page into the process and no write
+    reaches the file, so to everybody who reads or writes it the primary is a copy.
 
     `promote_async()` copies instead: one positioned read into an uninitialised (recycled)
     buffer, on the copy lane alone (`submit_span(alone=True)`), not split over the other cores.
@@ -490,73 +351,68 @@ class _CopyStep(_Step):
     owned: nobody else writes or resizes it, this Evictable writes it only by evicting a dirty
     primary, which is this snapshot, and a FileBacked's file is the process's own."""
 
-    snapshot = False
+    __slots__ = ("_ownership", "_size", "_snapshot")
 
-    def allocate(self, *, lazy: bool = False) -> None:
-        """The destination (see `_Step.allocate`); with `lazy`, a snapshot where one applies."""
-        source, target, ev = self.source, self.target, self.ev
-        fresh_needed = target.is_released() or target.size() < ev._size
-        if (lazy and fresh_needed and type(source) is FileBacked and type(target) is CPU
-                and ev._size * KIND_BYTES[STORAGE_KIND[ev._dtype]] >= SNAPSHOT_MIN_BYTES):
-            fresh = CPU._sw_snapshot_of(source._sw_storage(), ev._size, target.dtype())
-            ev._ownership.take(fresh)
-            self.fresh = self.destination = fresh
-            self.snapshot = True
-            return
-        super().allocate()
+    def __init__(self, ownership: Ownership, size: int) -> None:
+        self._ownership = ownership
+        self._size = size
+        # The snapshot `fresh` made for the transition running (one runs at a time).
+        self._snapshot: Carrier | None = None
 
-    def run(self) -> None:
-        self.allocate(lazy=True)
-        source, destination, size = self.source, self.destination, self.ev._size
-        if self.snapshot:
-            _native.load_snapshot(destination._sw_storage())
+    def needs_fresh(self, target: Carrier) -> bool:
+        return target.is_released() or target.size() < self._size
+
+    def fresh(self, source: Carrier, target: Carrier, evicts: bool, copies: bool, blocking: bool) -> Carrier:
+        """A fresh owned tier like `target`. An allocation failure leaves everything as it
+        was: nothing is owned yet."""
+        size = self._size
+        fresh: Carrier
+        if (copies and blocking and type(source) is FileBacked and type(target) is CPU
+                and size * KIND_BYTES[STORAGE_KIND[target.dtype()]] >= SNAPSHOT_MIN_BYTES):
+            fresh = CPU._sw_snapshot_of(source._sw_storage(), size, target.dtype())
+            self._snapshot = fresh
+        elif not evicts and type(target) is CPU:
+            fresh = target.allocate_like(size, mutable=True, empty=True)
+        else:
+            fresh = target.allocate_like(size, mutable=True)
+        self._ownership.take(fresh)
+        return fresh
+
+    def transfer(self, source: Carrier, target: Carrier, copies: bool, blocking: bool) -> None:
+        size = self._size
+        if not copies:
+            from strideweave.carriers.move import _move_between_tiers
+            _move_between_tiers(_flat_tensor(source, size), target)
             return
-        src, dst = source._sw_storage(), destination._sw_storage()
-        if src is not None and dst is not None:
+        if target is self._snapshot:
+            self._snapshot = None
+            _native.load_snapshot(target._sw_storage())
+            return
+        src, dst = source._sw_storage(), target._sw_storage()
+        if src is None or dst is None:
+            for i in range(size):
+                target._sw_fill(i, source[i])
+        elif blocking:
             _native.copy_span(src, 0, dst, 0, size)
         else:
-            for i in range(size):
-                destination._sw_fill(i, source[i])
+            done = _native.new_completion(AwaitResult)
 
-    def start(self) -> Any:
-        self.allocate()
-        source, destination, size = self.source, self.destination, self.ev._size
-        done = _native.new_completion(AwaitResult)
-        src, dst = source._sw_storage(), destination._sw_storage()
-
-        def then(exc: BaseException | None) -> None:
-            if exc is None:
-                done._succeed(None)
-            else:
-                done._fail(exc)
-        if src is not None and dst is not None:
-            _native.submit_span(src, 0, dst, 0, size, then, alone=True)
-        else:
-            def job() -> None:
-                try:
-                    for i in range(size):
-                        destination._sw_fill(i, source[i])
-                except BaseException as exc:  # noqa: BLE001 - the copy's terminal failure
+            def then(exc: BaseException | None) -> None:
+                if exc is None:
+                    done._succeed(None)
+                else:
                     done._fail(exc)
-                    return
-                done._succeed(None)
-            _native.submit_python(done, job)
-        return done
+            _native.submit_span(src, 0, dst, 0, size, then, alone=True)
+            done.wait()
 
-
-
-class _DropCleanPrimary(_Step):
-    """`retain_clean` eviction of an unchanged primary: the secondary already holds the
-    values, so the primary is released (as a move would: it stays listed as ours) and
-    nothing is written."""
-
-    def __init__(self, ev: Evictable, transition: _native.Transition) -> None:
-        super().__init__(ev, ev._primary, ev._secondary, transition)
-
-    def start(self) -> None:
-        return None
-
-    def commit(self) -> None:
-        ev = self.ev
-        ev._residency.commit(self.transition, ev._sw_version)
-        ev._release_tier(self.source, keep=True)
+    def release(self, tier: Carrier, keep: bool) -> None:
+        """Release an owned tier as its owner: never unowned while live, so a user holding it
+        (`ev.secondary`) cannot release it in between (issue 22 item 1); `keep` leaves it
+        listed as ours (the source a move released), else it is disowned afterwards. After a
+        committed transition, a failing release hook cannot undo it: it is not raised."""
+        if tier is self._snapshot:
+            self._snapshot = None
+        with contextlib.suppress(Exception):
+            tier._sw_release_for(self._ownership)
+        if not keep:
+            self._ownership.drop(tier)

@@ -8,10 +8,13 @@
 //! releasing the composite releases both. While evicted, its slots cannot be read or written
 //! (`Evicted`).
 //!
-//! What a transition does is the core's one residency rule ([`Residency`], which the Python
-//! package's `Evictable` follows too): a composite made with [`Evictable::retaining_clean`]
-//! promotes by copying, keeping the secondary as a clean copy, and an evict of values
-//! unchanged since then releases the primary and writes nothing.
+//! What a transition does is the core's one residency rule ([`Residency`](super::Residency)):
+//! a composite made with [`Evictable::retaining_clean`] promotes by copying, keeping the
+//! secondary as a clean copy, and an evict of values unchanged since then releases the primary
+//! and writes nothing. The tiers, the residency and the order of every transition are the
+//! core's two-tier composite ([`TwoTier`](super::two_tier::TwoTier)), which the Python
+//! package's `Evictable` runs on too; this type adds what is done to tiers that are carriers
+//! of this model.
 //!
 //! Each transition copies by the tiers' route, a move's (one span between host memory and a
 //! file or a block device, one host copy; slot by slot only for carriers with no bulk
@@ -66,8 +69,8 @@ struct CarrierTiers {
 impl TierWork for CarrierTiers {
     type Tier = Arc<dyn Carrier>;
 
-    fn needs_fresh(&self, target: &Arc<dyn Carrier>) -> bool {
-        target.is_released() || target.size() < self.slots
+    fn needs_fresh(&self, target: &Arc<dyn Carrier>) -> Result<bool> {
+        Ok(target.is_released() || target.size() < self.slots)
     }
 
     fn fresh(

@@ -211,7 +211,7 @@ impl Transitions {
 
 /// `copy`, its panic (a carrier hook's) turned into the change's failure, so the change still
 /// commits or gives back what it made.
-pub(super) fn contained(copy: impl FnOnce() -> Result<()>) -> Result<()> {
+pub(super) fn contained<T>(copy: impl FnOnce() -> Result<T>) -> Result<T> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(copy))
         .unwrap_or_else(|_| Err(ModelError::TransferPanicked { message: "a tier's hook panicked".into() }))
 }

@@ -7,18 +7,19 @@
 //! tier replaces which, when reads are refused, and the order of a change:
 //!
 //! 1. claim the composite (after a change still running), refused at the call when it is
-//!    released, owned or claimed ([`Transitions`]);
-//! 2. stage: plan the change by the residency rule, make a fresh target when the target is
-//!    released or too small; a change with nothing to transfer commits here. The tiers' lock
-//!    is never held while a tier's code runs;
-//! 3. transfer without the lock, reads of the composite refused meanwhile (the values are
-//!    between tiers); a panic in a tier's code fails the change like any error;
+//!    released, owned or claimed;
+//! 2. stage: plan the change by the residency rule, from when on reads of the composite are
+//!    refused too until the commit (it is held while the change runs); make a fresh target
+//!    when the target is released or too small; a change with nothing to transfer commits
+//!    here. The tiers' lock is never held while a tier's code runs;
+//! 3. transfer; a panic in a tier's code fails the change like any error;
 //! 4. under the lock: commit (swap in the fresh tier, record the residency), then release the
 //!    tier it replaced and a clean primary it left; or give back the fresh tier; then the
 //!    claim.
 //!
-//! A blocking change runs 3 on the calling thread, an asynchronous one on the engine's copy
-//! lane, its handle done after 4.
+//! A blocking change runs on the calling thread; an asynchronous one stages there and
+//! transfers on an engine thread (the wait lane when [`TierWork::waits`]), its handle done
+//! after 4.
 
 use std::sync::Arc;
 
@@ -39,8 +40,8 @@ pub trait TierWork: Send + Sync + 'static {
     type Tier: Clone + Send + Sync + 'static;
 
     /// Whether values cannot go into `target` as it is (released, or smaller than the
-    /// composite), so a fresh tier must replace it.
-    fn needs_fresh(&self, target: &Self::Tier) -> bool;
+    /// composite), so a fresh tier must replace it (a binding's size hook may fail).
+    fn needs_fresh(&self, target: &Self::Tier) -> Result<bool>;
 
     /// A fresh tier like `target`, owned by the composite, for `step` from `source`;
     /// `blocking` when the transfer will run on the calling thread. On failure nothing is
@@ -93,7 +94,7 @@ struct Tiers<T> {
     primary: T,
     secondary: T,
     residency: Residency,
-    /// A change is transferring: the values are between tiers.
+    /// A change runs (from its plan to its commit): reads are refused.
     in_transition: bool,
 }
 
@@ -128,7 +129,7 @@ struct Staged<T> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Unreadable {
-    /// A residency change is transferring the values.
+    /// A residency change runs.
     InTransition,
     /// The values are in the secondary tier.
     Evicted,
@@ -218,6 +219,12 @@ impl<W: TierWork> TwoTier<W> {
         [tiers.primary.clone(), tiers.secondary.clone()]
     }
 
+    /// A move into the composite wrote its values without a public write: the secondary's
+    /// clean copy is stale from now on.
+    pub fn mark_dirty(&self) {
+        self.tiers.lock().residency.mark_dirty();
+    }
+
     /// The tiers locked, with the values in the primary; else why not.
     pub fn promoted(&self) -> std::result::Result<Promoted<'_, W::Tier>, Unreadable> {
         let tiers = self.tiers.lock();
@@ -256,26 +263,36 @@ impl<W: TierWork> TwoTier<W> {
 
     /// Stage the change `evict` needs of the composite at `version` (nobody writes a claimed
     /// composite, so it holds until the commit): `None` when nothing is left to transfer (done
-    /// already, or a clean eviction, committed here); else the staged change, reads refused
-    /// until its commit. The tiers' lock is never held while a tier's code runs (a binding's
-    /// code may wait for a thread that waits for the lock); the claim keeps the plan valid.
+    /// already, or a clean eviction, committed here); else the staged change. Reads are
+    /// refused from here to the commit: the composite is held while the change runs. The
+    /// tiers' lock is never held while a tier's code runs (a binding's code may wait for a
+    /// thread that waits for the lock); the claim keeps the plan valid.
     fn begin(&self, version: u64, evict: bool, blocking: bool) -> Result<Option<Staged<W::Tier>>> {
         let (step, source, target) = {
-            let tiers = self.tiers.lock();
+            let mut tiers = self.tiers.lock();
             let Some(step) = tiers.residency.plan(evict, version) else { return Ok(None) };
+            tiers.in_transition = true;
             (step, tiers.tier(step.source()).clone(), tiers.tier(step.target()).clone())
         };
-        let fresh = if step.transfers() && self.work.needs_fresh(&target) {
-            Some(self.work.fresh(step, &source, &target, blocking)?)
-        } else {
-            None
+        let fresh = tier_ops::contained(|| {
+            if step.transfers() && self.work.needs_fresh(&target)? {
+                self.work.fresh(step, &source, &target, blocking).map(Some)
+            } else {
+                Ok(None)
+            }
+        });
+        let fresh = match fresh {
+            Ok(fresh) => fresh,
+            Err(e) => {
+                self.tiers.lock().in_transition = false;
+                return Err(e);
+            }
         };
         let staged = Staged { step, version, source, target, fresh };
         if !step.transfers() {
             self.finish(staged, Ok(()))?;
             return Ok(None);
         }
-        self.tiers.lock().in_transition = true;
         Ok(Some(staged))
     }
 

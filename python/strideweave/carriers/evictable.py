@@ -159,15 +159,15 @@ class Evictable(TwoTiered, Carrier):
 
     @property
     def _primary(self) -> Carrier:  # type: ignore[override]
-        return self._tiers.primary  # type: ignore[no-any-return]
+        return self._tiers.primary
 
     @property
     def _secondary(self) -> Carrier:  # type: ignore[override]
-        return self._tiers.secondary  # type: ignore[no-any-return]
+        return self._tiers.secondary
 
     def is_evicted(self) -> bool:
         """True when the values live in the secondary tier."""
-        return self._tiers.is_evicted()  # type: ignore[no-any-return]
+        return self._tiers.is_evicted()
 
     def size(self) -> int:
         return 0 if self._sw_released else self._size
@@ -195,7 +195,7 @@ class Evictable(TwoTiered, Carrier):
         if primary is None:
             raise RuntimeError(f"{type(self).__name__} carrier is evicted: promote() it before "
                                "reading or writing its values")
-        return primary  # type: ignore[no-any-return]
+        return primary
 
     def get_value(self, i: Any) -> Any:
         index = check_index(self, i)
@@ -254,7 +254,7 @@ class Evictable(TwoTiered, Carrier):
     @property
     def retain_clean(self) -> bool:
         """Whether `promote()` keeps the secondary as a clean copy (a constructor argument)."""
-        return self._tiers.retains_clean()  # type: ignore[no-any-return]
+        return self._tiers.retains_clean()
 
     def is_clean(self) -> bool:
         """True when the secondary tier holds the current values: evicted, or promoted with
@@ -265,7 +265,7 @@ class Evictable(TwoTiered, Carrier):
     def _start(self, *, evict: bool) -> AwaitResidency:
         handle = _native.new_completion(AwaitResidency)
         self._tiers.transition_async(self, evict, handle)
-        return handle  # type: ignore[no-any-return]
+        return handle
 
     # ----- release and factories ---------------------------------------------------------------
     def _release(self) -> None:

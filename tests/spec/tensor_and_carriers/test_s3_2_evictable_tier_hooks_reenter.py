@@ -109,3 +109,39 @@ def test_a_failing_tier_hook_leaves_the_evictable_as_it_was():
     PokingTier.poke = None
     ev.evict()  # nothing was left claimed
     assert ev.is_evicted()
+
+
+@pytest.mark.parametrize("inner", ["evict", "promote", "evict_async", "promote_async"])
+@pytest.mark.parametrize("outer", ["evict", "evict_async"])
+def test_a_tier_hook_that_starts_a_transition_of_its_own_evictable_is_refused_instead_of_waiting_for_itself(
+        outer, inner):
+    # A transition started while another runs waits for it (§3.2); from the running
+    # transition's own hook that would wait forever, so it is refused as the held Evictable
+    # refuses everything else.
+    ev = sw.Evictable(PokingTier([1.0, 2.0]), PokingTier([]))
+    refused = []
+
+    def poke():
+        action = inner.removesuffix("_async")
+        with pytest.raises(RuntimeError, match=PENDING.format(action)):
+            getattr(ev, inner)()
+        refused.append(inner)
+
+    PokingTier.poke = poke
+
+    def run_outer():
+        started = getattr(ev, outer)()
+        if started is not None:
+            started.wait()
+
+    # On a thread of its own, so that a transition waiting for itself fails the test.
+    runner = threading.Thread(target=run_outer, daemon=True)
+    runner.start()
+    runner.join(timeout=10)
+    assert not runner.is_alive(), "the hook's transition waited for the transition running it"
+    assert refused == [inner]
+    PokingTier.poke = None
+    assert ev.is_evicted() and ev.version == 0
+    ev.promote()
+    assert [ev[0], ev[1]] == [1.0, 2.0]
+    ev.release()  # no claim left behind

@@ -441,3 +441,46 @@ fn async_transitions_racing_writes_moves_and_release_leave_no_claim() {
         assert!(e.primary().is_released() && e.secondary().is_released(), "round {round}");
     }
 }
+
+/// A tier's hook that asks its own composite for another transition, or to release, while
+/// the transition that called it runs: refused `Claimed`, as every other caller is while the
+/// composite is held, instead of waiting for the transition that is waiting for the hook.
+#[test]
+fn a_tier_hook_that_re_enters_its_composite_is_refused_instead_of_waiting_for_itself() {
+    use std::sync::{Mutex as StdMutex, OnceLock, Weak};
+    let composite: Arc<OnceLock<Weak<Evictable>>> = Arc::new(OnceLock::new());
+    let answers = Arc::new(StdMutex::new(Vec::new()));
+    let hook = {
+        let (composite, answers) = (composite.clone(), answers.clone());
+        Arc::new(move || {
+            let e = composite.get().and_then(Weak::upgrade).expect("the composite is alive");
+            let claimed = |r: super::error::Result<()>| matches!(r, Err(ModelError::Claimed { .. }));
+            let mut answers = answers.lock().unwrap();
+            answers.push(claimed(e.promote()));
+            answers.push(claimed(e.evict()));
+            answers.push(e.promote_async().err().is_some_and(|err| claimed(Err(err))));
+            answers.push(claimed(e.release()));
+        }) as Arc<dyn Fn() + Send + Sync>
+    };
+    let secondary = Arc::new(super::test_support::VecCarrier {
+        on_allocate: Some(hook),
+        ..super::test_support::VecCarrier::new(&[])
+    });
+    let e = Evictable::new(HostCarrier::from_f32(&[1.0, 2.0]), &secondary).unwrap();
+    composite.set(Arc::downgrade(&e)).unwrap();
+    let evict = {
+        let e = e.clone();
+        std::thread::spawn(move || e.evict())
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !evict.is_finished() {
+        assert!(std::time::Instant::now() < deadline, "the hook's call waited for the transition running it");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    evict.join().unwrap().unwrap();
+    assert_eq!(*answers.lock().unwrap(), [true; 4]);
+    e.promote().unwrap();
+    let t = Tensor::canonical(&e, &[2]).unwrap();
+    assert_eq!((t.values_f32().unwrap(), e.version()), (vec![1.0, 2.0], 0));
+    e.release().unwrap(); // no claim left behind
+}

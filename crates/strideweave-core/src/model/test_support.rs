@@ -81,6 +81,8 @@ pub(crate) struct VecCarrier {
     pub made: Arc<Mutex<Vec<Arc<VecCarrier>>>>,
     /// `allocate_like` refuses (`NotAllocatable`), as a carrier with no factory does.
     pub no_factory: bool,
+    /// `allocate_like` runs this first (a hook that re-enters what called it).
+    pub on_allocate: Option<Arc<dyn Fn() + Send + Sync>>,
 }
 
 impl Default for CarrierState {
@@ -146,6 +148,9 @@ impl Carrier for VecCarrier {
     fn allocate_like(&self, slots: usize) -> Result<Arc<dyn Carrier>> {
         if self.no_factory {
             return Err(ModelError::NotAllocatable { carrier: "VecCarrier".into() });
+        }
+        if let Some(hook) = &self.on_allocate {
+            hook();
         }
         let fresh = Arc::new(VecCarrier {
             slots: Mutex::new(vec![0.0; slots]),

@@ -156,7 +156,46 @@ pub(super) struct Transitions {
     pending: Mutex<Option<ResidencyHandle>>,
 }
 
+thread_local! {
+    /// The changes running on this thread now, by their composite's [`Transitions`] address.
+    static RUNNING_HERE: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Marks a composite's change as running on this thread while it lives.
+struct RunningHere(usize);
+
+impl RunningHere {
+    fn enter(key: usize) -> Self {
+        RUNNING_HERE.with(|running| running.borrow_mut().push(key));
+        RunningHere(key)
+    }
+}
+
+impl Drop for RunningHere {
+    fn drop(&mut self) {
+        RUNNING_HERE.with(|running| {
+            let mut running = running.borrow_mut();
+            if let Some(at) = running.iter().rposition(|&key| key == self.0) {
+                running.remove(at);
+            }
+        });
+    }
+}
+
 impl Transitions {
+    fn key(&self) -> usize {
+        self as *const Transitions as usize
+    }
+
+    /// Whether this is the code of one of this composite's changes (a tier's hook it called),
+    /// asking for another change. Waiting would wait for itself, so the claim the running
+    /// change holds answers instead: the call is refused, as for any other caller while the
+    /// composite is held. The thread decides nothing else: it admits nothing.
+    fn called_from_a_change(&self) -> bool {
+        let key = self.key();
+        RUNNING_HERE.with(|running| running.borrow().contains(&key))
+    }
+
     /// Take the composite's `claim`, after the change running, and run `change` on this
     /// thread under it.
     pub(super) fn blocking<G>(
@@ -164,12 +203,22 @@ impl Transitions {
         claim: impl FnOnce() -> Result<G>,
         change: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
+        if self.called_from_a_change() {
+            // The running change's claim refuses this one.
+            let claim = claim()?;
+            let outcome = change();
+            drop(claim);
+            return outcome;
+        }
         let mut pending = self.pending.lock();
         if let Some(running) = pending.take() {
             let _ = running.wait();
         }
         let claim = claim()?;
-        let outcome = change();
+        let outcome = {
+            let _here = RunningHere::enter(self.key());
+            change()
+        };
         drop(claim);
         outcome
     }
@@ -186,17 +235,35 @@ impl Transitions {
         stage: impl FnOnce() -> Result<Option<S>>,
         work: impl FnOnce(S) -> Result<()> + Send + 'static,
     ) -> Result<ResidencyHandle> {
+        if self.called_from_a_change() {
+            // The running change's claim refuses this one (see `blocking`).
+            let claim = claim()?;
+            let outcome = match stage()? {
+                Some(staged) => work(staged),
+                None => Ok(()),
+            };
+            drop(claim);
+            return Ok(ResidencyHandle::done(outcome));
+        }
         let mut pending = self.pending.lock();
         if let Some(running) = pending.take() {
             let _ = running.wait();
         }
         let claim = claim()?;
-        let Some(staged) = stage()? else { return Ok(ResidencyHandle::done(Ok(()))) };
+        let key = self.key();
+        let staged = {
+            let _here = RunningHere::enter(key);
+            stage()?
+        };
+        let Some(staged) = staged else { return Ok(ResidencyHandle::done(Ok(()))) };
         let cell = Arc::new(Completion::new());
         let handle = ResidencyHandle::on(cell.clone());
         *pending = Some(handle.clone());
         let job = move || {
-            let outcome = work(staged);
+            let outcome = {
+                let _here = RunningHere::enter(key);
+                work(staged)
+            };
             drop(claim);
             cell.commit(outcome);
         };

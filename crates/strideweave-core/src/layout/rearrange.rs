@@ -5,6 +5,18 @@
 //! selection of mode paths names), and arranges them into the hierarchy an [`OutputTree`]
 //! describes: `Id(n)` is the n-th sublayout, `Unit` a `1:0` placeholder mode, `Branch` a
 //! nested mode. `[2,3]:[1,2]` with `Branch[Id(1), Unit, Id(0)]` gives `[3,1,2]:[2,0,1]`.
+//!
+//! ```
+//! use strideweave_core::layout;
+//! use strideweave_core::layout::OutputTree;
+//!
+//! let a = layout!([2, 3] : [1, 2]).unwrap();
+//! let swapped = a.rearrange(&OutputTree::Branch(vec![OutputTree::Id(1), OutputTree::Id(0)]), None).unwrap();
+//! assert_eq!((swapped.leaf_extents().to_vec(), swapped.leaf_strides().to_vec()), (vec![3, 2], vec![2, 1]));
+//! // A selection by mode path: only mode 1, with a unit mode before it.
+//! let picked = a.rearrange(&OutputTree::Branch(vec![OutputTree::Unit, OutputTree::Id(0)]), Some(&[vec![1]])).unwrap();
+//! assert_eq!(picked.leaf_extents().to_vec(), vec![1, 3]);
+//! ```
 
 use super::algebra::Cute;
 use super::{Layout, LayoutError};

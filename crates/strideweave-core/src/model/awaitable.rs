@@ -5,6 +5,21 @@
 //! given a callback, or, with the `async` feature (on by default), awaited as a
 //! [`Future`](std::future::Future) on any executor: no runtime is needed, the finishing thread
 //! wakes the task that polled last. Dropping every handle neither cancels nor blocks the work.
+//!
+//! ```
+//! use std::sync::mpsc;
+//! use std::time::Duration;
+//! use strideweave_core::model::{Evictable, FileCarrier, HostCarrier};
+//! use strideweave_core::storage::ElemKind;
+//!
+//! let layer = Evictable::new(HostCarrier::from_f32(&[1.0; 256]), FileCarrier::temp(ElemKind::F32).unwrap()).unwrap();
+//! let evicted = layer.evict_async().unwrap(); // a ResidencyHandle, an Awaitable
+//! let (tx, rx) = mpsc::channel();
+//! evicted.on_done(move |outcome| tx.send(outcome.is_ok()).unwrap()); // on the finishing thread
+//! assert!(evicted.wait_timeout(Duration::from_secs(10)).is_some_and(|outcome| outcome.is_ok()));
+//! assert!(evicted.is_done() && rx.recv().unwrap());
+//! evicted.wait().unwrap(); // every clone and every wait sees the one outcome
+//! ```
 
 use std::sync::Arc;
 use std::time::Duration;

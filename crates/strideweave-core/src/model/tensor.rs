@@ -42,9 +42,10 @@ impl std::fmt::Debug for Subtensor {
 }
 
 impl Subtensor {
-    /// A window of `carrier`: `offset + cosize` must fit in its slots. `layout` is a
-    /// [`Layout`] or a shared `Arc<Layout>`.
-    pub fn new(carrier: Arc<dyn Carrier>, offset: usize, layout: impl Into<Arc<Layout>>) -> Result<Self> {
+    /// A window of `carrier` (any `Arc` of a carrier, or a reference to one): `offset +
+    /// cosize` must fit in its slots. `layout` is a [`Layout`] or a shared `Arc<Layout>`.
+    pub fn new(carrier: impl IntoCarrier, offset: usize, layout: impl Into<Arc<Layout>>) -> Result<Self> {
+        let carrier = carrier.into_carrier();
         let layout = layout.into();
         carrier.state(HOOK).check_live()?;
         let cosize = layout.cosize() as usize;
@@ -101,9 +102,22 @@ pub struct Tensor {
 }
 
 impl Tensor {
-    /// A single-subtensor tensor whose dtype is the carrier's element kind. `layout` is a
+    /// A single-subtensor tensor whose dtype is the carrier's element kind. `carrier` is any
+    /// `Arc` of a carrier, or a reference to one (`&Arc<FileCarrier>`); `layout` is a
     /// [`Layout`] or a shared `Arc<Layout>`.
-    pub fn new(carrier: Arc<dyn Carrier>, offset: usize, layout: impl Into<Arc<Layout>>) -> Result<Self> {
+    ///
+    /// ```
+    /// use strideweave_core::layout;
+    /// use strideweave_core::model::{FileCarrier, Tensor};
+    /// use strideweave_core::storage::ElemKind;
+    ///
+    /// let file = FileCarrier::temp_zeros(ElemKind::F32, 6).unwrap();
+    /// let t = Tensor::new(&file, 0, layout!([2, 3] : [3, 1]).unwrap()).unwrap(); // row-major
+    /// t.set(5, 7.0f32).unwrap();
+    /// assert_eq!(t.get::<f32>(5).unwrap(), 7.0);
+    /// ```
+    pub fn new(carrier: impl IntoCarrier, offset: usize, layout: impl Into<Arc<Layout>>) -> Result<Self> {
+        let carrier = carrier.into_carrier();
         let dtype = carrier.elem_kind();
         Ok(Tensor { dtype, subtensors: Arc::new([Subtensor::new(carrier, offset, layout)?]) })
     }

@@ -18,7 +18,9 @@
 //! assert_eq!(on_device.get::<f32>(1).unwrap(), 2.0);
 //! ```
 
-use super::carrier::{HookToken, HOOK};
+use super::carrier::HookToken;
+use crate::model::carrier::admitted;
+use crate::model::carrier::HookCall;
 use std::sync::Arc;
 
 use parking_lot::RwLock;
@@ -66,13 +68,8 @@ impl BlockCarrier {
     /// `slots` zeroed slots in a fresh extent of `dev`.
     pub fn zeros(dev: &Arc<BlockDevice>, slots: usize) -> Result<Arc<Self>> {
         let c = Self::empty(dev);
-        c.allocate(HOOK, slots)?;
+        c.allocate(&c.hook(), slots)?;
         Ok(c)
-    }
-
-    /// The device the extent is on.
-    pub fn device(&self) -> &Arc<BlockDevice> {
-        &self.dev
     }
 
     /// The extent holding the slots, if any.
@@ -98,12 +95,14 @@ impl Carrier for BlockCarrier {
         self.extent.read().map_or(0, |(_, slots)| slots)
     }
 
-    fn read_slot(&self, _: &HookToken, i: usize) -> Result<Scalar> {
+    fn read_slot(&self, token: &HookToken, i: usize) -> Result<Scalar> {
+        admitted(token, &self.state)?;
         let base = self.live_offset()?;
         self.dev.read_f32(base + i as u64 * SLOT).map(Scalar::F32).map_err(device_err("reading a slot"))
     }
 
-    fn write_slot(&self, _: &HookToken, i: usize, v: Scalar) -> Result<()> {
+    fn write_slot(&self, token: &HookToken, i: usize, v: Scalar) -> Result<()> {
+        admitted(token, &self.state)?;
         let Scalar::F32(x) = v else {
             return Err(ModelError::ValueKind { value: v, kind: ElemKind::F32 });
         };
@@ -115,11 +114,17 @@ impl Carrier for BlockCarrier {
         true
     }
 
-    fn bulk_storage(&self, _: &HookToken) -> Option<BulkStorage> {
+    fn bulk_storage(&self, token: &HookToken) -> Option<BulkStorage> {
+        if !token.admits(&self.state) {
+            return None;
+        }
         self.extent().map(|e| BulkStorage::Block(self.dev.clone(), e))
     }
 
-    fn release_storage(&self, _: &HookToken) {
+    fn release_storage(&self, token: &HookToken) {
+        if !token.admits(&self.state) {
+            return;
+        }
         if let Some((extent, _)) = self.extent.write().take() {
             // A transfer still holding the device may finish its I/O first; freeing only
             // returns the range to the allocator. A failure means the extent was not live.
@@ -132,7 +137,8 @@ impl Carrier for BlockCarrier {
     }
 
     /// Replace the extent by a zeroed one of `slots` slots (0 frees it).
-    fn allocate(&self, _: &HookToken, slots: usize) -> Result<()> {
+    fn allocate(&self, token: &HookToken, slots: usize) -> Result<()> {
+        admitted(token, &self.state)?;
         let bytes = (slots as u64).checked_mul(SLOT).ok_or(ModelError::OutOfMemory { bytes: usize::MAX })?;
         let mut extent = self.extent.write();
         let fresh = if slots == 0 {

@@ -46,20 +46,54 @@ impl ClassKey {
     }
 }
 
-/// Proof that the framework calls a storage hook.
+/// Proof that the framework calls a storage hook, and on which carrier.
 ///
 /// Every storage hook of [`Carrier`] takes a `&HookToken`, and only this crate can make one:
 /// an implementor writes the hooks, but code outside the crate cannot call them, so no
 /// public path reaches a slot write without the mutability, claim and version checks, a
 /// release without the state transition, or an `allocate` that shrinks a carrier under a
 /// live tensor. The checked operations are [`CarrierExt`]'s.
+///
+/// A token names the carrier whose hook the framework calls ([`admits`](Self::admits)): a
+/// hook that passes the token it was handed on to another carrier's hook is refused by that
+/// carrier (every built-in carrier asks, `ModelError::HookNotAdmitted`), so a carrier's own
+/// code cannot reach another carrier's storage around the checks either.
 #[derive(Debug)]
 pub struct HookToken {
-    _sealed: (),
+    /// The address of the state of the carrier the call is for; 0 for [`Carrier::state`],
+    /// which needs no carrier.
+    target: usize,
 }
 
-/// The token the framework passes to the hooks it calls.
-pub(crate) const HOOK: &HookToken = &HookToken { _sealed: () };
+impl HookToken {
+    /// Whether the framework made this token for a hook call on the carrier whose state is
+    /// `state`. A carrier that guards storage of its own asks before touching it.
+    pub fn admits(&self, state: &CarrierState) -> bool {
+        self.target == state as *const CarrierState as usize
+    }
+}
+
+/// The token the framework passes to [`Carrier::state`]; it admits no storage hook.
+pub(crate) const HOOK: &HookToken = &HookToken { target: 0 };
+
+/// The framework's way to call a storage hook: `c.write_slot(&c.hook(), i, v)`.
+pub(crate) trait HookCall: Carrier {
+    /// The token of a hook call on this carrier.
+    fn hook(&self) -> HookToken {
+        HookToken { target: self.state(HOOK) as *const CarrierState as usize }
+    }
+}
+
+impl<C: Carrier + ?Sized> HookCall for C {}
+
+/// `Ok` when `token` was made for the carrier whose state is `state`; else the refusal.
+pub(crate) fn admitted(token: &HookToken, state: &CarrierState) -> Result<()> {
+    if token.admits(state) {
+        Ok(())
+    } else {
+        Err(ModelError::HookNotAdmitted { carrier: state.class_name().to_string() })
+    }
+}
 
 /// What an argument that names a carrier accepts: `Arc<HostCarrier>` (or any concrete
 /// carrier), `Arc<dyn Carrier>`, or a reference to either (cloned). So
@@ -189,7 +223,7 @@ pub enum BulkStorage {
 /// use strideweave_core::model::{Carrier, HookToken, HostCarrier};
 /// use strideweave_core::storage::Scalar;
 /// let host = HostCarrier::from_f32(&[1.0]);
-/// let forged = HookToken { _sealed: () }; // private: no token outside the framework
+/// let forged = HookToken { target: 0 }; // private: no token outside the framework
 /// host.write_slot(&forged, 0, Scalar::F32(2.0)).unwrap();
 /// ```
 pub trait Carrier: Send + Sync + 'static {
@@ -291,7 +325,7 @@ pub trait CarrierExt: Carrier {
         // A release between the two checks sets the size to 0: report it as `Released`,
         // not as an index out of a range the carrier no longer has.
         let slot = checked_slot(i, self.size()).map_err(|range| state.check_live().err().unwrap_or(range))?;
-        self.read_slot(HOOK, slot)
+        self.read_slot(&self.hook(), slot)
     }
 
     /// `carrier[i] = v`: released, range, then owned / not mutable → `NotMutable`, claimed
@@ -312,7 +346,7 @@ pub trait CarrierExt: Carrier {
     /// start using the storage while the hook frees it.
     fn release(&self) -> Result<()> {
         if self.state(HOOK).mark_released()? {
-            self.release_storage(HOOK);
+            self.release_storage(&self.hook());
         }
         Ok(())
     }
@@ -346,7 +380,7 @@ fn write_checked<C: Carrier + ?Sized>(c: &C, owner: Option<OwnerToken>, i: i64, 
     if scalar_kind(v) != kind {
         return Err(ModelError::ValueKind { value: v, kind });
     }
-    c.write_slot(HOOK, slot, v)?;
+    c.write_slot(&c.hook(), slot, v)?;
     gate.commit();
     Ok(())
 }

@@ -141,6 +141,14 @@ pub enum ModelError {
         /// The secondary's dtype name.
         secondary: &'static str,
     },
+    /// A storage hook of a built-in carrier called with a token the framework made for
+    /// another carrier's hook (one a carrier's own hook was handed, passed on): refused, so no
+    /// hook can reach another carrier's storage around the checks.
+    #[error("{carrier} carrier refuses a storage hook call the framework did not make for it")]
+    HookNotAdmitted {
+        /// The carrier's class name.
+        carrier: String,
+    },
     /// `allocate` on a carrier that cannot grow.
     #[error("{carrier} carrier cannot allocate")]
     NotAllocatable {

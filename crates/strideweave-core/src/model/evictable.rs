@@ -12,7 +12,7 @@
 //! a composite made with [`Evictable::retaining_clean`] promotes by copying, keeping the
 //! secondary as a clean copy, and an evict of values unchanged since then releases the primary
 //! and writes nothing. The tiers, the residency and the order of every transition are the
-//! core's two-tier composite ([`TwoTier`](super::two_tier::TwoTier)), which the Python
+//! core's two-tier composite ([`TwoTier`](super::two_tier)), which the Python
 //! package's `Evictable` runs on too; this type adds what is done to tiers that are carriers
 //! of this model.
 //!
@@ -46,6 +46,8 @@
 //! assert!(e.primary().is_released() && e.secondary().is_released());
 //! ```
 
+use crate::model::carrier::admitted;
+use crate::model::carrier::HookCall;
 use std::sync::Arc;
 
 use super::awaitable::ResidencyHandle;
@@ -276,15 +278,18 @@ impl Carrier for Evictable {
         self.state.live_size(self.slots)
     }
 
-    fn read_slot(&self, _: &HookToken, i: usize) -> Result<crate::storage::Scalar> {
-        self.promoted("read")?.primary().read_slot(HOOK, i)
+    fn read_slot(&self, token: &HookToken, i: usize) -> Result<crate::storage::Scalar> {
+        admitted(token, &self.state)?;
+        let promoted = self.promoted("read")?;
+        promoted.primary().read_slot(&promoted.primary().hook(), i)
     }
 
     /// Every write into the composite (a public one, or a move's) makes the clean copy stale.
-    fn write_slot(&self, _: &HookToken, i: usize, v: crate::storage::Scalar) -> Result<()> {
+    fn write_slot(&self, token: &HookToken, i: usize, v: crate::storage::Scalar) -> Result<()> {
+        admitted(token, &self.state)?;
         let mut promoted = self.promoted("write to")?;
         promoted.mark_dirty();
-        promoted.primary().write_slot(HOOK, i, v)
+        promoted.primary().write_slot(&promoted.primary().hook(), i, v)
     }
 
     fn is_mutable_hook(&self) -> bool {
@@ -292,7 +297,10 @@ impl Carrier for Evictable {
     }
 
     /// Releases both tiers: the composite gives up their ownership and releases them.
-    fn release_storage(&self, _: &HookToken) {
+    fn release_storage(&self, token: &HookToken) {
+        if !token.admits(&self.state) {
+            return;
+        }
         let owner = self.tiers.work().owner;
         for tier in self.tiers.both() {
             tier.state(HOOK).disown(owner);

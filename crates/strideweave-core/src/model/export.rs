@@ -22,6 +22,7 @@ use crate::dlpack::{
     export_legacy, export_versioned, DLDevice, DLDeviceType, DLManagedTensor, DLManagedTensorVersioned, ExportDType,
     Exported, TensorDesc, FLAG_READ_ONLY,
 };
+use crate::model::carrier::HookCall;
 use crate::storage::ElemKind;
 
 fn refuse(reason: impl Into<String>) -> ModelError {
@@ -38,7 +39,7 @@ impl Tensor {
             ElemKind::I32 => ExportDType::Int32,
             other => return Err(refuse(format!("dtype {other:?} is not exportable (only f32 and i32)"))),
         };
-        let store = match carrier.bulk_storage(HOOK) {
+        let store = match carrier.bulk_storage(&carrier.hook()) {
             Some(BulkStorage::Host(store)) => store,
             _ => return Err(refuse(format!("{} carrier is not host memory", carrier.state(HOOK).class_name()))),
         };

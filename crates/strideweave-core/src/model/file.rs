@@ -13,7 +13,9 @@
 //! assert_eq!(on_file.get::<f32>(1).unwrap(), 2.0);
 //! ```
 
-use super::carrier::{HookToken, HOOK};
+use super::carrier::HookToken;
+use crate::model::carrier::admitted;
+use crate::model::carrier::HookCall;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -80,7 +82,7 @@ impl FileCarrier {
     /// A carrier of `slots` zeros in a fresh file under the system's temporary directory.
     pub fn temp_zeros(kind: ElemKind, slots: usize) -> Result<Arc<Self>> {
         let c = Self::temp(kind)?;
-        c.allocate(HOOK, slots)?;
+        c.allocate(&c.hook(), slots)?;
         Ok(c)
     }
 
@@ -117,11 +119,13 @@ impl Carrier for FileCarrier {
         self.slots.load(Ordering::Acquire)
     }
 
-    fn read_slot(&self, _: &HookToken, i: usize) -> Result<Scalar> {
+    fn read_slot(&self, token: &HookToken, i: usize) -> Result<Scalar> {
+        admitted(token, &self.state)?;
         read_scalar(&*self.live()?, self.byte_off(i), self.kind)
     }
 
-    fn write_slot(&self, _: &HookToken, i: usize, v: Scalar) -> Result<()> {
+    fn write_slot(&self, token: &HookToken, i: usize, v: Scalar) -> Result<()> {
+        admitted(token, &self.state)?;
         write_scalar(&*self.live()?, self.byte_off(i), self.kind, v)
     }
 
@@ -129,11 +133,17 @@ impl Carrier for FileCarrier {
         true
     }
 
-    fn bulk_storage(&self, _: &HookToken) -> Option<BulkStorage> {
+    fn bulk_storage(&self, token: &HookToken) -> Option<BulkStorage> {
+        if !token.admits(&self.state) {
+            return None;
+        }
         self.store().map(BulkStorage::File)
     }
 
-    fn release_storage(&self, _: &HookToken) {
+    fn release_storage(&self, token: &HookToken) {
+        if !token.admits(&self.state) {
+            return;
+        }
         if let Some(store) = self.store.write().take() {
             self.slots.store(0, Ordering::Release);
             // Removing the name is best effort: the handle closes when the last transfer
@@ -150,11 +160,12 @@ impl Carrier for FileCarrier {
     fn allocate_like(&self, slots: usize) -> Result<Arc<dyn Carrier>> {
         let dir = self.path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
         let fresh = Self::fresh_in(dir, self.kind)?;
-        fresh.allocate(HOOK, slots)?;
+        fresh.allocate(&fresh.hook(), slots)?;
         Ok(fresh)
     }
 
-    fn allocate(&self, _: &HookToken, slots: usize) -> Result<()> {
+    fn allocate(&self, token: &HookToken, slots: usize) -> Result<()> {
+        admitted(token, &self.state)?;
         let bytes =
             (slots as u64).checked_mul(self.kind.size() as u64).ok_or(ModelError::OutOfMemory { bytes: usize::MAX })?;
         self.live()?.set_len(bytes).map_err(|e| ModelError::io("resizing the carrier's file", e))?;

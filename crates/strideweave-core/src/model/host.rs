@@ -17,6 +17,7 @@
 //! ```
 
 use super::carrier::HookToken;
+use crate::model::carrier::admitted;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -233,7 +234,8 @@ impl Carrier for HostCarrier {
     // `Arc` (two atomic operations fewer on the element path), address the slot's bytes in
     // place (no copy through a scratch buffer), and build an error only when there is one.
     #[inline]
-    fn read_slot(&self, _: &HookToken, i: usize) -> Result<Scalar> {
+    fn read_slot(&self, token: &HookToken, i: usize) -> Result<Scalar> {
+        admitted(token, &self.state)?;
         let guard = self.store.read();
         let Some(store) = guard.as_ref() else { return Err(released()) };
         let size = self.kind.size();
@@ -245,7 +247,8 @@ impl Carrier for HostCarrier {
     }
 
     #[inline]
-    fn write_slot(&self, _: &HookToken, i: usize, v: Scalar) -> Result<()> {
+    fn write_slot(&self, token: &HookToken, i: usize, v: Scalar) -> Result<()> {
+        admitted(token, &self.state)?;
         let guard = self.store.read();
         let Some(store) = guard.as_ref() else { return Err(released()) };
         let size = self.kind.size();
@@ -263,7 +266,10 @@ impl Carrier for HostCarrier {
         self.mutable
     }
 
-    fn bulk_storage(&self, _: &HookToken) -> Option<BulkStorage> {
+    fn bulk_storage(&self, token: &HookToken) -> Option<BulkStorage> {
+        if !token.admits(&self.state) {
+            return None;
+        }
         self.store().map(BulkStorage::Host)
     }
 
@@ -273,7 +279,10 @@ impl Carrier for HostCarrier {
 
     /// Drops the carrier's handle; the memory is freed when the last transfer or DLPack
     /// export holding the store lets go.
-    fn release_storage(&self, _: &HookToken) {
+    fn release_storage(&self, token: &HookToken) {
+        if !token.admits(&self.state) {
+            return;
+        }
         self.slots.store(0, Ordering::Release);
         drop(self.store.write().take());
     }

@@ -24,6 +24,7 @@
 //! assert_eq!(c.version(), 1); // one write for the whole slice
 //! ```
 
+use crate::model::carrier::HookCall;
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
@@ -114,7 +115,7 @@ fn dense_window<T: SliceElement>(tensor: &Tensor) -> Result<(&Subtensor, Arc<Hos
     if tensor.dtype() != T::SLICE_KIND {
         return Err(ModelError::NoSlice { reason: "the element type is not the tensor's dtype" });
     }
-    let Some(BulkStorage::Host(store)) = carrier.bulk_storage(HOOK) else {
+    let Some(BulkStorage::Host(store)) = carrier.bulk_storage(&carrier.hook()) else {
         return Err(ModelError::NoSlice { reason: "the carrier is not host memory" });
     };
     if !s.layout().is_ordinal_identity() {

@@ -7,7 +7,7 @@
 //! a binding supplies (a Python carrier's owning composite, its pending move request). This
 //! type adds the carrier's name and, for the Rust model, turns a refusal into the
 //! [`ModelError`] users see; a binding runs the cell's transitions itself
-//! ([`CarrierState::cell`]) under its own [`ClaimJudge`], which tells its
+//! (`CarrierState::cell`, with the `binding` feature) under its own [`ClaimJudge`], which tells its
 //! foreign payloads apart. The Rust model's transitions judge with [`Strict`]: every claim it
 //! does not hold blocks them, a foreign one included. Every transition checks the state it
 //! depends on and changes it inside one critical section, so of two racing calls exactly one
@@ -26,6 +26,7 @@
 //! ```
 
 use super::carrier::HOOK;
+use crate::model::carrier::HookCall;
 use std::any::Any;
 use std::borrow::Cow;
 use std::num::NonZeroU64;
@@ -207,9 +208,12 @@ pub enum Role {
 /// assert_eq!((state.version(), state.is_released(), state.is_claimed()), (0, false, false));
 /// ```
 ///
-/// A binding runs the transitions of the cell itself, with its own payloads and judge:
+/// A binding (built with the `binding` feature, which the Python package's crate enables and
+/// a Rust user does not need: the cell's plain stores skip the checks) runs the transitions of
+/// the cell itself, with its own payloads and judge:
 ///
 /// ```
+/// # #[cfg(feature = "binding")] {
 /// use std::any::Any;
 /// use strideweave_core::model::{CarrierState, Claim, ClaimRule, Foreign, ForeignObject, Strict};
 ///
@@ -226,6 +230,7 @@ pub enum Role {
 /// let request = Claim::Foreign(Foreign::new(Request));
 /// assert!(state.cell().try_claim(request, ClaimRule::FREE, &Strict).unwrap().is_none());
 /// assert!(state.is_claimed() && state.claim().is_none());
+/// # }
 /// ```
 #[derive(Debug)]
 pub struct CarrierState {
@@ -251,6 +256,11 @@ impl CarrierState {
     /// refusal reports), the plain stores, and the payloads under the lock. A transition hands
     /// back every payload it displaces, so none is dropped inside the cell's lock. The Rust
     /// model's own methods below judge with [`Strict`]: a foreign claim or owner refuses them.
+    ///
+    /// Only with the `binding` feature: the cell's plain stores (`set_version`,
+    /// `set_released`, `replace_owner`, ...) skip every check, so a Rust user's public API
+    /// does not reach them.
+    #[cfg(any(test, feature = "binding"))]
     pub fn cell(&self) -> &StateCell<Owner, Claim> {
         &self.cell
     }
@@ -518,7 +528,7 @@ impl ClaimGuard {
     /// hook that fails leaves the carrier live and still claimed: the guard comes back with
     /// the error, and dropping it gives the claim back.
     pub fn commit_release(mut self) -> std::result::Result<(), (ClaimGuard, ModelError)> {
-        let released = self.carrier().release_claimed_storage(HOOK);
+        let released = self.carrier().release_claimed_storage(&self.carrier().hook());
         if let Err(e) = released {
             return Err((self, e));
         }

@@ -2,6 +2,7 @@
 //! DLPack export, and property tests of moves over random layouts.
 
 use super::carrier::HOOK;
+use crate::model::carrier::HookCall;
 use std::sync::Arc;
 
 use proptest::prelude::*;
@@ -292,7 +293,7 @@ fn dlpack_export_describes_leaf_modes_offset_and_mutability() {
 #[test]
 fn dlpack_export_refuses_other_storage_dtypes_and_released_carriers() {
     let file = FileCarrier::temp(ElemKind::F32).unwrap();
-    file.allocate(HOOK, 2).unwrap();
+    file.allocate(&file.hook(), 2).unwrap();
     let t = Tensor::canonical(file, &[2]).unwrap();
     assert!(matches!(t.to_dlpack(), Err(ModelError::NotExportable { .. })));
     let t = Tensor::canonical(HostCarrier::zeros(ElemKind::F64, 2).unwrap(), &[2]).unwrap();
@@ -386,7 +387,7 @@ fn host_and_block_carriers_move_in_bulk_and_release_frees_the_extent() {
 fn other_pairs_with_a_block_carrier_are_refused_before_any_effect() {
     let dev = test_device();
     let file = FileCarrier::temp(ElemKind::F32).unwrap();
-    file.allocate(HOOK, 2).unwrap();
+    file.allocate(&file.hook(), 2).unwrap();
     let file: Arc<dyn Carrier> = file;
     let t = Tensor::canonical(file.clone(), &[2]).unwrap();
     let block: Arc<dyn Carrier> = BlockCarrier::empty(&dev);

@@ -3,6 +3,7 @@
 //! owned tier (or tile) like another, copy values between two of them by a move's route, and
 //! release one as its owner; and the order every residency change runs in ([`Transitions`]).
 
+use crate::model::carrier::HookCall;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -41,7 +42,7 @@ pub(super) fn fresh_like(
 /// (a released tier the composite still lists). Nobody else can claim an owned carrier, so
 /// the release cannot be refused.
 pub(super) fn release_owned(tier: &dyn Carrier, owner: OwnerToken, keep: bool) {
-    release_owned_by(tier, owner, keep, || tier.release_storage(HOOK))
+    release_owned_by(tier, owner, keep, || tier.release_storage(&tier.hook()))
 }
 
 /// [`release_owned`], with `release` in place of the carrier's storage release (a tiled
@@ -85,7 +86,7 @@ pub(super) enum Window {
 impl Window {
     /// A carrier's window as its bulk storage gives it.
     pub(super) fn of(carrier: &dyn Carrier) -> Window {
-        match carrier.bulk_storage(HOOK) {
+        match carrier.bulk_storage(&carrier.hook()) {
             Some(BulkStorage::Host(store)) => Window::Host(store),
             Some(BulkStorage::File(store)) => Window::File(store, 0),
             _ => Window::Slots,
@@ -135,7 +136,7 @@ pub(super) fn copy_runs(
         _ => {
             for &(f, t, c) in runs {
                 for k in 0..c {
-                    to.write_slot(HOOK, t + k, from.read_slot(HOOK, f + k)?)?;
+                    to.write_slot(&to.hook(), t + k, from.read_slot(&from.hook(), f + k)?)?;
                 }
             }
         }

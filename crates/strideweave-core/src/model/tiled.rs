@@ -45,6 +45,8 @@
 //! assert_eq!((t.get(7).unwrap(), t.version()), (Scalar::F32(70.0), 1));
 //! ```
 
+use crate::model::carrier::admitted;
+use crate::model::carrier::HookCall;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -129,11 +131,13 @@ impl Carrier for SlabTile {
         self.state.live_size(self.slots)
     }
 
-    fn read_slot(&self, _: &HookToken, i: usize) -> Result<Scalar> {
+    fn read_slot(&self, token: &HookToken, i: usize) -> Result<Scalar> {
+        admitted(token, &self.state)?;
         super::file::read_scalar(&self.store, self.at(i)?, self.kind)
     }
 
-    fn write_slot(&self, _: &HookToken, i: usize, v: Scalar) -> Result<()> {
+    fn write_slot(&self, token: &HookToken, i: usize, v: Scalar) -> Result<()> {
+        admitted(token, &self.state)?;
         super::file::write_scalar(&self.store, self.at(i)?, self.kind, v)
     }
 
@@ -260,7 +264,7 @@ impl TiledEvictable {
             if tier.class_key() != ClassKey::of::<FileCarrier>() {
                 return Ok(None);
             }
-            let Some(BulkStorage::File(store)) = tier.bulk_storage(HOOK) else { return Ok(None) };
+            let Some(BulkStorage::File(store)) = tier.bulk_storage(&tier.hook()) else { return Ok(None) };
             let dir = store.path().parent().map_or_else(|| std::path::PathBuf::from("."), |d| d.to_path_buf());
             let n = SLAB_COUNTER.fetch_add(1, Ordering::Relaxed);
             let path = dir.join(format!("strideweave-tiles-{}-{n}.slab", std::process::id()));
@@ -815,20 +819,22 @@ impl Carrier for TiledEvictable {
         self.state.live_size(self.slots)
     }
 
-    fn read_slot(&self, _: &HookToken, i: usize) -> Result<Scalar> {
+    fn read_slot(&self, token: &HookToken, i: usize) -> Result<Scalar> {
+        admitted(token, &self.state)?;
         let (tile, within) = self.locate(i);
         // Under the lock: a request's commit cannot release the tile while it is read.
         let tiles = self.tiles.lock();
         let tile = tiles.get(tile).ok_or_else(|| ModelError::Released { carrier: "TiledEvictable".into() })?;
-        tile.current.carrier.read_slot(HOOK, within)
+        tile.current.carrier.read_slot(&tile.current.carrier.hook(), within)
     }
 
     /// The first write to a tile releases its clean copy: it would be stale.
-    fn write_slot(&self, _: &HookToken, i: usize, v: Scalar) -> Result<()> {
+    fn write_slot(&self, token: &HookToken, i: usize, v: Scalar) -> Result<()> {
+        admitted(token, &self.state)?;
         let (index, within) = self.locate(i);
         let mut tiles = self.tiles.lock();
         let tile = tiles.get_mut(index).ok_or_else(|| ModelError::Released { carrier: "TiledEvictable".into() })?;
-        tile.current.carrier.write_slot(HOOK, within, v)?;
+        tile.current.carrier.write_slot(&tile.current.carrier.hook(), within, v)?;
         tile.writes += 1;
         tile.residency.mark_dirty();
         let stale = tile.clean.take();
@@ -841,7 +847,10 @@ impl Carrier for TiledEvictable {
     }
 
     /// Releases every tile, every clean copy and both tiers.
-    fn release_storage(&self, _: &HookToken) {
+    fn release_storage(&self, token: &HookToken) {
+        if !token.admits(&self.state) {
+            return;
+        }
         let tiles = std::mem::take(&mut *self.tiles.lock());
         for tile in tiles {
             self.give_back(std::iter::once(tile.current).chain(tile.clean));

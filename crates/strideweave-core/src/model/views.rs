@@ -41,6 +41,7 @@
 //! assert_eq!(v.get_coord([2, 0]), None);
 //! ```
 
+use crate::model::carrier::HookCall;
 use std::marker::PhantomData;
 use std::ops::{Index, IndexMut};
 use std::sync::Arc;
@@ -384,7 +385,7 @@ fn host_window<T: SliceElement>(tensor: &Tensor) -> Result<(Arc<HostStore>, usiz
     if tensor.dtype() != T::SLICE_KIND {
         return Err(ModelError::NoHostView { reason: "the element type is not the tensor's dtype" });
     }
-    let Some(BulkStorage::Host(store)) = carrier.bulk_storage(HOOK) else {
+    let Some(BulkStorage::Host(store)) = carrier.bulk_storage(&carrier.hook()) else {
         return Err(ModelError::NoHostView { reason: "the carrier is not host memory" });
     };
     let cosize = s.layout().cosize() as usize;

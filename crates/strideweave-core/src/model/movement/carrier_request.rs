@@ -3,6 +3,7 @@
 //! pending move that runs the pair's route (or hands the transfer to its caller) before the
 //! terminal commit. The Python binding's fast routes run this too, over its carriers' adapters.
 
+use crate::model::carrier::HookCall;
 use crate::model::carrier::HOOK;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -144,7 +145,7 @@ impl MoveParties for CarrierParties {
         // Asked again under the claim, which settles the size: the table's answer may be stale.
         match check_room(&*self.destination, self.cosize)? {
             Room::Grow => {
-                self.destination.allocate(HOOK, self.cosize)?;
+                self.destination.allocate(&self.destination.hook(), self.cosize)?;
                 Ok(true)
             }
             Room::Enough => Ok(false),
@@ -305,7 +306,7 @@ impl CommitSteps for CarrierParties {
 
     fn shrink_destination(&mut self) {
         if self.dst_claim.is_some() {
-            let _ = self.destination.allocate(HOOK, 0);
+            let _ = self.destination.allocate(&self.destination.hook(), 0);
         }
     }
 

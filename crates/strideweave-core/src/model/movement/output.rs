@@ -11,6 +11,7 @@
 //! destination's state lock while it stores, so writes from several threads are serialized and
 //! none can fall after the commit's end of the claim.
 
+use crate::model::carrier::HookCall;
 use std::sync::Arc;
 
 use super::carrier_request::Pending;
@@ -80,7 +81,7 @@ impl MoveOutput {
             return Err(ModelError::ValueKind { value, kind });
         }
         // Stored under the gate: the claim cannot end meanwhile.
-        carrier.write_slot(HOOK, slot, value)
+        carrier.write_slot(&carrier.hook(), slot, value)
     }
 
     /// Write the whole window from `values`, in ordinal order (first mode fastest), as the

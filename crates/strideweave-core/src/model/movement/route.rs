@@ -22,7 +22,7 @@
 //! assert_eq!(route_kind(ClassKey::Foreign(7), host), RouteKind::Elementwise);
 //! ```
 
-use crate::model::carrier::HOOK;
+use crate::model::carrier::HookCall;
 use std::sync::Arc;
 
 #[cfg(feature = "block-devices")]
@@ -161,7 +161,7 @@ pub fn route_kind(source: ClassKey, destination: ClassKey) -> RouteKind {
 /// classes. A carrier that exposes no storage matching the kind, or two carriers sharing one
 /// host buffer, get the elementwise transfer, which is correct for any pair.
 pub(crate) fn resolve_as(kind: RouteKind, src: &dyn Carrier, dst: &dyn Carrier) -> Route {
-    match (kind, src.bulk_storage(HOOK), dst.bulk_storage(HOOK)) {
+    match (kind, src.bulk_storage(&src.hook()), dst.bulk_storage(&dst.hook())) {
         (RouteKind::HostToFile, Some(s), Some(BulkStorage::File(d))) => match HostSide::of(s) {
             Some(s) => Route::HostToFile(s, d),
             None => Route::Elementwise,
@@ -316,8 +316,8 @@ pub(crate) fn execute(route: &Route, job: &Job<'_>) -> Result<()> {
             byte_span(0, cosize, 1, dst_size)?;
             for k in 0..job.layout.size() {
                 let index = job.layout.index_of_int(k) as usize;
-                let v = job.src.read_slot(HOOK, job.offset + index)?;
-                job.dst.write_slot(HOOK, index, v)?;
+                let v = job.src.read_slot(&job.src.hook(), job.offset + index)?;
+                job.dst.write_slot(&job.dst.hook(), index, v)?;
             }
             Ok(())
         }

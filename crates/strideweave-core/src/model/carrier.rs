@@ -319,26 +319,21 @@ pub trait CarrierExt: Carrier {
 
     /// `carrier[i]`: released → `Released`; outside `[0, size)` → `SlotOutOfRange`.
     #[inline]
-    fn get(&self, i: i64) -> Result<Scalar> {
-        let state = self.state(HOOK);
-        state.check_live()?;
-        // A release between the two checks sets the size to 0: report it as `Released`,
-        // not as an index out of a range the carrier no longer has.
-        let slot = checked_slot(i, self.size()).map_err(|range| state.check_live().err().unwrap_or(range))?;
-        self.read_slot(&self.hook(), slot)
+    fn get(&self, i: usize) -> Result<Scalar> {
+        read_at(self, as_index(i))
     }
 
     /// `carrier[i] = v`: released, range, then owned / not mutable → `NotMutable`, claimed
     /// by a pending move → `Claimed`, a value of another kind → `ValueKind`. On success the
     /// version rises by one; on failure nothing changes.
     #[inline]
-    fn set(&self, i: i64, v: Scalar) -> Result<()> {
-        write_checked(self, None, i, v)
+    fn set(&self, i: usize, v: Scalar) -> Result<()> {
+        write_checked(self, None, as_index(i), v)
     }
 
     /// A write by the owning composite carrier, which bypasses the ownership check only.
-    fn set_as_owner(&self, owner: OwnerToken, i: i64, v: Scalar) -> Result<()> {
-        write_checked(self, Some(owner), i, v)
+    fn set_as_owner(&self, owner: OwnerToken, i: usize, v: Scalar) -> Result<()> {
+        write_checked(self, Some(owner), as_index(i), v)
     }
 
     /// Release the storage: idempotent; owned → `Owned`; claimed by a pending move →
@@ -363,13 +358,32 @@ pub(crate) fn checked_slot(i: i64, size: usize) -> Result<usize> {
     }
 }
 
+/// A public index as the slot arithmetic's `i64` (past `i64::MAX` it is out of every range).
+#[inline]
+fn as_index(i: usize) -> i64 {
+    i64::try_from(i).unwrap_or(i64::MAX)
+}
+
+/// `c[i]` for a slot the framework computed (an offset plus a layout's index, which a
+/// negative stride can take below 0): released → `Released`; outside `[0, size)` →
+/// `SlotOutOfRange`.
+#[inline]
+pub(crate) fn read_at<C: Carrier + ?Sized>(c: &C, i: i64) -> Result<Scalar> {
+    let state = c.state(HOOK);
+    state.check_live()?;
+    // A release between the two checks sets the size to 0: report it as `Released`,
+    // not as an index out of a range the carrier no longer has.
+    let slot = checked_slot(i, c.size()).map_err(|range| state.check_live().err().unwrap_or(range))?;
+    c.read_slot(&c.hook(), slot)
+}
+
 #[cold]
 fn slot_out_of_range(index: i64, size: usize) -> ModelError {
     ModelError::SlotOutOfRange { index, size }
 }
 
 #[inline]
-fn write_checked<C: Carrier + ?Sized>(c: &C, owner: Option<OwnerToken>, i: i64, v: Scalar) -> Result<()> {
+pub(crate) fn write_checked<C: Carrier + ?Sized>(c: &C, owner: Option<OwnerToken>, i: i64, v: Scalar) -> Result<()> {
     let mut gate = c.state(HOOK).begin_write()?;
     let slot = checked_slot(i, c.size())?;
     if let Some(token) = owner {

@@ -143,7 +143,7 @@ fn a_large_tier_moves_between_host_memory_and_a_file_in_bulk() {
     e.evict().unwrap();
     assert_eq!((e.secondary().size(), host.is_released()), (n, true));
     e.promote().unwrap();
-    e.set(n as i64 - 1, Scalar::F32(-1.0)).unwrap();
+    e.set(n - 1, Scalar::F32(-1.0)).unwrap();
     e.evict().unwrap();
     e.promote().unwrap();
     assert!(e.secondary().is_released());
@@ -196,7 +196,7 @@ fn transitions_racing_writes_and_reads_lose_no_write() {
             s.spawn(move || {
                 start.wait();
                 for round in 0..ROUNDS {
-                    match e.get((round % 4) as i64) {
+                    match e.get(round % 4) {
                         // Refused while a transition holds the composite (§3.2).
                         Ok(_) | Err(ModelError::Evicted { .. } | ModelError::Claimed { .. }) => {}
                         Err(other) => panic!("a read got {other:?}"),
@@ -212,7 +212,7 @@ fn transitions_racing_writes_and_reads_lose_no_write() {
                     let mut written = 0.0;
                     for round in 1..=ROUNDS {
                         let v = (slot * 1000 + round) as f32;
-                        match e.set(slot as i64, Scalar::F32(v)) {
+                        match e.set(slot, Scalar::F32(v)) {
                             Ok(()) => {
                                 written = v;
                                 writes.fetch_add(1, Ordering::Relaxed);

@@ -72,7 +72,7 @@ fn race(ops: &[Op], t: &Tensor) -> Vec<Outcome> {
 }
 
 fn values(c: &Arc<dyn Carrier>) -> Vec<f32> {
-    (0..c.size() as i64)
+    (0..c.size())
         .map(|i| match c.get(i).unwrap() {
             Scalar::F32(v) => v,
             other => panic!("unexpected {other:?}"),

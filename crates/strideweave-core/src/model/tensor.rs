@@ -15,7 +15,7 @@
 use super::carrier::HOOK;
 use std::sync::Arc;
 
-use super::carrier::{Carrier, CarrierExt, IntoCarrier};
+use super::carrier::{read_at, write_checked, Carrier, CarrierExt, IntoCarrier};
 use super::element::Element;
 use super::error::{ModelError, Result};
 use crate::layout::{Coord, Layout, LayoutError, Shape};
@@ -213,13 +213,13 @@ impl Tensor {
     #[inline]
     pub fn get<T: Element>(&self, k: usize) -> Result<T> {
         let (s, slot) = self.slot_of_int(ordinal(k)?)?;
-        T::from_scalar(s.carrier.get(slot)?)
+        T::from_scalar(read_at(&*s.carrier, slot)?)
     }
 
     /// Element at a hierarchical coordinate, as `T` (see [`get`](Self::get)).
     pub fn get_coord<T: Element>(&self, coord: &Coord) -> Result<T> {
         let (s, slot) = self.slot_of_coord(coord)?;
-        T::from_scalar(s.carrier.get(slot)?)
+        T::from_scalar(read_at(&*s.carrier, slot)?)
     }
 
     /// Write the element at ordinal `k` (a public write: checked, counted in the version).
@@ -227,13 +227,13 @@ impl Tensor {
     #[inline]
     pub fn set<T: Element>(&self, k: usize, value: T) -> Result<()> {
         let (s, slot) = self.slot_of_int(ordinal(k)?)?;
-        s.carrier.set(slot, value.to_scalar())
+        write_checked(&*s.carrier, None, slot, value.to_scalar())
     }
 
     /// Write the element at a hierarchical coordinate.
     pub fn set_coord<T: Element>(&self, coord: &Coord, value: T) -> Result<()> {
         let (s, slot) = self.slot_of_coord(coord)?;
-        s.carrier.set(slot, value.to_scalar())
+        write_checked(&*s.carrier, None, slot, value.to_scalar())
     }
 
     /// Every element in ordinal order.

@@ -31,7 +31,7 @@ fn assert_untouched(c: &Arc<dyn Carrier>, version: u64, values: &[f32]) {
     assert!(!c.is_released());
     assert!(!c.state(HOOK).is_claimed());
     assert_eq!(c.version(), version);
-    let got: Vec<Scalar> = (0..c.size() as i64).map(|i| c.get(i).unwrap()).collect();
+    let got: Vec<Scalar> = (0..c.size()).map(|i| c.get(i).unwrap()).collect();
     assert_eq!(got, values.iter().map(|&v| Scalar::F32(v)).collect::<Vec<_>>());
 }
 
@@ -69,7 +69,7 @@ fn commit_release_ends_the_claim_and_releases_in_one_step() {
 fn public_write_checks_in_order_and_counts_only_successes() {
     let c = host(&[0.0; 3]);
     assert!(matches!(c.set(3, Scalar::F32(1.0)), Err(ModelError::SlotOutOfRange { index: 3, size: 3 })));
-    assert!(matches!(c.set(-1, Scalar::F32(1.0)), Err(ModelError::SlotOutOfRange { .. })));
+    assert!(matches!(c.set(usize::MAX, Scalar::F32(1.0)), Err(ModelError::SlotOutOfRange { .. })));
     assert!(matches!(c.set(0, Scalar::I32(1)), Err(ModelError::ValueKind { .. })));
     assert_eq!(c.version(), 0);
     let frozen: Arc<dyn Carrier> = HostCarrier::with_mutability(ElemKind::F32, 2, false).unwrap();

@@ -9,7 +9,7 @@ use super::*;
 use crate::storage::{ElemKind, Scalar};
 
 fn f32s(c: &dyn Carrier) -> Vec<f32> {
-    (0..c.size() as i64)
+    (0..c.size())
         .map(|i| match c.get(i).unwrap() {
             Scalar::F32(v) => v,
             other => panic!("{other:?}"),
@@ -255,7 +255,7 @@ fn eight_threads_racing_requests_reads_writes_and_release_leave_no_claim() {
                         1 => t.promote_async(&tiles).and_then(|h| h.wait()),
                         2 => t.evict(&tiles),
                         3 => t.promote(&tiles),
-                        4 => t.set((k % 8) as i64, Scalar::F32(-1.0)),
+                        4 => t.set(k % 8, Scalar::F32(-1.0)),
                         _ => t.release(),
                     };
                     match outcome {
@@ -336,7 +336,7 @@ fn reads_racing_commits_never_see_a_released_tile() {
             s.spawn(move || {
                 let mut i = k * 997;
                 while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                    assert_eq!(t.get((i % n) as i64).unwrap(), Scalar::F32((i % n) as f32));
+                    assert_eq!(t.get(i % n).unwrap(), Scalar::F32((i % n) as f32));
                     i += 257;
                 }
             });

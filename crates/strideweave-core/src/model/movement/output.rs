@@ -18,7 +18,7 @@ use super::carrier_request::Pending;
 use super::route::{self, Job, RouteKind};
 use super::MoveOutcome;
 use crate::layout::Layout;
-use crate::model::carrier::{checked_slot, scalar_kind, Carrier, CarrierExt, HOOK};
+use crate::model::carrier::{checked_slot, read_at, scalar_kind, write_checked, Carrier, HOOK};
 use crate::model::element::Element;
 use crate::model::error::{ModelError, Result};
 use crate::model::host::HostCarrier;
@@ -73,7 +73,7 @@ impl MoveOutput {
         let value = value.to_scalar();
         let carrier = &*self.carrier;
         let Some(_gate) = self.admitted()? else {
-            return carrier.set(slot, value);
+            return write_checked(carrier, None, slot, value);
         };
         let slot = checked_slot(slot, carrier.size())?;
         let kind = carrier.elem_kind();
@@ -162,7 +162,7 @@ impl MoveOutput {
 
     /// Element `k` of the window (a public read).
     pub fn get<T: Element>(&self, k: usize) -> Result<T> {
-        T::from_scalar(self.carrier.get(self.slot(k)?)?)
+        T::from_scalar(read_at(&*self.carrier, self.slot(k)?)?)
     }
 }
 

@@ -140,7 +140,7 @@ fn racing_writes_and_releases_against_a_callers_transfer() {
                 let (start, dst) = (start.clone(), dst.clone());
                 std::thread::spawn(move || {
                     start.wait();
-                    let outcome = if k % 4 == 0 { dst.release() } else { dst.set(k as i64, Scalar::F32(-1.0)) };
+                    let outcome = if k % 4 == 0 { dst.release() } else { dst.set(k, Scalar::F32(-1.0)) };
                     match outcome {
                         Ok(()) => Some(k),
                         Err(ModelError::Claimed { .. } | ModelError::Released { .. }) => None,
@@ -158,7 +158,7 @@ fn racing_writes_and_releases_against_a_callers_transfer() {
         if !dst.is_released() {
             for (k, &v) in values.iter().enumerate() {
                 let expected = if won.contains(&k) { -1.0 } else { v };
-                assert_eq!(dst.get(k as i64).unwrap(), Scalar::F32(expected), "round {round}, slot {k}");
+                assert_eq!(dst.get(k).unwrap(), Scalar::F32(expected), "round {round}, slot {k}");
             }
         }
     }

@@ -37,13 +37,16 @@ pub struct HostStore {
     /// The buffer's address, fixed for its life; recorded only (DLPack), never dereferenced
     /// outside the lock.
     addr: usize,
+    /// A mutable slice of the buffer is lent (`Tensor::as_mut_slice`): element reads are
+    /// refused instead of waiting for its write lock.
+    lent_for_writing: std::sync::atomic::AtomicBool,
 }
 
 impl HostStore {
     /// Wrap an owned buffer.
     pub fn new(buf: HostBuffer) -> Self {
         let (len, addr) = (buf.len(), buf.as_ptr() as usize);
-        HostStore { buf: RwLock::new(buf), len, addr }
+        HostStore { buf: RwLock::new(buf), len, addr, lent_for_writing: std::sync::atomic::AtomicBool::new(false) }
     }
 
     /// Length in bytes.
@@ -82,6 +85,23 @@ impl HostStore {
     /// Exclusive access for writing.
     pub(crate) fn write(&self) -> RwLockWriteGuard<'_, HostBuffer> {
         self.buf.write()
+    }
+
+    /// Mark a mutable slice of the buffer lent (under its write lock) or given back.
+    pub(crate) fn lend_for_writing(&self, lent: bool) {
+        self.lent_for_writing.store(lent, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Shared access for an element read: `None` while a mutable slice is lent (its holder,
+    /// on this thread or another, writes the elements: waiting could be waiting for itself).
+    fn read_unless_lent(&self) -> Option<RwLockReadGuard<'_, HostBuffer>> {
+        if let Some(guard) = self.buf.try_read() {
+            return Some(guard);
+        }
+        if self.lent_for_writing.load(std::sync::atomic::Ordering::Acquire) {
+            return None;
+        }
+        Some(self.buf.read())
     }
 }
 
@@ -239,7 +259,7 @@ impl Carrier for HostCarrier {
         let guard = self.store.read();
         let Some(store) = guard.as_ref() else { return Err(released()) };
         let size = self.kind.size();
-        let buf = store.read();
+        let Some(buf) = store.read_unless_lent() else { return Err(self.state.pending_refusal("read")) };
         match slot_range(i, size).and_then(|range| buf.as_slice().get(range)) {
             Some(bytes) => Ok(self.kind.decode(bytes)),
             None => Err(slot_out_of_range(i, store.len_bytes() / size)),

@@ -47,6 +47,7 @@ pub mod evictable;
 pub mod export;
 pub mod file;
 pub mod host;
+mod lent;
 pub mod movement;
 pub mod residency;
 pub mod slices;

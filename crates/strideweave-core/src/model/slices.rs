@@ -2,16 +2,17 @@
 //! host tensor's elements as `&[T]` / `&mut [T]` for as long as a guard lives, at a slice's
 //! speed (the element path checks every access; a slice is checked once).
 //!
-//! A [`HostSlice`] holds the host store's read lock: transfers out of the carrier and other
-//! readers proceed, writes and transfers into it wait. A [`HostSliceMut`] holds its write
-//! lock, taken after the public write's checks (live, unowned, unclaimed, mutable) in the
-//! same critical section of the carrier state, and counts one write in the version. Both
-//! hold the store by `Arc`, so a release meanwhile frees the memory only when the guard
-//! drops. A thread holding a guard must not move, write or release the same carrier through
-//! the framework until it drops the guard (the transfer or write would wait for the lock).
+//! A guard holds its carrier exclusively, as a pending move does: it claims the carrier (live,
+//! unowned, unclaimed, else refused at the call), so while it lives every write, move,
+//! release and further slice of the carrier, from any thread, the guard's own included, is
+//! refused (`Claimed`, "pending move") instead of waiting for it. A [`HostSlice`] also holds
+//! the host store's read lock (element reads by others proceed). A [`HostSliceMut`] holds
+//! its write lock, after the public write's checks (mutable), and counts one write in the
+//! version; while it lives an element read of the carrier is refused too (the elements are
+//! being written through the slice) rather than made to wait. Both hold the store by `Arc`.
 //!
 //! ```
-//! use strideweave_core::model::{CarrierExt, HostCarrier, Tensor};
+//! use strideweave_core::model::{CarrierExt, HostCarrier, ModelError, Tensor};
 //!
 //! let c = HostCarrier::from_f32(&[1.0, 2.0, 3.0, 4.0]);
 //! let t = Tensor::canonical(c.clone(), &[2, 2]).unwrap();
@@ -19,6 +20,8 @@
 //! {
 //!     let mut s = t.as_mut_slice::<f32>().unwrap();
 //!     s.iter_mut().for_each(|x| *x *= 10.0);
+//!     // Held: a write through the framework is refused, not left waiting for the guard.
+//!     assert!(matches!(t.set(0, 1.0f32), Err(ModelError::Claimed { .. })));
 //! }
 //! assert_eq!(t.get::<f32>(3).unwrap(), 40.0);
 //! assert_eq!(c.version(), 1); // one write for the whole slice
@@ -33,18 +36,19 @@ use super::carrier::{BulkStorage, HOOK};
 use super::element::SliceElement;
 use super::error::{ModelError, Result};
 use super::host::HostStore;
+use super::lent::Lent;
 use super::tensor::{Subtensor, Tensor};
 
 /// A dense host tensor's elements, read-only, while the guard lives (see the module docs).
 pub struct HostSlice<T: SliceElement> {
-    store: Arc<HostStore>,
+    _lent: Lent,
     ptr: *const T,
     len: usize,
 }
 
 /// A dense host tensor's elements, writable, while the guard lives (see the module docs).
 pub struct HostSliceMut<T: SliceElement> {
-    store: Arc<HostStore>,
+    _lent: Lent,
     ptr: *mut T,
     len: usize,
     _exclusive: PhantomData<T>,
@@ -89,22 +93,6 @@ impl<T: SliceElement> DerefMut for HostSliceMut<T> {
     }
 }
 
-impl<T: SliceElement> Drop for HostSlice<T> {
-    fn drop(&mut self) {
-        // SAFETY: `lend` took one read lock of this store and forgot its guard; this gives
-        // exactly that lock back.
-        unsafe { self.store.force_unlock_read() }
-    }
-}
-
-impl<T: SliceElement> Drop for HostSliceMut<T> {
-    fn drop(&mut self) {
-        // SAFETY: `as_mut_slice` took the write lock of this store and forgot its guard;
-        // this gives exactly that lock back.
-        unsafe { self.store.force_unlock_write() }
-    }
-}
-
 /// The subtensor's store and its window as a range of `T`, if the tensor is one dense host
 /// window of `T`: every leaf of the layout, extent-1 leaves aside, has the stride of the
 /// product of the extents before it (the canonical layout).
@@ -139,38 +127,25 @@ fn dense_window<T: SliceElement>(tensor: &Tensor) -> Result<(&Subtensor, Arc<Hos
 impl Tensor {
     /// The elements of a dense host tensor of `T` (its dtype) as a slice, in ordinal order,
     /// while the guard lives; reads need no check of their own. Refused (`NoSlice`) for
-    /// another carrier, dtype or a non-dense layout; `Released` once released.
+    /// another carrier, dtype or a non-dense layout; `Released` once released; `Owned` or
+    /// `Claimed` unless the carrier can be held (see the module docs).
     pub fn as_slice<T: SliceElement>(&self) -> Result<HostSlice<T>> {
-        let (_, store, start, len) = dense_window::<T>(self)?;
-        let base = {
-            let guard = store.read();
-            let base = guard.as_ptr();
-            std::mem::forget(guard); // given back by HostSlice's drop
-            base
-        };
+        let (s, store, start, len) = dense_window::<T>(self)?;
+        let (lent, base) = Lent::read(s.carrier(), store)?;
         // SAFETY: `start + len` elements of `T` fit in the buffer (checked above).
         let ptr = unsafe { base.cast::<T>().add(start) };
-        Ok(HostSlice { store, ptr, len })
+        Ok(HostSlice { _lent: lent, ptr, len })
     }
 
     /// The elements of a dense host tensor of `T` as a mutable slice while the guard lives.
-    /// The public write's checks run first, in one critical section with taking the store's
-    /// write lock (released, owned or not mutable → refused; claimed by a pending move →
-    /// `Claimed`), and the version counts one write.
+    /// The public write's checks run first (released, owned or not mutable → refused;
+    /// claimed by a pending move → `Claimed`), the carrier is held (see the module docs), and
+    /// the version counts one write.
     pub fn as_mut_slice<T: SliceElement>(&self) -> Result<HostSliceMut<T>> {
         let (s, store, start, len) = dense_window::<T>(self)?;
-        let carrier = s.carrier();
-        let gate = carrier.state(HOOK).begin_write()?;
-        gate.check_writable(carrier.is_mutable_hook())?;
-        let base = {
-            let mut guard = store.write();
-            let base = guard.as_mut_slice().as_mut_ptr();
-            std::mem::forget(guard); // given back by HostSliceMut's drop
-            base
-        };
-        gate.commit();
+        let (lent, base) = Lent::write(s.carrier(), store)?;
         // SAFETY: `start + len` elements of `T` fit in the buffer (checked above).
         let ptr = unsafe { base.cast::<T>().add(start) };
-        Ok(HostSliceMut { store, ptr, len, _exclusive: PhantomData })
+        Ok(HostSliceMut { _lent: lent, ptr, len, _exclusive: PhantomData })
     }
 }

@@ -50,12 +50,55 @@ fn a_mutable_slice_is_one_checked_write() {
 }
 
 #[test]
-fn a_slice_outlives_a_release_without_dangling() {
+fn a_lent_slice_holds_its_carrier_and_a_release_succeeds_once_the_guard_drops() {
     let c = HostCarrier::from_f32(&[1.0, 2.0]);
     let t = Tensor::canonical(&c, &[2]).unwrap();
     let s = t.as_slice::<f32>().unwrap();
-    c.release().unwrap();
-    assert_eq!(&*s, &[1.0, 2.0]); // the guard holds the store
+    assert!(matches!(c.release(), Err(ModelError::Claimed { .. })));
+    assert_eq!(&*s, &[1.0, 2.0]);
+    drop(s);
+    c.release().unwrap(); // the guard left no claim behind
+}
+
+/// What the thread holding a slice guard does with the same carrier through the framework is
+/// refused at once (an outside audit found a write after `as_slice` on the same thread waiting
+/// forever for the guard's lock). Each step runs on a thread of its own, so a wait fails the
+/// test instead of hanging it.
+#[test]
+fn the_thread_holding_a_slice_is_refused_instead_of_waiting_for_itself() {
+    fn within_10_s<R: Send + 'static>(step: impl FnOnce() -> R + Send + 'static) -> R {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(step()).unwrap());
+        rx.recv_timeout(std::time::Duration::from_secs(10)).expect("the call waited for the slice it holds")
+    }
+    let claimed = |r: super::error::Result<()>| matches!(r, Err(ModelError::Claimed { .. }));
+    let answers = within_10_s(move || {
+        let c = HostCarrier::from_f32(&[1.0, 2.0]);
+        let t = Tensor::canonical(&c, &[2]).unwrap();
+        let into = HostCarrier::zeros(ElemKind::F32, 2).unwrap();
+        let reading = t.as_slice::<f32>().unwrap();
+        let while_read = [
+            claimed(t.set(0, 5.0f32)),
+            claimed(c.release()),
+            claimed(move_tensor(&t, &(into.clone() as Arc<dyn Carrier>)).map(|_| ())),
+            claimed(t.as_mut_slice::<f32>().map(|_| ())),
+            t.get::<f32>(1).unwrap() == 2.0, // a read goes ahead beside a read
+        ];
+        drop(reading);
+        let mut writing = t.as_mut_slice::<f32>().unwrap();
+        writing[0] = 3.0;
+        let while_written = [
+            claimed(t.set(1, 5.0f32)),
+            claimed(t.get::<f32>(1).map(|_| ())), // the elements are being written
+            claimed(t.as_slice::<f32>().map(|_| ())),
+            claimed(c.release()),
+        ];
+        drop(writing);
+        (while_read, while_written, t.values_as::<f32>().unwrap(), c.version())
+    });
+    assert_eq!(answers.0, [true; 5], "write, release, move, mutable slice while a slice is read");
+    assert_eq!(answers.1, [true; 4], "write, read, slice, release while a slice is written");
+    assert_eq!((answers.2, answers.3), (vec![3.0, 2.0], 1));
 }
 
 /// Every ordinal and every coordinate of a view reads the element `Tensor::get` and
@@ -162,12 +205,20 @@ fn views_refuse_what_the_checked_path_refuses() {
 }
 
 #[test]
-fn a_view_outlives_a_release_without_dangling() {
+fn a_lent_view_holds_its_carrier_and_a_release_succeeds_once_the_guard_drops() {
     let c = HostCarrier::from_f32(&[1.0, 2.0]);
     let t = Tensor::canonical(&c, &[2]).unwrap();
     let v = t.host_view::<f32>().unwrap();
-    c.release().unwrap();
-    assert_eq!((v[0], v[1]), (1.0, 2.0)); // the guard holds the store
+    assert!(matches!(c.release(), Err(ModelError::Claimed { .. })));
+    assert!(matches!(t.host_view_mut::<f32>(), Err(ModelError::Claimed { .. })));
+    assert_eq!((v[0], v[1]), (1.0, 2.0));
+    drop(v);
+    let mut w = t.host_view_mut::<f32>().unwrap();
+    w[1] = 4.0;
+    assert!(matches!(t.get::<f32>(0), Err(ModelError::Claimed { .. })), "read while written");
+    drop(w);
+    assert_eq!((t.get::<f32>(1).unwrap(), c.version()), (4.0, 1));
+    c.release().unwrap(); // no claim left behind
 }
 
 #[test]

@@ -5,16 +5,16 @@
 //! [`Tensor::get`] and [`Tensor::set`] make every check of the specification on every call
 //! (a released carrier, the window, the element kind, mutability, ownership, a pending
 //! move's claim), and take the carrier's locks each time. A view makes those checks once,
-//! when it is lent, and keeps them true by holding the store's lock: a [`HostView`] the read
-//! lock (other readers and transfers out of the carrier proceed; writes and transfers into it
-//! wait), a [`HostViewMut`] the write lock, taken after the public write's checks in the same
-//! critical section of the carrier state, counting one write in the version. What is left
+//! when it is lent, and keeps them true by holding the carrier as a pending move does (its
+//! claim: every write, move, release and further view or slice of it is refused, from any
+//! thread, the view's own included) and the store's lock: a [`HostView`] the read lock (other
+//! readers proceed), a [`HostViewMut`] the write lock, after the public write's checks,
+//! counting one write in the version (element reads are refused meanwhile). What is left
 //! per access is the bounds check of the ordinal or coordinate and the layout's arithmetic
 //! (none for a layout compact in ordinal order, one multiplication per mode for a flat one).
 //!
-//! Both hold the store by `Arc`, so a release meanwhile frees the memory only when the guard
-//! drops. A thread holding a view must not move, write or release the same carrier through
-//! the framework until it drops the view (the transfer or write would wait for the lock).
+//! Both hold the store by `Arc` (one private module, `lent`, lends and gives back, for views and
+//! slices alike).
 //!
 //! Indexing (`view[k]`, `view[(i, j)]`, `view[[i, j, l]]`) panics out of range, as a slice
 //! does; [`get`](HostView::get) and [`get_coord`](HostView::get_coord) return `None`
@@ -50,6 +50,7 @@ use super::carrier::{BulkStorage, HOOK};
 use super::element::SliceElement;
 use super::error::{ModelError, Result};
 use super::host::HostStore;
+use super::lent::Lent;
 use super::tensor::Tensor;
 use crate::layout::{Layout, LayoutError, Mode};
 
@@ -160,7 +161,7 @@ impl SlotMap {
 /// A host tensor's elements by ordinal or coordinate, read-only, while the guard lives (see
 /// the module docs).
 pub struct HostView<T: SliceElement> {
-    store: Arc<HostStore>,
+    _lent: Lent,
     base: *const T,
     map: SlotMap,
 }
@@ -168,7 +169,7 @@ pub struct HostView<T: SliceElement> {
 /// A host tensor's elements by ordinal or coordinate, writable, while the guard lives (see
 /// the module docs).
 pub struct HostViewMut<T: SliceElement> {
-    store: Arc<HostStore>,
+    _lent: Lent,
     base: *mut T,
     map: SlotMap,
     _exclusive: PhantomData<T>,
@@ -360,22 +361,6 @@ impl<T: SliceElement> IndexMut<(usize, usize, usize)> for HostViewMut<T> {
     }
 }
 
-impl<T: SliceElement> Drop for HostView<T> {
-    fn drop(&mut self) {
-        // SAFETY: `host_view` took one read lock of this store and forgot its guard; this
-        // gives exactly that lock back.
-        unsafe { self.store.force_unlock_read() }
-    }
-}
-
-impl<T: SliceElement> Drop for HostViewMut<T> {
-    fn drop(&mut self) {
-        // SAFETY: `host_view_mut` took the write lock of this store and forgot its guard;
-        // this gives exactly that lock back.
-        unsafe { self.store.force_unlock_write() }
-    }
-}
-
 /// The checks every view makes when lent: one subtensor, a live host carrier of `T`, and a
 /// window (offset + cosize) inside the store. Returns the store and the window's first slot.
 fn host_window<T: SliceElement>(tensor: &Tensor) -> Result<(Arc<HostStore>, usize)> {
@@ -411,36 +396,22 @@ impl Tensor {
     pub fn host_view<T: SliceElement>(&self) -> Result<HostView<T>> {
         let (store, offset) = host_window::<T>(self)?;
         let map = SlotMap::new(self.layout());
-        let base = {
-            let guard = store.read();
-            let base = guard.as_ptr();
-            std::mem::forget(guard); // given back by HostView's drop
-            base
-        };
+        let (lent, base) = Lent::read(self.carrier(), store)?;
         // SAFETY: `offset + cosize` elements of `T` fit in the buffer (checked above).
         let base = unsafe { base.cast::<T>().add(offset) };
-        Ok(HostView { store, base, map })
+        Ok(HostView { _lent: lent, base, map })
     }
 
     /// A writable view of a host tensor of `T` while the guard lives. The public write's
-    /// checks run first, in one critical section with taking the store's write lock
-    /// (released, owned or not mutable → refused; claimed by a pending move → `Claimed`),
-    /// and the version counts one write. Refused as [`host_view`](Self::host_view) is.
+    /// checks run first (released, owned or not mutable → refused; claimed by a pending move
+    /// → `Claimed`), the carrier is held (see the module docs), and the version counts one
+    /// write. Refused as [`host_view`](Self::host_view) is.
     pub fn host_view_mut<T: SliceElement>(&self) -> Result<HostViewMut<T>> {
         let (store, offset) = host_window::<T>(self)?;
         let map = SlotMap::new(self.layout());
-        let carrier = self.carrier();
-        let gate = carrier.state(HOOK).begin_write()?;
-        gate.check_writable(carrier.is_mutable_hook())?;
-        let base = {
-            let mut guard = store.write();
-            let base = guard.as_mut_slice().as_mut_ptr();
-            std::mem::forget(guard); // given back by HostViewMut's drop
-            base
-        };
-        gate.commit();
+        let (lent, base) = Lent::write(self.carrier(), store)?;
         // SAFETY: `offset + cosize` elements of `T` fit in the buffer (checked above).
         let base = unsafe { base.cast::<T>().add(offset) };
-        Ok(HostViewMut { store, base, map, _exclusive: PhantomData })
+        Ok(HostViewMut { _lent: lent, base, map, _exclusive: PhantomData })
     }
 }

@@ -145,3 +145,65 @@ def test_a_tier_hook_that_starts_a_transition_of_its_own_evictable_is_refused_in
     ev.promote()
     assert [ev[0], ev[1]] == [1.0, 2.0]
     ev.release()  # no claim left behind
+
+
+ROUNDS = 300
+
+
+def test_eight_threads_racing_transitions_writes_and_release_while_tier_hooks_re_enter():
+    # Every round: an Evictable whose tier hooks try to write, release and transition it,
+    # raced by 8 threads that evict, promote (blocking and async), read, write and release it.
+    # Exactly what the rules allow happens: each hook's attempt is refused, every write that
+    # succeeded is counted once, nothing waits for itself, and no claim is left behind.
+    for round_ in range(ROUNDS):
+        ev = sw.Evictable(PokingTier([1.0, 2.0]), PokingTier([]))
+        hook_refusals = []
+
+        def poke(ev=ev, hook_refusals=hook_refusals):
+            for attempt in (lambda: ev.__setitem__(0, 9.0), ev.release, ev.promote, ev.evict):
+                try:
+                    attempt()
+                except RuntimeError:
+                    hook_refusals.append(True)
+                else:
+                    hook_refusals.append(False)
+
+        PokingTier.poke = poke
+        barrier = threading.Barrier(8)
+        writes, errors = [], []
+
+        def worker(k, ev=ev, barrier=barrier, writes=writes, errors=errors):
+            barrier.wait()
+            try:
+                action = (k + round_) % 6
+                if action == 0:
+                    ev.evict()
+                elif action == 1:
+                    ev.promote()
+                elif action == 2:
+                    ev.promote_async().wait(timeout=10)
+                elif action == 3:
+                    ev[1] = float(k)
+                    writes.append(k)
+                elif action == 4:
+                    ev[0]
+                else:
+                    ev.release()
+            except RuntimeError:
+                pass  # refused: released, evicted, or held by a running transition
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker, args=(k,), daemon=True) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        assert not any(t.is_alive() for t in threads), f"round {round_}: a thread waited forever"
+        PokingTier.poke = None
+        assert errors == [], f"round {round_}: {errors!r}"
+        assert all(hook_refusals), f"round {round_}: a hook's attempt was admitted"
+        assert ev.version == len(writes), f"round {round_}: every successful write counted once"
+        if not ev.is_released():
+            ev.release()  # no claim left behind
+        assert ev.is_released() and ev.primary.is_released() and ev.secondary.is_released()

@@ -327,10 +327,10 @@ struct Mode {
 impl Mode {
     /// Level `i` of `plan`, or a single step where the plan has fewer levels.
     fn of(plan: &LoopPlan<2>, i: usize) -> Mode {
-        plan.extents.get(i).map_or(Mode { n: 1, s: 0, d: 0 }, |&n| Mode {
+        plan.extents().get(i).map_or(Mode { n: 1, s: 0, d: 0 }, |&n| Mode {
             n,
-            s: plan.strides[0][i],
-            d: plan.strides[1][i],
+            s: plan.strides()[0][i],
+            d: plan.strides()[1][i],
         })
     }
 }

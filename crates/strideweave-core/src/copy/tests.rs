@@ -52,7 +52,7 @@ fn check_layout(extents: &[i64], strides: &[i64], so: i64, dof: i64, es: usize) 
 #[test]
 fn contiguous_layout_is_one_span() {
     check_layout(&[4, 3, 2], &[1, 4, 12], 0, 0, 4);
-    assert_eq!(plan_copy(&[4, 3, 2], &[1, 4, 12], &[1, 4, 12]).extents.len(), 1);
+    assert_eq!(plan_copy(&[4, 3, 2], &[1, 4, 12], &[1, 4, 12]).extents().len(), 1);
 }
 
 #[test]

@@ -182,8 +182,8 @@ impl<const N: usize> Plan<N> {
         let loops = LoopPlan::new(extents, std::array::from_fn(|k| &signed[k][..]), false, |s: [isize; N]| {
             s.iter().fold(0usize, |acc, &x| acc.saturating_add(x as usize))
         });
-        let unsigned = std::array::from_fn(|k| loops.strides[k].iter().map(|&s| s as usize).collect());
-        Plan { extents: loops.extents.clone(), strides: unsigned, loops }
+        let unsigned = std::array::from_fn(|k| loops.strides()[k].iter().map(|&s| s as usize).collect());
+        Plan { extents: loops.extents().to_vec(), strides: unsigned, loops }
     }
 
     /// Call `run(bases, len, inner_strides)` once per inner run (leaf 0 of the plan, the

@@ -107,12 +107,24 @@ pub fn single_run(extents: &[i64], strides: &[i64]) -> Option<usize> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LoopPlan<const N: usize> {
     /// Trip count of each level; a zero anywhere means the walk visits nothing.
-    pub extents: Vec<usize>,
-    /// Per operand, the stride of each level in elements.
-    pub strides: [Vec<isize>; N],
+    extents: Vec<usize>,
+    /// Per operand, the stride of each level in elements (as many as `extents`).
+    strides: [Vec<isize>; N],
 }
 
 impl<const N: usize> LoopPlan<N> {
+    /// Trip count of each level, innermost first; a zero anywhere means the walk visits
+    /// nothing.
+    pub fn extents(&self) -> &[usize] {
+        &self.extents
+    }
+
+    /// Per operand, the stride of each level in elements, innermost first (one per extent:
+    /// the fields are private so that a plan is only ever one `new` made).
+    pub fn strides(&self) -> &[Vec<isize>; N] {
+        &self.strides
+    }
+
     /// Filter, order and coalesce the leaf modes (see the module docs). `key` orders the
     /// levels, smallest innermost; `drop_revisits` filters levels every operand walks with
     /// stride 0.

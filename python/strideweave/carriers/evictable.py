@@ -30,7 +30,8 @@ One model (issue 21). The tiers, the residency and the order of every transition
 core's two-tier composite (`_native.TwoTier`, `model::two_tier` in crates/strideweave-core), the
 Rust `Evictable`'s own: it claims this Evictable for the transition (refusals in the words
 below), runs one transition at a time, plans it by the core's residency rule, refuses reads
-while the values are between tiers, and commits or gives back. What is done to a tier is this
+from the plan to the commit, and commits or gives back; a transition the running one's own
+tier code asks for is refused rather than left waiting for itself. What is done to a tier is this
 module's `_TierWork`: a fresh tier by the tier class's `allocate_like`, the transfer as a move
 between tiers (or a copy, for a `retain_clean` promote), a release as the owner.
 `evict()`/`promote()` run the transfer on the calling thread; `evict_async()` /
@@ -189,8 +190,8 @@ class Evictable(TwoTiered, Carrier):
 
     # ----- element access -------------------------------------------------------------------
     def _promoted_primary(self, action: str) -> Carrier:
-        """The primary, which holds the values: RuntimeError while a transition moves them (as
-        for a pending move) or while they are evicted."""
+        """The primary, which holds the values: RuntimeError while a transition runs (as for a
+        pending move) or while they are evicted."""
         primary = self._tiers.readable_primary(self, action)
         if primary is None:
             raise RuntimeError(f"{type(self).__name__} carrier is evicted: promote() it before "

@@ -89,7 +89,7 @@ impl Hold for Arc<dyn Carrier> {
     }
 }
 
-/// The tiers, where the values are, and whether they are between tiers now.
+/// The tiers, where the values are, and whether a change runs now.
 struct Tiers<T> {
     primary: T,
     secondary: T,

@@ -9,14 +9,18 @@
 //! each called through its public method name.
 //!
 //! No lock of the core is held while Python code runs, and every change runs with the GIL
-//! released, so a tier's hook may run on another thread, wait, or read the composite. The
+//! released, so a tier's hook may run on another thread, wait, or read the composite. An
+//! asynchronous change starts its transfer through the package's `start_transfer` (a move
+//! between tiers, or the copy on the engine's copy lane) and commits on the thread that
+//! completes it, as a move's commit does: one thread hop, no thread waiting for another. The
 //! object keeps no reference to its composite (which holds it): each call is handed the
 //! composite.
 
 use std::sync::Arc;
 
+use parking_lot::Mutex;
 use pyo3::prelude::*;
-use pyo3::types::PyType;
+use pyo3::types::{PyCFunction, PyTuple, PyType};
 use strideweave_core::model::two_tier::{Hold, TierWork, TwoTier as CoreTwoTier, Unreadable};
 use strideweave_core::model::{ForeignError, Holder, ModelError, StateRefusal, Transition};
 
@@ -86,8 +90,43 @@ impl TierWork for PyTiers {
         })
     }
 
-    fn waits(&self) -> bool {
+    fn starts_transfers(&self) -> bool {
         true
+    }
+
+    /// The package's `start_transfer(source, target, copies, then)`: it starts the move between
+    /// tiers (or the copy) and calls `then` with None or the exception once it is done, where
+    /// it completes; a failure to start is the transfer's failure.
+    fn start_transfer(
+        &self,
+        step: Transition,
+        source: &PyTier,
+        target: &PyTier,
+        then: Box<dyn FnOnce(Result<(), ModelError>) + Send>,
+    ) {
+        Python::attach(|py| {
+            let then = Arc::new(Mutex::new(Some(then)));
+            let callback = {
+                let then = then.clone();
+                PyCFunction::new_closure(py, None, None, move |args: &Bound<'_, PyTuple>, _kwargs| -> PyResult<()> {
+                    let failure = args.get_item(0)?;
+                    let outcome = if failure.is_none() { Ok(()) } else { Err(foreign(PyErr::from_value(failure))) };
+                    if let Some(then) = then.lock().take() {
+                        then(outcome);
+                    }
+                    Ok(())
+                })
+            };
+            let started = callback.and_then(|callback| {
+                let args = (source.bind(py), target.bind(py), step == Transition::CopyUp, callback);
+                self.work.bind(py).call_method1("start_transfer", args)
+            });
+            if let Err(err) = started {
+                if let Some(then) = then.lock().take() {
+                    then(Err(foreign(err)));
+                }
+            }
+        })
     }
 }
 

@@ -41,7 +41,7 @@ protocol).
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from strideweave import _native
 from strideweave.carriers.base import RELEASING, Carrier, check_bool_argument, check_index, not_a_carrier
@@ -380,6 +380,7 @@ class _TierWork:
         return fresh
 
     def transfer(self, source: Carrier, target: Carrier, copies: bool, blocking: bool) -> None:
+        """A blocking transition's transfer, on the calling thread."""
         size = self._size
         if not copies:
             from strideweave.carriers.move import _move_between_tiers
@@ -393,18 +394,36 @@ class _TierWork:
         if src is None or dst is None:
             for i in range(size):
                 target._sw_fill(i, source[i])
-        elif blocking:
-            _native.copy_span(src, 0, dst, 0, size)
         else:
-            done = _native.new_completion(AwaitResult)
+            _native.copy_span(src, 0, dst, 0, size)
 
-            def then(exc: BaseException | None) -> None:
-                if exc is None:
-                    done._succeed(None)
-                else:
-                    done._fail(exc)
+    def start_transfer(self, source: Carrier, target: Carrier, copies: bool,
+                       then: Callable[[BaseException | None], None]) -> None:
+        """An asynchronous transition's transfer: started here, `then(None)` or
+        `then(exception)` called once where it completes (the core commits there)."""
+        size = self._size
+        if not copies:
+            from strideweave.carriers.move import _start_move_between_tiers
+            handle = _start_move_between_tiers(_flat_tensor(source, size), target)
+            handle._add_done_callback(lambda done: then(done.exception(timeout=0)))
+            return
+        src, dst = source._sw_storage(), target._sw_storage()
+        if src is not None and dst is not None:
             _native.submit_span(src, 0, dst, 0, size, then, alone=True)
-            done.wait()
+            return
+        done = _native.new_completion(AwaitResult)
+
+        def job() -> None:
+            try:
+                for i in range(size):
+                    target._sw_fill(i, source[i])
+            except BaseException as exc:  # noqa: BLE001 - the copy's terminal failure
+                done._fail(exc)
+                then(exc)
+                return
+            done._succeed(None)
+            then(None)
+        _native.submit_python(done, job)
 
     def release(self, tier: Carrier, keep: bool) -> None:
         """Release an owned tier as its owner: never unowned while live, so a user holding it

@@ -226,9 +226,9 @@ impl Transitions {
 
     /// Take the composite's `claim`, after the change running, and `stage` the change under
     /// it: `None` when it finished there (nothing to transfer), else what `work` then does on
-    /// the copy lane (on the wait lane when `waits`: work that waits for other engine work,
-    /// or runs a binding's code), its outcome the handle's. The claim ends before the handle
-    /// completes, so a waiter finds the composite free.
+    /// the copy lane (on the wait lane when `waits`: work that waits for other engine work),
+    /// its outcome the handle's. The claim ends before the handle completes, so a waiter
+    /// finds the composite free.
     pub(super) fn start<S: Send + 'static, G: Send + 'static>(
         &self,
         claim: impl FnOnce() -> Result<G>,
@@ -236,44 +236,85 @@ impl Transitions {
         stage: impl FnOnce() -> Result<Option<S>>,
         work: impl FnOnce(S) -> Result<()> + Send + 'static,
     ) -> Result<ResidencyHandle> {
+        self.start_with(claim, stage, move |staged, finish| {
+            let job = move || {
+                let outcome = {
+                    let _here = finish.running_here();
+                    work(staged)
+                };
+                finish.finish(outcome);
+            };
+            if waits {
+                pool::submit_blocking(job);
+            } else {
+                pool::submit(job);
+            }
+        })
+    }
+
+    /// [`start`](Self::start), with the staged change handed to `launch` on the calling
+    /// thread, which starts its work wherever it runs and calls [`Finish::finish`] with its
+    /// outcome, on any thread, once (a `Finish` dropped unfinished fails the change).
+    pub(super) fn start_with<S, G: Send + 'static>(
+        &self,
+        claim: impl FnOnce() -> Result<G>,
+        stage: impl FnOnce() -> Result<Option<S>>,
+        launch: impl FnOnce(S, Finish<G>),
+    ) -> Result<ResidencyHandle> {
+        let key = self.key();
         if self.called_from_a_change() {
             // The running change's claim refuses this one (see `blocking`).
             let claim = claim()?;
-            let outcome = match stage()? {
-                Some(staged) => work(staged),
-                None => Ok(()),
-            };
-            drop(claim);
-            return Ok(ResidencyHandle::done(outcome));
+            let Some(staged) = stage()? else { return Ok(ResidencyHandle::done(Ok(()))) };
+            let cell = Arc::new(Completion::new());
+            let handle = ResidencyHandle::on(cell.clone());
+            launch(staged, Finish { claim: Some(claim), cell, key });
+            return Ok(handle);
         }
         let mut pending = self.pending.lock();
         if let Some(running) = pending.take() {
             let _ = running.wait();
         }
         let claim = claim()?;
-        let key = self.key();
-        let staged = {
-            let _here = RunningHere::enter(key);
-            stage()?
-        };
-        let Some(staged) = staged else { return Ok(ResidencyHandle::done(Ok(()))) };
+        let _here = RunningHere::enter(key);
+        let Some(staged) = stage()? else { return Ok(ResidencyHandle::done(Ok(()))) };
         let cell = Arc::new(Completion::new());
         let handle = ResidencyHandle::on(cell.clone());
         *pending = Some(handle.clone());
-        let job = move || {
-            let outcome = {
-                let _here = RunningHere::enter(key);
-                work(staged)
-            };
-            drop(claim);
-            cell.commit(outcome);
-        };
-        if waits {
-            pool::submit_blocking(job);
-        } else {
-            pool::submit(job);
-        }
+        launch(staged, Finish { claim: Some(claim), cell, key });
         Ok(handle)
+    }
+}
+
+/// The end of an asynchronous change: [`finish`](Self::finish) gives the composite's claim
+/// back, then completes the change's handle with the outcome.
+pub(super) struct Finish<G> {
+    claim: Option<G>,
+    cell: Arc<Completion<Result<()>>>,
+    key: usize,
+}
+
+impl<G> Finish<G> {
+    /// Marks this thread as running the change while the result lives: a change its code
+    /// asks for is refused instead of waiting for this one.
+    pub(super) fn running_here(&self) -> impl Drop {
+        RunningHere::enter(self.key)
+    }
+
+    /// The change is final with `outcome`: the claim ends, then the handle completes.
+    pub(super) fn finish(mut self, outcome: Result<()>) {
+        drop(self.claim.take());
+        self.cell.commit(outcome);
+    }
+}
+
+impl<G> Drop for Finish<G> {
+    fn drop(&mut self) {
+        if self.claim.is_some() {
+            // Dropped unfinished (its work panicked or was lost): the change failed.
+            drop(self.claim.take());
+            self.cell.commit(Err(ModelError::TransferPanicked { message: "a tier's transfer was abandoned".into() }));
+        }
     }
 }
 

@@ -18,8 +18,9 @@
 //!    claim.
 //!
 //! A blocking change runs on the calling thread; an asynchronous one stages there and
-//! transfers on an engine thread (the wait lane when [`TierWork::waits`]), its handle done
-//! after 4.
+//! transfers on the engine's copy lane, or starts the transfer there when the work does
+//! ([`TierWork::starts_transfers`]: a binding's own asynchronous move) and commits where the
+//! transfer completes; its handle is done after 4.
 
 use std::sync::Arc;
 
@@ -57,10 +58,24 @@ pub trait TierWork: Send + Sync + 'static {
     /// composite gives it up.
     fn release(&self, tier: &Self::Tier, keep: bool);
 
-    /// Whether transfers wait for other engine work or run a binding's code: an asynchronous
-    /// change then runs on the engine's wait lane, not its copy lane.
-    fn waits(&self) -> bool {
+    /// Whether this work starts its transfers itself ([`start_transfer`](Self::start_transfer)):
+    /// a binding whose transfers are its own asynchronous moves. Otherwise an asynchronous
+    /// change runs [`transfer`](Self::transfer) on the engine's copy lane.
+    fn starts_transfers(&self) -> bool {
         false
+    }
+
+    /// Start [`transfer`](Self::transfer) (when [`starts_transfers`](Self::starts_transfers))
+    /// and call `then` with its outcome once it is done, on any thread, exactly once. The
+    /// default runs it here.
+    fn start_transfer(
+        &self,
+        step: Transition,
+        source: &Self::Tier,
+        target: &Self::Tier,
+        then: Box<dyn FnOnce(Result<()>) + Send>,
+    ) {
+        then(self.transfer(step, source, target, false))
     }
 }
 
@@ -252,12 +267,33 @@ impl<W: TierWork> TwoTier<W> {
     /// [`transition`](Self::transition) on an engine thread: refusals and a change with
     /// nothing to transfer return here; the handle is done once the change is final.
     pub fn transition_async(self: &Arc<Self>, composite: &impl Hold, evict: bool) -> Result<ResidencyHandle> {
+        if !self.work.starts_transfers() {
+            let this = self.clone();
+            return self.transitions.start(
+                || composite.claim(action(evict)),
+                false,
+                || self.begin(composite.version(), evict, false),
+                move |staged| this.complete(staged, false),
+            );
+        }
         let this = self.clone();
-        self.transitions.start(
+        self.transitions.start_with(
             || composite.claim(action(evict)),
-            self.work.waits(),
             || self.begin(composite.version(), evict, false),
-            move |staged| this.complete(staged, false),
+            move |staged, finish| {
+                let (step, source) = (staged.step, staged.source.clone());
+                let into = staged.fresh.clone().unwrap_or_else(|| staged.target.clone());
+                let work = this.clone();
+                // Committed where the transfer completes, the change's code marked as running there.
+                let then = Box::new(move |transferred: Result<()>| {
+                    let outcome = {
+                        let _here = finish.running_here();
+                        this.finish(staged, transferred)
+                    };
+                    finish.finish(outcome);
+                });
+                work.work.start_transfer(step, &source, &into, then);
+            },
         )
     }
 

@@ -2,8 +2,8 @@
 //! `Evictable`'s own) for the Python `Evictable`. The core keeps the tiers, the residency and
 //! the order of every change: the claim of the composite (through its state cell, with the
 //! Python layer's words), one change at a time, the plan by the residency rule, reads refused
-//! while the values are between tiers, the commit or the give-back, the release of what the
-//! change left. What is done *to* a tier is the Python package's (`carriers/evictable.py`,
+//! from the plan to the commit, the commit or the give-back, the release of what the change
+//! left. What is done *to* a tier is the Python package's (`carriers/evictable.py`,
 //! `_TierWork`): a fresh tier by the class's `allocate_like`, the transfer as a move between
 //! tiers by the pair's route (or a copy for a `retain_clean` promote), a release as the owner,
 //! each called through its public method name.

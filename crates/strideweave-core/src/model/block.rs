@@ -18,9 +18,7 @@
 //! assert_eq!(on_device.get::<f32>(1).unwrap(), 2.0);
 //! ```
 
-use super::carrier::HookToken;
-use crate::model::carrier::admitted;
-use crate::model::carrier::HookCall;
+use super::carrier::{admitted, HookCall, HookToken};
 use std::sync::Arc;
 
 use parking_lot::RwLock;

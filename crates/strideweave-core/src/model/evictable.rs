@@ -46,12 +46,10 @@
 //! assert!(e.primary().is_released() && e.secondary().is_released());
 //! ```
 
-use crate::model::carrier::admitted;
-use crate::model::carrier::HookCall;
 use std::sync::Arc;
 
 use super::awaitable::ResidencyHandle;
-use super::carrier::{Carrier, CarrierExt, HookToken, IntoCarrier, HOOK};
+use super::carrier::{admitted, Carrier, CarrierExt, HookCall, HookToken, IntoCarrier, HOOK};
 use super::error::{ModelError, Result};
 pub use super::residency::Tier;
 use super::residency::Transition;
@@ -102,9 +100,8 @@ impl TierWork for CarrierTiers {
 /// A two-tier composite carrier (see the module docs).
 pub struct Evictable {
     state: CarrierState,
-    kind: ElemKind,
-    slots: usize,
-    /// The tiers, the residency and the order of changes: the one two-tier model.
+    /// The tiers, the residency and the order of changes: the one two-tier model (its work
+    /// knows the element kind and the slot count).
     tiers: Arc<TwoTier<CarrierTiers>>,
 }
 
@@ -112,8 +109,8 @@ impl std::fmt::Debug for Evictable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let residency = self.tiers.residency();
         f.debug_struct("Evictable")
-            .field("kind", &self.kind)
-            .field("slots", &self.slots)
+            .field("kind", &self.tiers.work().kind)
+            .field("slots", &self.tiers.work().slots)
             .field("resident", &residency.resident())
             .field("retain_clean", &residency.retains_clean())
             .finish()
@@ -174,12 +171,9 @@ impl Evictable {
             primary.state(HOOK).disown(owner);
             return Err(e);
         }
-        let slots = primary.size();
-        let work = CarrierTiers { owner, kind, slots };
+        let work = CarrierTiers { owner, kind, slots: primary.size() };
         Ok(Arc::new(Evictable {
             state: CarrierState::new("Evictable"),
-            kind,
-            slots,
             tiers: Arc::new(TwoTier::new(work, primary, secondary, retain_clean)),
         }))
     }
@@ -254,8 +248,8 @@ impl Evictable {
         self.clone()
     }
 
-    /// The tiers, locked, with the values in the primary: refused while a transition
-    /// transfers (the values are between tiers), or `Evicted`. The caller reads or writes the
+    /// The tiers, locked, with the values in the primary: refused while a transition runs
+    /// (as for a pending move), or `Evicted`. The caller reads or writes the
     /// primary under this lock, so no transition releases it meanwhile.
     fn promoted(&self, action: &'static str) -> Result<super::two_tier::Promoted<'_, Arc<dyn Carrier>>> {
         self.tiers.promoted().map_err(|why| match why {
@@ -271,11 +265,11 @@ impl Carrier for Evictable {
     }
 
     fn elem_kind(&self) -> ElemKind {
-        self.kind
+        self.tiers.work().kind
     }
 
     fn size(&self) -> usize {
-        self.state.live_size(self.slots)
+        self.state.live_size(self.tiers.work().slots)
     }
 
     fn read_slot(&self, token: &HookToken, i: usize) -> Result<crate::storage::Scalar> {

@@ -14,15 +14,14 @@
 //! assert_eq!(exported.dl_tensor().ndim, 2);
 //! ```
 
-use super::carrier::HOOK;
 use super::carrier::{BulkStorage, CarrierExt};
+use super::carrier::{HookCall, HOOK};
 use super::error::{ModelError, Result};
 use super::tensor::Tensor;
 use crate::dlpack::{
     export_legacy, export_versioned, DLDevice, DLDeviceType, DLManagedTensor, DLManagedTensorVersioned, ExportDType,
     Exported, TensorDesc, FLAG_READ_ONLY,
 };
-use crate::model::carrier::HookCall;
 use crate::storage::ElemKind;
 
 fn refuse(reason: impl Into<String>) -> ModelError {

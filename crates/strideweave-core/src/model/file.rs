@@ -13,9 +13,7 @@
 //! assert_eq!(on_file.get::<f32>(1).unwrap(), 2.0);
 //! ```
 
-use super::carrier::HookToken;
-use crate::model::carrier::admitted;
-use crate::model::carrier::HookCall;
+use super::carrier::{admitted, HookCall, HookToken};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;

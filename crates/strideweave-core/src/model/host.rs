@@ -16,8 +16,7 @@
 //! assert_eq!(c.get(2).unwrap(), Scalar::I32(7));
 //! ```
 
-use super::carrier::HookToken;
-use crate::model::carrier::admitted;
+use super::carrier::{admitted, HookToken};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 

@@ -27,12 +27,11 @@
 //! assert_eq!(c.version(), 1); // one write for the whole slice
 //! ```
 
-use crate::model::carrier::HookCall;
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
-use super::carrier::{BulkStorage, HOOK};
+use super::carrier::{BulkStorage, HookCall, HOOK};
 use super::element::SliceElement;
 use super::error::{ModelError, Result};
 use super::host::HostStore;

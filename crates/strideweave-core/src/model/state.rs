@@ -25,8 +25,7 @@
 //! assert!(c.is_released() && c.get(0).is_err());
 //! ```
 
-use super::carrier::HOOK;
-use crate::model::carrier::HookCall;
+use super::carrier::{HookCall, HOOK};
 use std::any::Any;
 use std::borrow::Cow;
 use std::num::NonZeroU64;

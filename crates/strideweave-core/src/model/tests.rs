@@ -1,8 +1,7 @@
 //! Unit tests of the object model: state transitions, validation order, routes, rollback,
 //! DLPack export, and property tests of moves over random layouts.
 
-use super::carrier::HOOK;
-use crate::model::carrier::HookCall;
+use super::carrier::{HookCall, HOOK};
 use std::sync::Arc;
 
 use proptest::prelude::*;

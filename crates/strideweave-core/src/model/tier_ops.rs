@@ -3,13 +3,12 @@
 //! owned tier (or tile) like another, copy values between two of them by a move's route, and
 //! release one as its owner; and the order every residency change runs in ([`Transitions`]).
 
-use crate::model::carrier::HookCall;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
 use super::awaitable::ResidencyHandle;
-use super::carrier::{BulkStorage, Carrier, CarrierExt, ClassKey, HOOK};
+use super::carrier::{BulkStorage, Carrier, CarrierExt, ClassKey, HookCall, HOOK};
 use super::error::{ModelError, Result};
 use super::host::{HostCarrier, HostStore};
 use super::movement::route::{self, route_kind, Job};
@@ -188,15 +187,6 @@ impl Transitions {
         self as *const Transitions as usize
     }
 
-    /// Whether this is the code of one of this composite's changes (a tier's hook it called),
-    /// asking for another change. Waiting would wait for itself, so the claim the running
-    /// change holds answers instead: the call is refused, as for any other caller while the
-    /// composite is held. The thread decides nothing else: it admits nothing.
-    fn called_from_a_change(&self) -> bool {
-        let key = self.key();
-        RUNNING_HERE.with(|running| running.borrow().contains(&key))
-    }
-
     /// Take the composite's `claim`, after the change running, and run `change` on this
     /// thread under it.
     pub(super) fn blocking<G>(
@@ -204,51 +194,31 @@ impl Transitions {
         claim: impl FnOnce() -> Result<G>,
         change: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
-        if self.called_from_a_change() {
-            // The running change's claim refuses this one.
-            let claim = claim()?;
-            let outcome = change();
-            drop(claim);
-            return outcome;
-        }
-        let mut pending = self.pending.lock();
-        if let Some(running) = pending.take() {
-            let _ = running.wait();
-        }
+        let (_pending, _here) = self.after_the_running_change();
         let claim = claim()?;
-        let outcome = {
-            let _here = RunningHere::enter(self.key());
-            change()
-        };
+        let outcome = change();
         drop(claim);
         outcome
     }
 
     /// Take the composite's `claim`, after the change running, and `stage` the change under
     /// it: `None` when it finished there (nothing to transfer), else what `work` then does on
-    /// the copy lane (on the wait lane when `waits`: work that waits for other engine work),
-    /// its outcome the handle's. The claim ends before the handle completes, so a waiter
-    /// finds the composite free.
+    /// the copy lane, its outcome the handle's. The claim ends before the handle completes,
+    /// so a waiter finds the composite free.
     pub(super) fn start<S: Send + 'static, G: Send + 'static>(
         &self,
         claim: impl FnOnce() -> Result<G>,
-        waits: bool,
         stage: impl FnOnce() -> Result<Option<S>>,
         work: impl FnOnce(S) -> Result<()> + Send + 'static,
     ) -> Result<ResidencyHandle> {
         self.start_with(claim, stage, move |staged, finish| {
-            let job = move || {
+            pool::submit(move || {
                 let outcome = {
                     let _here = finish.running_here();
                     work(staged)
                 };
                 finish.finish(outcome);
-            };
-            if waits {
-                pool::submit_blocking(job);
-            } else {
-                pool::submit(job);
-            }
+            })
         })
     }
 
@@ -261,28 +231,34 @@ impl Transitions {
         stage: impl FnOnce() -> Result<Option<S>>,
         launch: impl FnOnce(S, Finish<G>),
     ) -> Result<ResidencyHandle> {
+        let (mut pending, _here) = self.after_the_running_change();
+        let claim = claim()?;
+        let Some(staged) = stage()? else { return Ok(ResidencyHandle::done(Ok(()))) };
+        let cell = Arc::new(Completion::new());
+        let handle = ResidencyHandle::on(cell.clone());
+        if let Some(pending) = pending.as_mut() {
+            **pending = Some(handle.clone());
+        }
+        launch(staged, Finish { claim: Some(claim), cell, key: self.key() });
+        Ok(handle)
+    }
+
+    /// Wait for the change running, holding the slot of the last asynchronous one, and mark
+    /// this thread as running this composite's next change; or, when this is the code of a
+    /// running change itself (a tier's hook asking for another change), neither: waiting
+    /// would wait for itself, and the claim the running change holds refuses the caller, as
+    /// it refuses any other while the composite is held. The thread decides nothing else: it
+    /// admits nothing.
+    fn after_the_running_change(&self) -> (Option<MutexGuard<'_, Option<ResidencyHandle>>>, Option<RunningHere>) {
         let key = self.key();
-        if self.called_from_a_change() {
-            // The running change's claim refuses this one (see `blocking`).
-            let claim = claim()?;
-            let Some(staged) = stage()? else { return Ok(ResidencyHandle::done(Ok(()))) };
-            let cell = Arc::new(Completion::new());
-            let handle = ResidencyHandle::on(cell.clone());
-            launch(staged, Finish { claim: Some(claim), cell, key });
-            return Ok(handle);
+        if RUNNING_HERE.with(|running| running.borrow().contains(&key)) {
+            return (None, None);
         }
         let mut pending = self.pending.lock();
         if let Some(running) = pending.take() {
             let _ = running.wait();
         }
-        let claim = claim()?;
-        let _here = RunningHere::enter(key);
-        let Some(staged) = stage()? else { return Ok(ResidencyHandle::done(Ok(()))) };
-        let cell = Arc::new(Completion::new());
-        let handle = ResidencyHandle::on(cell.clone());
-        *pending = Some(handle.clone());
-        launch(staged, Finish { claim: Some(claim), cell, key });
-        Ok(handle)
+        (Some(pending), Some(RunningHere::enter(key)))
     }
 }
 

@@ -45,8 +45,6 @@
 //! assert_eq!((t.get(7).unwrap(), t.version()), (Scalar::F32(70.0), 1));
 //! ```
 
-use crate::model::carrier::admitted;
-use crate::model::carrier::HookCall;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -54,7 +52,7 @@ use parking_lot::Mutex;
 use super::awaitable::ResidencyHandle;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::carrier::{BulkStorage, Carrier, CarrierExt, ClassKey, HookToken, IntoCarrier, HOOK};
+use super::carrier::{admitted, BulkStorage, Carrier, CarrierExt, ClassKey, HookCall, HookToken, IntoCarrier, HOOK};
 use super::error::{ModelError, Result};
 use super::file::FileCarrier;
 use super::host::HostCarrier;
@@ -63,6 +61,7 @@ use super::residency::{Residency, Tier, Transition};
 use super::state::{CarrierState, OwnerToken};
 use super::tensor::Tensor;
 use super::tier_ops::{self, Transitions, Window};
+use super::two_tier::{action, Hold};
 use crate::storage::{ElemKind, FileSlab, FileStore, Scalar};
 
 /// Numbers the slab files of this process's tiled carriers.
@@ -570,9 +569,8 @@ impl TiledEvictable {
 
     fn request(self: &Arc<Self>, indices: &[usize], evict: bool) -> Result<()> {
         let composite: Arc<dyn Carrier> = self.clone();
-        let action = if evict { "evict" } else { "promote" };
         self.transitions.blocking(
-            || composite.state(HOOK).claim_for(&composite, action),
+            || composite.claim(action(evict)),
             || match self.begin(indices, evict)? {
                 Some(staged) => self.complete(staged),
                 None => Ok(()),
@@ -583,10 +581,8 @@ impl TiledEvictable {
     fn request_async(self: &Arc<Self>, indices: &[usize], evict: bool) -> Result<ResidencyHandle> {
         let composite = self.clone();
         let held: Arc<dyn Carrier> = self.clone();
-        let action = if evict { "evict" } else { "promote" };
         self.transitions.start(
-            || held.state(HOOK).claim_for(&held, action),
-            false,
+            || held.claim(action(evict)),
             || self.begin(indices, evict),
             move |staged| composite.complete(staged),
         )

@@ -271,7 +271,6 @@ impl<W: TierWork> TwoTier<W> {
             let this = self.clone();
             return self.transitions.start(
                 || composite.claim(action(evict)),
-                false,
                 || self.begin(composite.version(), evict, false),
                 move |staged| this.complete(staged, false),
             );
@@ -378,7 +377,8 @@ impl<W: TierWork> TwoTier<W> {
     }
 }
 
-fn action(evict: bool) -> &'static str {
+/// The word a refusal of an evict (`evict`) or a promote uses.
+pub(super) fn action(evict: bool) -> &'static str {
     if evict {
         "evict"
     } else {

@@ -41,12 +41,11 @@
 //! assert_eq!(v.get_coord([2, 0]), None);
 //! ```
 
-use crate::model::carrier::HookCall;
 use std::marker::PhantomData;
 use std::ops::{Index, IndexMut};
 use std::sync::Arc;
 
-use super::carrier::{BulkStorage, HOOK};
+use super::carrier::{BulkStorage, HookCall, HOOK};
 use super::element::SliceElement;
 use super::error::{ModelError, Result};
 use super::host::HostStore;

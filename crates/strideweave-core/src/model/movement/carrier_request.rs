@@ -3,8 +3,7 @@
 //! pending move that runs the pair's route (or hands the transfer to its caller) before the
 //! terminal commit. The Python binding's fast routes run this too, over its carriers' adapters.
 
-use crate::model::carrier::HookCall;
-use crate::model::carrier::HOOK;
+use crate::model::carrier::{HookCall, HOOK};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 

@@ -11,14 +11,13 @@
 //! destination's state lock while it stores, so writes from several threads are serialized and
 //! none can fall after the commit's end of the claim.
 
-use crate::model::carrier::HookCall;
 use std::sync::Arc;
 
 use super::carrier_request::Pending;
 use super::route::{self, Job, RouteKind};
 use super::MoveOutcome;
 use crate::layout::Layout;
-use crate::model::carrier::{checked_slot, read_at, scalar_kind, write_checked, Carrier, HOOK};
+use crate::model::carrier::{checked_slot, read_at, scalar_kind, write_checked, Carrier, HookCall, HOOK};
 use crate::model::element::Element;
 use crate::model::error::{ModelError, Result};
 use crate::model::host::HostCarrier;

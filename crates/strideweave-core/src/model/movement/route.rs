@@ -22,12 +22,11 @@
 //! assert_eq!(route_kind(ClassKey::Foreign(7), host), RouteKind::Elementwise);
 //! ```
 
-use crate::model::carrier::HookCall;
 use std::sync::Arc;
 
 #[cfg(feature = "block-devices")]
 use super::super::block::BlockCarrier;
-use super::super::carrier::{BulkStorage, Carrier, ClaimedHost, ClassKey};
+use super::super::carrier::{BulkStorage, Carrier, ClaimedHost, ClassKey, HookCall};
 use super::super::error::{ModelError, Result};
 use super::super::file::FileCarrier;
 use super::super::host::{HostCarrier, HostStore};

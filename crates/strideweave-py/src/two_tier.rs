@@ -75,9 +75,10 @@ impl TierWork for PyTiers {
         })
     }
 
-    fn transfer(&self, step: Transition, source: &PyTier, target: &PyTier, blocking: bool) -> Result<(), ModelError> {
+    /// A blocking transition's transfer (an asynchronous one's goes through `start_transfer`).
+    fn transfer(&self, step: Transition, source: &PyTier, target: &PyTier, _: bool) -> Result<(), ModelError> {
         Python::attach(|py| {
-            self.call(py, "transfer", (source.bind(py), target.bind(py), step == Transition::CopyUp, blocking))?;
+            self.call(py, "transfer", (source.bind(py), target.bind(py), step == Transition::CopyUp))?;
             Ok(())
         })
     }

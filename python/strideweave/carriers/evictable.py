@@ -93,6 +93,12 @@ def _flat_tensor(carrier: Carrier, size: int) -> Any:
     return Tensor(carrier, 0, Layout.canonical(Shape(size)))
 
 
+def _fill_slots(source: Carrier, target: Carrier, size: int) -> None:
+    """Slots `[0, size)` of `source` into `target`, one by one: tiers with no bulk storage."""
+    for i in range(size):
+        target._sw_fill(i, source[i])
+
+
 def _describe(tier: Any) -> str:
     return type(tier).__name__
 
@@ -379,7 +385,7 @@ class _TierWork:
         self._ownership.take(fresh)
         return fresh
 
-    def transfer(self, source: Carrier, target: Carrier, copies: bool, blocking: bool) -> None:
+    def transfer(self, source: Carrier, target: Carrier, copies: bool) -> None:
         """A blocking transition's transfer, on the calling thread."""
         size = self._size
         if not copies:
@@ -392,8 +398,7 @@ class _TierWork:
             return
         src, dst = source._sw_storage(), target._sw_storage()
         if src is None or dst is None:
-            for i in range(size):
-                target._sw_fill(i, source[i])
+            _fill_slots(source, target, size)
         else:
             _native.copy_span(src, 0, dst, 0, size)
 
@@ -415,8 +420,7 @@ class _TierWork:
 
         def job() -> None:
             try:
-                for i in range(size):
-                    target._sw_fill(i, source[i])
+                _fill_slots(source, target, size)
             except BaseException as exc:  # noqa: BLE001 - the copy's terminal failure
                 done._fail(exc)
                 then(exc)

@@ -119,6 +119,10 @@ pub enum ModelError {
         /// What was refused.
         message: String,
     },
+    /// A tiled composite's book refused a request, a pin, a write or a release (its tiles'
+    /// pins, the residency policy, a release).
+    #[error(transparent)]
+    Tiles(#[from] super::tile_book::TileRefusal),
     /// A read or write of an evicted composite: its values are in the secondary tier.
     #[error("{carrier} carrier is evicted: promote() it before reading or writing its values")]
     Evicted {

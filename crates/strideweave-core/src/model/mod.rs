@@ -56,6 +56,7 @@ pub mod state_cell;
 pub mod state_refusal;
 pub mod tensor;
 mod tier_ops;
+pub mod tile_book;
 pub mod tiled;
 pub mod two_tier;
 pub mod views;

@@ -1,0 +1,808 @@
+//! The book of a tiled two-tier composite (extension-and-tiling.md §7): where each tile is,
+//! which requests pin it, which projections read it in place, its clean copy, and the
+//! residency policy's budget and least-recently-used order. It is the one place these rules
+//! live: the Rust [`TiledEvictable`](super::TiledEvictable) keeps core carriers in it and the
+//! Python binding keeps Python tiles, as [`TwoTier`](super::two_tier::TwoTier) serves both
+//! Evictables. What is done *to* a tile (make a fresh one, copy into it, release it) stays
+//! with each model; the book only hands tiles out and takes them back.
+//!
+//! * **Requests** ([`request`](TileBook::request)) pin every tile they cover, before any
+//!   effect: a tile already pinned refuses the request, so requests on disjoint tiles run
+//!   together and conflicting ones are refused, not queued. Each tile's step is the core's
+//!   residency rule ([`Residency`], the Evictable's). A request's phases commit one at a
+//!   time ([`commit`](TileBook::commit)), every tile of a phase at once; its end
+//!   ([`finish`](TileBook::finish)) unpins.
+//! * **Projections and the route out** pin the tiles they read
+//!   ([`pin_reading`](TileBook::pin_reading), [`pin_all`](TileBook::pin_all)): a residency
+//!   request refuses them meanwhile, and a request already running that replaces a tile a
+//!   projection reads keeps the old tile until the last such reader finishes.
+//! * **Writes** ([`write`](TileBook::write)) are refused on a pinned tile; a write drops the
+//!   tile's clean copy. Reads and writes run under the book's lock, so no commit releases
+//!   the tile they use; a tile's own code that re-enters the book on that thread is refused
+//!   ([`TileRefusal::ReEntered`]) instead of waiting for itself.
+//! * **The residency policy** ([`TileBudget`]): a promote that would leave more tiles on the
+//!   primary tier than the budget holds first evicts unpinned tiles outside the request,
+//!   clean before dirty, least recently used first, in the same request.
+//!
+//! Tiles the book hands back (replaced, stale, retired, released) are the caller's to
+//! release, outside the book's lock.
+//!
+//! ```
+//! use strideweave_core::model::tile_book::TileBook;
+//! use strideweave_core::model::Tier;
+//!
+//! // Three tiles named by strings, all on the primary tier.
+//! let book = TileBook::new(vec![3], vec!["a", "b", "c"], Tier::Primary, false, None);
+//! let request = book.request(&[1], true, &[]).unwrap().expect("tile 1 moves");
+//! assert!(book.write(1, |_| Ok(())).is_err(), "pinned while the request runs");
+//! let phase = &request.phases()[0];
+//! assert_eq!(phase.copying().map(|s| *s.source()).collect::<Vec<_>>(), ["b"]);
+//! let replaced = book.commit(phase, vec!["b on the secondary tier"]);
+//! assert_eq!(replaced, ["b"]);
+//! assert!(book.finish(request).is_empty());
+//! assert_eq!(book.tiles_on(Tier::Secondary).unwrap(), [1]);
+//! ```
+
+use std::cell::RefCell;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use parking_lot::{Mutex, MutexGuard};
+use thiserror::Error;
+
+use super::error::{ModelError, Result};
+use super::residency::{Residency, Tier, Transition};
+
+/// Why the book refused. The texts are the Python package's, so both models say the same.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum TileRefusal {
+    /// The composite is released.
+    #[error("cannot {action} a released TiledEvictable")]
+    Released {
+        /// What was refused ("promote tiles of", "project", …).
+        action: &'static str,
+    },
+    /// A request covers a tile a pending request or projection pins.
+    #[error(
+        "cannot {action} a TiledEvictable: tile {coordinate} is pinned by a pending residency request or projection"
+    )]
+    Pinned {
+        /// What was refused.
+        action: &'static str,
+        /// The tile's grid coordinate, as a tuple.
+        coordinate: String,
+    },
+    /// A write to a pinned tile.
+    #[error("cannot write to tile {coordinate} of a TiledEvictable: it is pinned by a pending residency request or projection")]
+    WritePinned {
+        /// The tile's grid coordinate, as a tuple.
+        coordinate: String,
+    },
+    /// A release or a move while any request or projection is pending.
+    #[error("cannot {action} a TiledEvictable while a residency request or projection is pending")]
+    Pending {
+        /// What was refused ("release", "move").
+        action: &'static str,
+    },
+    /// A promote larger than the residency policy's budget by itself (a ValueError).
+    #[error("cannot promote {tiles} tiles of a TiledEvictable: they need {bytes} bytes, over its residency_policy budget of {budget}")]
+    OverBudget {
+        /// The tiles requested.
+        tiles: usize,
+        /// Their bytes.
+        bytes: usize,
+        /// The budget in bytes.
+        budget: usize,
+    },
+    /// A promote that needs room the pins do not leave.
+    #[error("cannot promote tiles of a TiledEvictable within its residency_policy budget: {excess} tiles must leave the primary tier first and only {free} are neither pinned nor in use")]
+    NoRoom {
+        /// Tiles that must leave the primary tier.
+        excess: usize,
+        /// Tiles that could.
+        free: usize,
+    },
+    /// A tile's own code (a tier's hook) called back into the composite while the book was
+    /// using that tile on this thread.
+    #[error("cannot {action} a TiledEvictable from the code of one of its own tiles")]
+    ReEntered {
+        /// What was refused.
+        action: &'static str,
+    },
+}
+
+impl TileRefusal {
+    /// Whether the refusal is about the arguments (the spec's ValueError) rather than the
+    /// composite's state (RuntimeError).
+    pub fn is_bad_argument(&self) -> bool {
+        matches!(self, TileRefusal::OverBudget { .. })
+    }
+}
+
+/// The residency policy's budget.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TileBudget {
+    budget_bytes: usize,
+    tile_bytes: usize,
+}
+
+impl TileBudget {
+    /// `budget_bytes` of primary tier for tiles of `tile_bytes` each. Refused when the budget
+    /// holds no tile.
+    pub fn new(budget_bytes: usize, tile_bytes: usize) -> Result<Self> {
+        if tile_bytes == 0 || budget_bytes < tile_bytes {
+            return Err(ModelError::Tiling {
+                message: format!("residency_policy budget {budget_bytes} bytes is below one tile's {tile_bytes} bytes"),
+            });
+        }
+        Ok(TileBudget { budget_bytes, tile_bytes })
+    }
+
+    /// How many tiles the budget holds.
+    pub fn tiles(&self) -> usize {
+        self.budget_bytes / self.tile_bytes
+    }
+
+    /// The budget in bytes.
+    pub fn bytes(&self) -> usize {
+        self.budget_bytes
+    }
+}
+
+/// One tile's entry.
+struct Entry<T> {
+    current: T,
+    /// The tile's other-tier copy a `retain_clean` promote kept, while the tile is unwritten.
+    clean: Option<T>,
+    residency: Residency,
+    /// Writes so far: the residency rule's version of this tile.
+    writes: u64,
+    /// Requests and readers holding the tile.
+    pins: u32,
+    /// Projections reading the tile in place.
+    readers: u32,
+    /// Tiles a commit replaced while readers read them: released when the last one finishes.
+    retired: Vec<T>,
+    /// A pending promote brings the tile in (it counts against the budget).
+    promoting: bool,
+    /// The tick of the tile's last use (least-recently-used order).
+    last_use: u64,
+}
+
+struct Entries<T> {
+    tiles: Vec<Entry<T>>,
+    tick: u64,
+}
+
+/// The book of a tiled composite (see the module docs). `T` is how a model holds a tile.
+pub struct TileBook<T> {
+    grid: Vec<usize>,
+    budget: Option<TileBudget>,
+    entries: Mutex<Entries<T>>,
+    /// Set under the lock; read without it, so a tile's code asking whether its composite is
+    /// released or busy gets an answer instead of waiting for the lock its own caller holds.
+    released: AtomicBool,
+    /// Requests and projections not finished (changed under the lock, read without it).
+    pending: AtomicUsize,
+}
+
+impl<T> fmt::Debug for TileBook<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TileBook").field("grid", &self.grid).field("budget", &self.budget).finish_non_exhaustive()
+    }
+}
+
+thread_local! {
+    /// The books whose lock this thread holds (by address): a tile's code that calls back
+    /// into one is refused instead of waiting for itself.
+    static HELD_HERE: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The book's lock, noted as held by this thread while it lives.
+struct Held<'a, T> {
+    guard: MutexGuard<'a, Entries<T>>,
+    key: usize,
+}
+
+impl<T> Drop for Held<'_, T> {
+    fn drop(&mut self) {
+        HELD_HERE.with(|held| {
+            let mut held = held.borrow_mut();
+            if let Some(at) = held.iter().rposition(|&k| k == self.key) {
+                held.remove(at);
+            }
+        });
+    }
+}
+
+impl<T> std::ops::Deref for Held<'_, T> {
+    type Target = Entries<T>;
+    fn deref(&self) -> &Entries<T> {
+        &self.guard
+    }
+}
+
+impl<T> std::ops::DerefMut for Held<'_, T> {
+    fn deref_mut(&mut self) -> &mut Entries<T> {
+        &mut self.guard
+    }
+}
+
+/// One tile's step in a phase.
+#[derive(Debug)]
+pub struct TileStep<T> {
+    index: usize,
+    step: Transition,
+    writes: u64,
+    source: T,
+}
+
+impl<T> TileStep<T> {
+    /// The tile's index.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The tile's current holder: what a copy reads (pinned, so nothing writes it).
+    pub fn source(&self) -> &T {
+        &self.source
+    }
+
+    /// Whether the step copies the tile into a fresh one (a clean eviction does not).
+    pub fn transfers(&self) -> bool {
+        self.step.transfers()
+    }
+}
+
+/// One tier change of a request: its tiles into one tier.
+#[derive(Debug)]
+pub struct TilePhase<T> {
+    evict: bool,
+    steps: Vec<TileStep<T>>,
+}
+
+impl<T> TilePhase<T> {
+    /// Whether the phase moves its tiles to the secondary tier.
+    pub fn evicts(&self) -> bool {
+        self.evict
+    }
+
+    /// The tier the phase's tiles go to.
+    pub fn target(&self) -> Tier {
+        if self.evict {
+            Tier::Secondary
+        } else {
+            Tier::Primary
+        }
+    }
+
+    /// Every tile of the phase.
+    pub fn steps(&self) -> &[TileStep<T>] {
+        &self.steps
+    }
+
+    /// The tiles the phase copies, in order: [`commit`](TileBook::commit) takes one fresh
+    /// tile for each.
+    pub fn copying(&self) -> impl Iterator<Item = &TileStep<T>> {
+        self.steps.iter().filter(|s| s.transfers())
+    }
+
+    /// How many tiles the phase copies.
+    pub fn copy_count(&self) -> usize {
+        self.copying().count()
+    }
+}
+
+/// A residency request admitted by [`TileBook::request`]: its tiles are pinned until
+/// [`TileBook::finish`] takes it back.
+#[derive(Debug)]
+#[must_use = "a request pins its tiles until the book finishes it"]
+pub struct TileRequest<T> {
+    pinned: Vec<usize>,
+    promoting: Vec<usize>,
+    phases: Vec<TilePhase<T>>,
+}
+
+impl<T> TileRequest<T> {
+    /// The phases, in order: the policy's evictions first, then the request's own tiles.
+    pub fn phases(&self) -> &[TilePhase<T>] {
+        &self.phases
+    }
+}
+
+/// Tiles pinned for reading by [`TileBook::pin_reading`] or [`TileBook::pin_all`], until
+/// [`TileBook::unpin`] takes them back.
+#[derive(Debug)]
+#[must_use = "a reading pin holds its tiles until the book unpins it"]
+pub struct ReadPin<T> {
+    indices: Vec<usize>,
+    reading: bool,
+    tiles: Vec<T>,
+}
+
+impl<T> ReadPin<T> {
+    /// The pinned tiles' holders, in the order asked for.
+    pub fn tiles(&self) -> &[T] {
+        &self.tiles
+    }
+
+    /// The pinned tiles' indices, in the order asked for.
+    pub fn indices(&self) -> &[usize] {
+        &self.indices
+    }
+}
+
+/// What [`TileBook::state`] tells of one tile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TileStatus {
+    /// The tier holding it.
+    pub tier: Tier,
+    /// Whether a pending request or projection pins it.
+    pub pinned: bool,
+    /// Whether it is on the primary tier with its clean copy kept.
+    pub clean: bool,
+}
+
+impl<T: Clone> TileBook<T> {
+    /// A book of `tiles` (tile-index order) in a grid of `grid_shape`, all on tier `on`;
+    /// `retain_clean` makes a promote keep each tile's secondary copy while it stays clean.
+    pub fn new(
+        grid_shape: Vec<usize>,
+        tiles: Vec<T>,
+        on: Tier,
+        retain_clean: bool,
+        budget: Option<TileBudget>,
+    ) -> Self {
+        let tiles = tiles
+            .into_iter()
+            .map(|current| {
+                let mut residency = Residency::new(retain_clean);
+                if on == Tier::Secondary {
+                    residency.commit(Transition::Move { evict: true }, 0);
+                }
+                Entry {
+                    current,
+                    clean: None,
+                    residency,
+                    writes: 0,
+                    pins: 0,
+                    readers: 0,
+                    retired: Vec::new(),
+                    promoting: false,
+                    last_use: 0,
+                }
+            })
+            .collect();
+        TileBook {
+            grid: grid_shape,
+            budget,
+            entries: Mutex::new(Entries { tiles, tick: 0 }),
+            released: AtomicBool::new(false),
+            pending: AtomicUsize::new(0),
+        }
+    }
+
+    /// The lock, or the refusal when this thread holds it already (a tile's code re-entering).
+    fn lock(&self, action: &'static str) -> std::result::Result<Held<'_, T>, TileRefusal> {
+        let key = self as *const Self as usize;
+        if HELD_HERE.with(|held| held.borrow().contains(&key)) {
+            return Err(TileRefusal::ReEntered { action });
+        }
+        let guard = self.entries.lock();
+        HELD_HERE.with(|held| held.borrow_mut().push(key));
+        Ok(Held { guard, key })
+    }
+
+    /// The lock, for a live book.
+    fn lock_live(&self, action: &'static str) -> std::result::Result<Held<'_, T>, TileRefusal> {
+        let held = self.lock(action)?;
+        if self.released.load(Ordering::Acquire) {
+            return Err(TileRefusal::Released { action });
+        }
+        Ok(held)
+    }
+
+    /// The grid coordinate of tile `index`, written as a Python tuple (`(1, 0)`, `(3,)`).
+    pub fn coordinate_text(&self, index: usize) -> String {
+        let mut rest = index;
+        let parts: Vec<String> = self
+            .grid
+            .iter()
+            .map(|&g| {
+                let c = rest % g;
+                rest /= g;
+                c.to_string()
+            })
+            .collect();
+        if parts.len() == 1 {
+            format!("({},)", parts[0])
+        } else {
+            format!("({})", parts.join(", "))
+        }
+    }
+
+    /// The residency policy's budget, if any.
+    pub fn budget(&self) -> Option<TileBudget> {
+        self.budget
+    }
+
+    /// Whether the composite's tiles have been released.
+    pub fn is_released(&self) -> bool {
+        self.released.load(Ordering::Acquire)
+    }
+
+    /// Whether a request or projection is pending.
+    pub fn is_pending(&self) -> bool {
+        self.pending.load(Ordering::Acquire) > 0
+    }
+
+    /// Tile `index`'s tier, pins and cleanliness; `None` once released or out of range.
+    /// Refused when asked from the code of a tile the book is using on this thread.
+    pub fn state(&self, index: usize) -> std::result::Result<Option<TileStatus>, TileRefusal> {
+        let entries = self.lock("query tile state of")?;
+        if self.is_released() {
+            return Ok(None);
+        }
+        Ok(entries.tiles.get(index).map(|e| TileStatus {
+            tier: e.residency.resident(),
+            pinned: e.pins > 0,
+            clean: !e.residency.is_evicted() && e.clean.is_some(),
+        }))
+    }
+
+    /// The indices of the tiles on `tier`, ascending (none once released): one consistent
+    /// view, as a commit swaps every tile of a phase at once. Refused when asked from the code
+    /// of a tile the book is using on this thread.
+    pub fn tiles_on(&self, tier: Tier) -> std::result::Result<Vec<usize>, TileRefusal> {
+        let entries = self.lock("list the tiles of")?;
+        if self.is_released() {
+            return Ok(Vec::new());
+        }
+        Ok((0..entries.tiles.len()).filter(|&i| entries.tiles[i].residency.resident() == tier).collect())
+    }
+
+    /// Run `inspect` on every tile's holder and tier (tile-index order) under the book's lock:
+    /// one consistent view, no tile written, replaced or released meanwhile (`action` names
+    /// the refusal once released).
+    pub fn inspect<R>(&self, action: &'static str, inspect: impl FnOnce(&[(&T, Tier)]) -> Result<R>) -> Result<R> {
+        let entries = self.lock_live(action)?;
+        let tiles: Vec<(&T, Tier)> = entries.tiles.iter().map(|e| (&e.current, e.residency.resident())).collect();
+        inspect(&tiles)
+    }
+
+    /// Record a use of these tiles (the policy's least-recently-used order); nothing without
+    /// a policy, or from the code of a tile the book is using on this thread (the use that
+    /// code is part of is recorded already).
+    pub fn touch(&self, indices: &[usize]) {
+        if self.budget.is_some() {
+            if let Ok(mut entries) = self.lock("use") {
+                touch(&mut entries, indices);
+            }
+        }
+    }
+
+    /// Run `read` on tile `index`'s holder under the book's lock (no commit releases it
+    /// meanwhile).
+    pub fn read<R>(&self, index: usize, read: impl FnOnce(&T) -> Result<R>) -> Result<R> {
+        let mut entries = self.lock_live("read")?;
+        if self.budget.is_some() {
+            touch(&mut entries, &[index]);
+        }
+        let entry = entries.tiles.get(index).ok_or_else(|| out_of_range(index, entries.tiles.len()))?;
+        read(&entry.current)
+    }
+
+    /// Run `write` on tile `index`'s holder under the book's lock, unless the tile is pinned.
+    /// After a successful write the tile is dirty: its clean copy, now stale, is handed back
+    /// with the result, to be released.
+    pub fn write<R>(&self, index: usize, write: impl FnOnce(&T) -> Result<R>) -> Result<(R, Option<T>)> {
+        let mut entries = self.lock_live("write to")?;
+        if self.budget.is_some() {
+            touch(&mut entries, &[index]);
+        }
+        let len = entries.tiles.len();
+        let entry = entries.tiles.get_mut(index).ok_or_else(|| out_of_range(index, len))?;
+        if entry.pins > 0 {
+            return Err(TileRefusal::WritePinned { coordinate: self.coordinate_text(index) }.into());
+        }
+        let written = write(&entry.current)?;
+        entry.writes += 1;
+        entry.residency.mark_dirty();
+        Ok((written, entry.clean.take()))
+    }
+
+    /// Admit a request to move `indices` (checked in range and distinct by the caller) to
+    /// the secondary tier (`evict`) or the primary: `None` when none of them moves. Under a
+    /// policy a promote first makes room, never evicting a tile of `protect`. Refused before
+    /// any effect when released, a tile is pinned, or the policy cannot make room.
+    pub fn request(
+        &self,
+        indices: &[usize],
+        evict: bool,
+        protect: &[usize],
+    ) -> std::result::Result<Option<TileRequest<T>>, TileRefusal> {
+        let action = if evict { "evict tiles of" } else { "promote tiles of" };
+        let mut entries = self.lock_live(action)?;
+        if let Some(&pinned) = indices.iter().find(|&&i| entries.tiles[i].pins > 0) {
+            return Err(TileRefusal::Pinned { action, coordinate: self.coordinate_text(pinned) });
+        }
+        let policy = self.budget.filter(|_| !evict);
+        if policy.is_some() {
+            touch(&mut entries, indices);
+        }
+        let moving: Vec<usize> =
+            indices.iter().copied().filter(|&i| entries.tiles[i].residency.is_evicted() != evict).collect();
+        if moving.is_empty() {
+            return Ok(None);
+        }
+        let victims = match policy {
+            Some(budget) => make_room(&entries, budget, indices, moving.len(), protect)?,
+            None => Vec::new(),
+        };
+        let mut phases = Vec::with_capacity(2);
+        if !victims.is_empty() {
+            phases.push(phase(&entries, &victims, true));
+        }
+        phases.push(phase(&entries, &moving, evict));
+        let pinned: Vec<usize> = indices.iter().chain(&victims).copied().collect();
+        for &i in &pinned {
+            entries.tiles[i].pins += 1;
+        }
+        let promoting = if policy.is_some() { moving } else { Vec::new() };
+        for &i in &promoting {
+            entries.tiles[i].promoting = true;
+        }
+        self.pending.fetch_add(1, Ordering::AcqRel);
+        Ok(Some(TileRequest { pinned, promoting, phases }))
+    }
+
+    /// Commit one phase: every tile at once takes its fresh tile (`staged`, one per
+    /// [`copying`](TilePhase::copying) step, in order) or, evicted clean, its kept copy.
+    /// Hands back the tiles replaced, to be released; a replaced tile a projection still
+    /// reads is kept until the last reader finishes, and a tile a `retain_clean` promote
+    /// replaced is kept as the tile's clean copy.
+    pub fn commit(&self, phase: &TilePhase<T>, staged: Vec<T>) -> Vec<T> {
+        debug_assert_eq!(staged.len(), phase.copy_count(), "one fresh tile per copied tile");
+        let mut entries = self.entries.lock();
+        let mut fresh = staged.into_iter();
+        let mut replaced = Vec::new();
+        for s in &phase.steps {
+            let entry = &mut entries.tiles[s.index];
+            let next = match s.step {
+                Transition::DropCleanPrimary => entry.clean.take().expect("a clean eviction has its copy"),
+                _ => fresh.next().expect("one fresh tile per copied tile"),
+            };
+            let old = std::mem::replace(&mut entry.current, next);
+            if s.step == Transition::CopyUp {
+                entry.clean = Some(old);
+            } else if entry.readers > 0 {
+                entry.retired.push(old);
+            } else {
+                replaced.push(old);
+            }
+            entry.residency.commit(s.step, s.writes);
+        }
+        replaced
+    }
+
+    /// A request's end, committed or not: its tiles unpinned. Hands back the tiles to
+    /// release (none: only readers retire tiles).
+    pub fn finish(&self, request: TileRequest<T>) -> Vec<T> {
+        let mut entries = self.entries.lock();
+        for &i in &request.pinned {
+            entries.tiles[i].pins -= 1;
+        }
+        for &i in &request.promoting {
+            entries.tiles[i].promoting = false;
+        }
+        self.pending.fetch_sub(1, Ordering::AcqRel);
+        Vec::new()
+    }
+
+    /// Pin `indices` for a projection that reads them in place. Refused once released.
+    pub fn pin_reading(&self, indices: &[usize]) -> std::result::Result<ReadPin<T>, TileRefusal> {
+        let mut entries = self.lock_live("project")?;
+        if self.budget.is_some() {
+            touch(&mut entries, indices);
+        }
+        let mut tiles = Vec::with_capacity(indices.len());
+        for &i in indices {
+            let entry = &mut entries.tiles[i];
+            entry.pins += 1;
+            entry.readers += 1;
+            tiles.push(entry.current.clone());
+        }
+        self.pending.fetch_add(1, Ordering::AcqRel);
+        Ok(ReadPin { indices: indices.to_vec(), reading: true, tiles })
+    }
+
+    /// Pin every tile for a move out of the composite: refused while any request or
+    /// projection is pending (and once released), so of the two exactly one goes ahead.
+    pub fn pin_all(&self) -> std::result::Result<ReadPin<T>, TileRefusal> {
+        let mut entries = self.lock_live("move")?;
+        if self.is_pending() {
+            return Err(TileRefusal::Pending { action: "move" });
+        }
+        let indices: Vec<usize> = (0..entries.tiles.len()).collect();
+        let tiles = entries
+            .tiles
+            .iter_mut()
+            .map(|e| {
+                e.pins += 1;
+                e.current.clone()
+            })
+            .collect();
+        self.pending.fetch_add(1, Ordering::AcqRel);
+        Ok(ReadPin { indices, reading: false, tiles })
+    }
+
+    /// Take back a reading pin; hands back the tiles retired while it read them.
+    pub fn unpin(&self, pin: ReadPin<T>) -> Vec<T> {
+        let mut entries = self.entries.lock();
+        let mut retired = Vec::new();
+        for &i in &pin.indices {
+            let entry = &mut entries.tiles[i];
+            entry.pins -= 1;
+            if pin.reading {
+                entry.readers -= 1;
+                if entry.readers == 0 {
+                    retired.append(&mut entry.retired);
+                }
+            }
+        }
+        self.pending.fetch_sub(1, Ordering::AcqRel);
+        retired
+    }
+
+    /// Release the book: hands back every tile and clean copy, to be released. Refused while
+    /// a request or projection is pending; a second release hands back nothing.
+    pub fn release(&self) -> std::result::Result<Vec<T>, TileRefusal> {
+        let mut entries = self.lock("release")?;
+        if self.is_pending() {
+            return Err(TileRefusal::Pending { action: "release" });
+        }
+        self.released.store(true, Ordering::Release);
+        Ok(std::mem::take(&mut entries.tiles)
+            .into_iter()
+            .flat_map(|e| std::iter::once(e.current).chain(e.clean).chain(e.retired))
+            .collect())
+    }
+}
+
+fn out_of_range(index: usize, count: usize) -> ModelError {
+    ModelError::Tiling { message: format!("tile {index} is out of range for {count} tiles") }
+}
+
+fn touch<T>(entries: &mut Entries<T>, indices: &[usize]) {
+    entries.tick += 1;
+    let tick = entries.tick;
+    for &i in indices {
+        if let Some(entry) = entries.tiles.get_mut(i) {
+            entry.last_use = tick;
+        }
+    }
+}
+
+/// The steps of moving `indices` to one tier, each by the residency rule.
+fn phase<T: Clone>(entries: &Entries<T>, indices: &[usize], evict: bool) -> TilePhase<T> {
+    let steps = indices
+        .iter()
+        .filter_map(|&index| {
+            let entry = &entries.tiles[index];
+            entry.residency.plan(evict, entry.writes).map(|step| TileStep {
+                index,
+                step,
+                writes: entry.writes,
+                source: entry.current.clone(),
+            })
+        })
+        .collect();
+    TilePhase { evict, steps }
+}
+
+/// The primary tiles a promote of `moving` tiles must evict first to stay within `budget`:
+/// none if it fits; else unpinned primary tiles outside the request and `protect`, clean
+/// before dirty, least recently used first.
+fn make_room<T>(
+    entries: &Entries<T>,
+    budget: TileBudget,
+    requested: &[usize],
+    moving: usize,
+    protect: &[usize],
+) -> std::result::Result<Vec<usize>, TileRefusal> {
+    let limit = budget.tiles();
+    if requested.len() > limit {
+        return Err(TileRefusal::OverBudget {
+            tiles: requested.len(),
+            bytes: requested.len() * budget.tile_bytes,
+            budget: budget.budget_bytes,
+        });
+    }
+    let tiles = &entries.tiles;
+    let resident = tiles.iter().filter(|e| !e.residency.is_evicted() || e.promoting).count();
+    let excess = (resident + moving).saturating_sub(limit);
+    if excess == 0 {
+        return Ok(Vec::new());
+    }
+    let mut candidates: Vec<usize> = (0..tiles.len())
+        .filter(|&i| {
+            let e = &tiles[i];
+            !e.residency.is_evicted() && e.pins == 0 && !e.promoting && !requested.contains(&i) && !protect.contains(&i)
+        })
+        .collect();
+    if candidates.len() < excess {
+        return Err(TileRefusal::NoRoom { excess, free: candidates.len() });
+    }
+    candidates.sort_by_key(|&i| (tiles[i].clean.is_none(), tiles[i].last_use));
+    candidates.truncate(excess);
+    Ok(candidates)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn book(n: usize, retain_clean: bool, budget: Option<TileBudget>) -> TileBook<String> {
+        TileBook::new(vec![n], (0..n).map(|i| format!("p{i}")).collect(), Tier::Primary, retain_clean, budget)
+    }
+
+    fn run(book: &TileBook<String>, indices: &[usize], evict: bool) -> Vec<String> {
+        let Some(request) = book.request(indices, evict, &[]).unwrap() else { return Vec::new() };
+        let mut released = Vec::new();
+        for phase in request.phases() {
+            let staged = phase.copying().map(|s| format!("{}'", s.source())).collect();
+            released.extend(book.commit(phase, staged));
+        }
+        released.extend(book.finish(request));
+        released
+    }
+
+    #[test]
+    fn requests_on_disjoint_tiles_run_together_and_conflicting_ones_are_refused() {
+        let b = book(3, false, None);
+        let first = b.request(&[0, 1], true, &[]).unwrap().unwrap();
+        let other = b.request(&[2], true, &[]).unwrap().unwrap();
+        let refused = b.request(&[1, 2], false, &[]).unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "cannot promote tiles of a TiledEvictable: tile (1,) is pinned by a pending residency request or projection"
+        );
+        assert!(b.release().is_err() && b.is_pending());
+        let _ = b.finish(first);
+        let _ = b.finish(other);
+        assert!(
+            !b.is_pending() && b.tiles_on(Tier::Secondary).unwrap().is_empty(),
+            "unfinished requests changed nothing"
+        );
+    }
+
+    #[test]
+    fn a_replaced_tile_a_projection_reads_is_kept_until_the_reader_finishes() {
+        let b = book(2, false, None);
+        let request = b.request(&[0], true, &[]).unwrap().unwrap();
+        let pin = b.pin_reading(&[0]).unwrap();
+        assert_eq!(pin.tiles(), ["p0"]);
+        assert!(b.commit(&request.phases()[0], vec!["s0".into()]).is_empty(), "retired, not released");
+        let _ = b.finish(request);
+        assert_eq!(b.unpin(pin), ["p0"]);
+        assert_eq!(b.read(0, |t| Ok(t.clone())).unwrap(), "s0");
+    }
+
+    #[test]
+    fn clean_copies_are_kept_by_a_promote_reused_by_an_evict_and_dropped_by_a_write() {
+        let b = TileBook::new(vec![2], vec!["s0".to_string(), "s1".into()], Tier::Secondary, true, None);
+        assert!(run(&b, &[0, 1], false).is_empty(), "both secondary tiles kept as clean copies");
+        assert_eq!(b.state(0).unwrap(), Some(TileStatus { tier: Tier::Primary, pinned: false, clean: true }));
+        let ((), stale) = b.write(1, |_| Ok(())).unwrap();
+        assert_eq!(stale.as_deref(), Some("s1"));
+        let request = b.request(&[0, 1], true, &[]).unwrap().unwrap();
+        assert_eq!(request.phases()[0].copying().map(TileStep::index).collect::<Vec<_>>(), [1], "tile 0 is clean");
+        let mut released = b.commit(&request.phases()[0], vec!["s1''".to_string()]);
+        released.sort();
+        assert_eq!(released, ["s0'", "s1'"], "the primary tiles go; tile 0's clean copy is current again");
+        let _ = b.finish(request);
+        assert_eq!(b.read(0, |t| Ok(t.clone())).unwrap(), "s0");
+    }
+}

@@ -1,7 +1,9 @@
 //! What the tier composites ([`Evictable`](super::Evictable),
 //! [`TiledEvictable`](super::TiledEvictable)) do to the carriers they own, once: make a fresh
 //! owned tier (or tile) like another, copy values between two of them by a move's route, and
-//! release one as its owner; and the order every residency change runs in ([`Transitions`]).
+//! release one as its owner; and the order a two-tier composite's residency changes run in
+//! ([`Transitions`]; a tiled composite's requests follow its
+//! [`TileBook`](super::tile_book::TileBook) instead, pinning tiles rather than the composite).
 
 use std::sync::Arc;
 

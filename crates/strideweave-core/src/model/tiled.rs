@@ -8,25 +8,49 @@
 //! * **Construction** takes two tiers, one of the full size and one empty, and splits the full
 //!   one into tile carriers made with its [`allocate_like`](Carrier::allocate_like). The
 //!   composite owns both tiers and every tile; it is mutable only if the primary is.
+//! * **The book.** Where each tile is, what pins it and its clean copy are kept in a
+//!   [`TileBook`], the one set of rules the Python package's `TiledEvictable` follows too;
+//!   this type adds what is done *to* its tiles, carriers of this model (make fresh ones,
+//!   copy into them, release them).
 //! * **Reads and writes** go to a tile's current carrier, on either tier (a secondary tile is
-//!   read in place). A write raises the version by one.
+//!   read in place). A write raises the version by one; a write to a tile a pending request
+//!   or projection pins is refused (`ModelError::Tiles(TileRefusal::WritePinned)`), while
+//!   writes to every other tile go ahead.
 //! * **Residency.** [`promote`](TiledEvictable::promote) and [`evict`](TiledEvictable::evict)
-//!   move a set of tiles, each by the core's residency rule ([`Residency`], the Evictable's):
-//!   a tile moves into a fresh tile of the other tier, or, made with
+//!   move a set of tiles, each by the core's residency rule
+//!   ([`Residency`](super::Residency), the Evictable's): a tile moves into a fresh tile of
+//!   the other tier, or, made with
 //!   [`retaining_clean`](TiledEvictable::retaining_clean), a promote copies and keeps the
 //!   secondary tile as the tile's clean copy, and an evict of a clean tile releases the
 //!   primary tile and makes the copy current again, writing nothing. The first write to a
-//!   tile releases its clean copy. A request commits every tile at once, or, when any copy
-//!   fails, changes nothing. `promote_async`/`evict_async` run the copies on an engine
-//!   thread; until their handle is done, writes, moves and release of the carrier are
-//!   refused as for a pending move (reads see the old tiles), and a later request waits for
-//!   it. A blocking request holds the carrier the same way while it runs: another thread's
-//!   write, move or release is refused, not made to wait, and its reads see the old tiles.
-//!   Residency changes alter no value and no version.
-//!
-//! Decisions of this Rust model, narrower than the Python package's: one request at a time
-//! (the Python one runs requests on disjoint tiles together, and refuses writes only to a
-//! pending request's tiles); projections are blocking; no residency policy yet.
+//!   tile releases its clean copy. A request pins its tiles from its call to its end:
+//!   requests on disjoint tiles run together, and a request on a tile a pending request or
+//!   projection pins is refused at its call (`TileRefusal::Pinned`), not queued. Every tile
+//!   of a request commits at once, or, when any copy fails, none. `promote_async` and
+//!   `evict_async` admit or refuse the request on the calling thread and run its copies on
+//!   an engine thread; reads of its tiles see the old tiles until the commit. Residency
+//!   changes alter no value and no version.
+//! * **Residency policy.** Made with [`with_policy`](TiledEvictable::with_policy), the
+//!   composite keeps at most a budget of bytes of tiles on the primary tier, counting those
+//!   a pending promote brings in: a promote that would pass it first evicts, in the same
+//!   request, unpinned primary tiles outside it, clean ones first, then the least recently
+//!   used (a read, a write, a promote or a projection uses a tile). Those evictions commit
+//!   before the promote's own tiles and stay committed should it fail. A promote of more
+//!   tiles than the budget holds is refused (`TileRefusal::OverBudget`), as is one whose room
+//!   the pins do not leave (`TileRefusal::NoRoom`), both before any effect.
+//! * **Projections** ([`project`](TiledEvictable::project)) pin the tiles they read and copy
+//!   them without holding the book: a request committed meanwhile keeps a tile it replaced
+//!   until the projection is done with it.
+//! * **Release and moves.** [`release`](TiledEvictable::release) is refused while a request
+//!   or projection is pending (`TileRefusal::Pending`), changing nothing. A move of the
+//!   composite's tensor claims it (writes are refused meanwhile, and so are requests that
+//!   start after the claim) and reads every slot under the book, so no read meets a tile a
+//!   commit is swapping, and a residency change meanwhile alters no value; while a request
+//!   or projection is pending, the move's commit (the composite's release) is refused,
+//!   failing the move and leaving the composite live. The carrier trait's own `release()`,
+//!   through an `Arc<dyn Carrier>`, cannot be refused: while something is pending it marks
+//!   the composite released and leaves its tiles and tiers to the last request or projection
+//!   to end.
 //!
 //! ```
 //! use strideweave_core::model::{CarrierExt, FileCarrier, HostCarrier, Tier, TiledEvictable};
@@ -43,31 +67,47 @@
 //! t.set(7, Scalar::F32(70.0)).unwrap();
 //! t.promote(&[1]).unwrap();
 //! assert_eq!((t.get(7).unwrap(), t.version()), (Scalar::F32(70.0), 1));
+//!
+//! // At most two tiles of 4 f32 on the primary tier: a third promote evicts the tile used least recently.
+//! let t = TiledEvictable::with_policy(
+//!     HostCarrier::zeros(ElemKind::F32, 0).unwrap(),
+//!     HostCarrier::from_f32(&values),
+//!     &[4],
+//!     &[4],
+//!     false,
+//!     2 * 4 * 4,
+//! )
+//! .unwrap();
+//! t.promote(&[0]).unwrap();
+//! t.promote(&[1]).unwrap();
+//! t.get(0).unwrap(); // tile 0 used after tile 1
+//! t.promote(&[2]).unwrap();
+//! assert_eq!(t.tiles_on(Tier::Primary).unwrap(), [0, 2]);
 //! ```
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
-
 use super::awaitable::ResidencyHandle;
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use super::carrier::{admitted, BulkStorage, Carrier, CarrierExt, ClassKey, HookCall, HookToken, IntoCarrier, HOOK};
 use super::error::{ModelError, Result};
 use super::file::FileCarrier;
-use super::host::HostCarrier;
-use super::host::HostStore;
-use super::residency::{Residency, Tier, Transition};
+use super::host::{HostCarrier, HostStore};
+use super::residency::Tier;
 use super::state::{CarrierState, OwnerToken};
 use super::tensor::Tensor;
-use super::tier_ops::{self, Transitions, Window};
-use super::two_tier::{action, Hold};
+use super::tier_ops::{self, Window};
+use super::tile_book::{TileBook, TileBudget, TileRefusal, TileRequest};
+use super::two_tier::action;
+use crate::engine::{pool, Completion};
 use crate::storage::{ElemKind, FileSlab, FileStore, Scalar};
 
 /// Numbers the slab files of this process's tiled carriers.
 static SLAB_COUNTER: AtomicU64 = AtomicU64::new(0);
 
-/// A tile's carrier, with where its slots live for bulk copies.
+/// A tile's carrier, with where its slots live for bulk copies: what the book holds for
+/// each tile (its current carrier, its clean copy, a tile retired while a projection reads
+/// it).
 #[derive(Clone)]
 struct Held {
     carrier: Arc<dyn Carrier>,
@@ -77,25 +117,6 @@ struct Held {
     /// A host tile this composite made: its buffer is given back with the others' for the
     /// next promote's fresh tiles.
     host: Option<Arc<HostCarrier>>,
-}
-
-/// One tile: the carrier holding its values, the clean copy a `retain_clean` promote kept,
-/// its residency, and how many writes it has had (the residency's version for this tile).
-struct Tile {
-    current: Held,
-    clean: Option<Held>,
-    residency: Residency,
-    writes: u64,
-}
-
-/// One tile of a request, staged: its transition, the carrier its values leave, and the
-/// fresh tile they go to (none for a clean eviction).
-struct StagedTile {
-    index: usize,
-    step: Transition,
-    writes: u64,
-    source: Held,
-    fresh: Option<Held>,
 }
 
 /// A tile in a region of a slab file: the fresh tiles of a file tier (a file per tile would
@@ -159,14 +180,14 @@ pub struct TiledEvictable {
     tile: Vec<usize>,
     logical: Vec<usize>,
     tile_slots: usize,
+    tile_count: usize,
     slots: usize,
     /// The tiers, owned: the factories of fresh tiles.
     tiers: [Arc<dyn Carrier>; 2],
     /// For a file tier, the slab its fresh tiles are regions of.
     slabs: [Option<Arc<FileSlab>>; 2],
-    tiles: Mutex<Vec<Tile>>,
-    /// One request at a time, blocking or asynchronous.
-    transitions: Transitions,
+    /// Every tile, its residency, pins and clean copy, and the residency policy.
+    book: TileBook<Held>,
 }
 
 impl std::fmt::Debug for TiledEvictable {
@@ -175,7 +196,8 @@ impl std::fmt::Debug for TiledEvictable {
             .field("kind", &self.kind)
             .field("grid_shape", &self.grid)
             .field("tile_shape", &self.tile)
-            .field("primary_tiles", &self.tiles_on(Tier::Primary).len())
+            .field("primary_tiles", &self.tiles_on(Tier::Primary).map(|on| on.len()).ok())
+            .field("residency_budget", &self.book.budget())
             .finish()
     }
 }
@@ -187,6 +209,49 @@ fn tiling(message: impl Into<String>) -> ModelError {
 /// The product of `extents`, or the refusal naming `what` when it overflows.
 fn product(extents: &[usize], what: &str) -> Result<usize> {
     extents.iter().try_fold(1usize, |acc, &e| acc.checked_mul(e)).ok_or_else(|| tiling(format!("the {what} overflows")))
+}
+
+/// A request the book admitted, until it ends: however it ends (done, failed, or its code
+/// panicking past every containment) dropping it unpins its tiles, so no failure path
+/// leaves a tile pinned or the composite's release refused for good.
+struct Admitted {
+    composite: Arc<TiledEvictable>,
+    request: Option<TileRequest<Held>>,
+    /// The tiles its commits replaced, given back once the request is over: its phases hold
+    /// the tiles they copied from until then, and a host tile's buffer is kept for the next
+    /// fresh tiles only when nothing else holds it.
+    replaced: Vec<Held>,
+}
+
+impl Admitted {
+    /// Run every phase, then end the request. A tile hook's panic fails it like an error.
+    fn run(mut self) -> Result<()> {
+        let request = self.request.as_ref().expect("an admitted request runs once");
+        let outcome = tier_ops::contained(|| self.composite.run_phases(request, &mut self.replaced));
+        drop(self);
+        outcome
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        if let Some(request) = self.request.take() {
+            let mut handed_back = self.composite.book.finish(request);
+            handed_back.append(&mut self.replaced);
+            self.composite.end_pending(handed_back);
+        }
+    }
+}
+
+/// The handle's completion of an asynchronous request: dropped before the request's
+/// outcome was recorded (its engine job panicked outside the contained copies), it fails
+/// the handle instead of leaving its waiters waiting.
+struct Completes(Arc<Completion<Result<()>>>);
+
+impl Drop for Completes {
+    fn drop(&mut self) {
+        self.0.commit(Err(ModelError::TransferPanicked { message: "a tiled residency request was abandoned".into() }));
+    }
 }
 
 impl TiledEvictable {
@@ -201,7 +266,7 @@ impl TiledEvictable {
         grid_shape: &[usize],
         tile_shape: &[usize],
     ) -> Result<Arc<Self>> {
-        Self::build(primary.into_carrier(), secondary.into_carrier(), grid_shape, tile_shape, false)
+        Self::build(primary.into_carrier(), secondary.into_carrier(), grid_shape, tile_shape, false, None)
     }
 
     /// [`new`](Self::new), with clean tiles: a promote copies each tile and keeps its
@@ -213,7 +278,29 @@ impl TiledEvictable {
         grid_shape: &[usize],
         tile_shape: &[usize],
     ) -> Result<Arc<Self>> {
-        Self::build(primary.into_carrier(), secondary.into_carrier(), grid_shape, tile_shape, true)
+        Self::build(primary.into_carrier(), secondary.into_carrier(), grid_shape, tile_shape, true, None)
+    }
+
+    /// [`new`](Self::new) or, with `retain_clean`, [`retaining_clean`](Self::retaining_clean),
+    /// under a residency policy: at most `budget_bytes` of tiles on the primary tier (see the
+    /// module docs). Refused (`Tiling`), before any effect, besides `new`'s refusals: a
+    /// budget below one tile's bytes, or a primary tier that seeds more tiles than it holds.
+    pub fn with_policy(
+        primary: impl IntoCarrier,
+        secondary: impl IntoCarrier,
+        grid_shape: &[usize],
+        tile_shape: &[usize],
+        retain_clean: bool,
+        budget_bytes: usize,
+    ) -> Result<Arc<Self>> {
+        Self::build(
+            primary.into_carrier(),
+            secondary.into_carrier(),
+            grid_shape,
+            tile_shape,
+            retain_clean,
+            Some(budget_bytes),
+        )
     }
 
     fn build(
@@ -222,6 +309,7 @@ impl TiledEvictable {
         grid: &[usize],
         tile: &[usize],
         retain_clean: bool,
+        budget_bytes: Option<usize>,
     ) -> Result<Arc<Self>> {
         if super::carrier::same_carrier(&primary, &secondary) {
             return Err(ModelError::TiersNotDistinct { composite: "TiledEvictable" });
@@ -250,6 +338,7 @@ impl TiledEvictable {
             .collect::<Result<_>>()?;
         let slots = product(&logical, "logical size")?;
         let tile_slots = product(tile, "tile size")?;
+        let tile_count = product(grid, "tile count")?;
         let seed_on = match (primary.size(), secondary.size()) {
             (p, 0) if p == slots => Tier::Primary,
             (0, s) if s == slots => Tier::Secondary,
@@ -259,6 +348,14 @@ impl TiledEvictable {
                 )))
             }
         };
+        let tile_bytes = tile_slots.checked_mul(kind.size()).ok_or_else(|| tiling("the tile size overflows"))?;
+        let budget = budget_bytes.map(|bytes| TileBudget::new(bytes, tile_bytes)).transpose()?;
+        if let Some(budget) = budget.filter(|b| seed_on == Tier::Primary && tile_count > b.tiles()) {
+            return Err(tiling(format!(
+                "the primary tier seeds {tile_count} tiles of {tile_bytes} bytes, over the residency_policy budget of {} bytes",
+                budget.bytes()
+            )));
+        }
         let slab_for = |tier: &Arc<dyn Carrier>| -> Result<Option<Arc<FileSlab>>> {
             if tier.class_key() != ClassKey::of::<FileCarrier>() {
                 return Ok(None);
@@ -267,9 +364,9 @@ impl TiledEvictable {
             let dir = store.path().parent().map_or_else(|| std::path::PathBuf::from("."), |d| d.to_path_buf());
             let n = SLAB_COUNTER.fetch_add(1, Ordering::Relaxed);
             let path = dir.join(format!("strideweave-tiles-{}-{n}.slab", std::process::id()));
-            let region =
-                (tile_slots as u64).checked_mul(kind.size() as u64).ok_or_else(|| tiling("the tile size overflows"))?;
-            Ok(Some(Arc::new(FileSlab::new(&path, region).map_err(|e| ModelError::io("making the tiles' slab", e))?)))
+            Ok(Some(Arc::new(
+                FileSlab::new(&path, tile_bytes as u64).map_err(|e| ModelError::io("making the tiles' slab", e))?,
+            )))
         };
         let slabs = [slab_for(&primary)?, slab_for(&secondary)?];
         let owner = OwnerToken::fresh();
@@ -278,7 +375,7 @@ impl TiledEvictable {
             primary.state(HOOK).disown(owner);
             return Err(e);
         }
-        let composite = TiledEvictable {
+        let mut composite = TiledEvictable {
             state: CarrierState::new("TiledEvictable"),
             owner,
             kind,
@@ -287,17 +384,17 @@ impl TiledEvictable {
             tile: tile.to_vec(),
             logical,
             tile_slots,
+            tile_count,
             slots,
             tiers: [primary, secondary],
             slabs,
-            tiles: Mutex::new(Vec::new()),
-            transitions: Transitions::default(),
+            // Filled below, once the tiles are made (the fresh tiles come from the composite).
+            book: TileBook::new(grid.to_vec(), Vec::new(), seed_on, retain_clean, budget),
         };
         // Split the full tier into tiles; on failure give back every tile made and both tiers.
         let seed = composite.tier(seed_on).clone();
         let seed_at = Window::of(&*seed);
-        let count = product(grid, "tile count")?;
-        let seeded = composite.fresh_tiles(seed_on, count).and_then(|made| {
+        let seeded = composite.fresh_tiles(seed_on, tile_count).and_then(|made| {
             for (index, tile) in made.iter().enumerate() {
                 let runs = composite.runs_of(index);
                 if let Err(e) = tier_ops::copy_runs((&*seed, &seed_at), (&*tile.carrier, &tile.window), &runs) {
@@ -316,17 +413,7 @@ impl TiledEvictable {
                 return Err(e);
             }
         };
-        let tiles = made
-            .into_iter()
-            .map(|current| {
-                let mut residency = Residency::new(retain_clean);
-                if seed_on == Tier::Secondary {
-                    residency.commit(Transition::Move { evict: true }, 0);
-                }
-                Tile { current, clean: None, residency, writes: 0 }
-            })
-            .collect();
-        *composite.tiles.lock() = tiles;
+        composite.book = TileBook::new(grid.to_vec(), made, seed_on, retain_clean, budget);
         Ok(Arc::new(composite))
     }
 
@@ -445,7 +532,7 @@ impl TiledEvictable {
 
     /// How many tiles there are (the product of `grid_shape`).
     pub fn tile_count(&self) -> usize {
-        self.tiles.lock().len()
+        self.tile_count
     }
 
     /// The index of the tile at grid coordinate `coord` (first mode fastest).
@@ -456,31 +543,51 @@ impl TiledEvictable {
         Ok(coord.iter().zip(&self.grid).rev().fold(0, |acc, (&c, &g)| acc * g + c))
     }
 
+    /// What the book tells of tile `index`: `Tiling` out of range, `Released` once released.
+    fn status(&self, index: usize) -> Result<super::tile_book::TileStatus> {
+        if index >= self.tile_count {
+            return Err(self.no_tile(index));
+        }
+        self.book.state(index)?.ok_or_else(|| self.released())
+    }
+
     /// The tier tile `index` is on.
     pub fn location(&self, index: usize) -> Result<Tier> {
-        let tiles = self.tiles.lock();
-        Ok(tiles.get(index).ok_or_else(|| self.no_tile(index))?.residency.resident())
+        Ok(self.status(index)?.tier)
     }
 
     /// Whether tile `index` is on the primary tier with its clean copy kept (an evict of it
     /// writes nothing).
     pub fn is_clean(&self, index: usize) -> Result<bool> {
-        let tiles = self.tiles.lock();
-        let tile = tiles.get(index).ok_or_else(|| self.no_tile(index))?;
-        Ok(!tile.residency.is_evicted() && tile.clean.is_some())
+        Ok(self.status(index)?.clean)
     }
 
-    /// The indices of the tiles on `tier`, ascending.
-    pub fn tiles_on(&self, tier: Tier) -> Vec<usize> {
-        let tiles = self.tiles.lock();
-        (0..tiles.len()).filter(|&i| tiles[i].residency.resident() == tier).collect()
+    /// Whether a pending request or projection pins tile `index`: a write to it, and another
+    /// request on it, are refused until it ends.
+    pub fn is_pinned(&self, index: usize) -> Result<bool> {
+        Ok(self.status(index)?.pinned)
+    }
+
+    /// The indices of the tiles on `tier`, ascending (none once released). Refused
+    /// (`TileRefusal::ReEntered`) when asked from the code of a tile the composite is reading
+    /// or writing on this thread.
+    pub fn tiles_on(&self, tier: Tier) -> Result<Vec<usize>> {
+        Ok(self.book.tiles_on(tier)?)
+    }
+
+    /// The residency policy's budget, if the composite was made
+    /// [`with_policy`](Self::with_policy).
+    pub fn residency_budget(&self) -> Option<TileBudget> {
+        self.book.budget()
     }
 
     /// Gather the tiles `selection` names (one list of grid coordinates per axis, their
     /// Cartesian product, in the caller's order) into a fresh host carrier: a dense tensor of
     /// shape `selection[a].len() * tile_shape[a]`, first mode fastest, each tile read where
-    /// it is (residency unchanged). Refused (`Tiling`) for a rank mismatch, an empty axis, a
-    /// coordinate repeated in an axis or outside the grid; `Released` once released.
+    /// it is (residency unchanged). The selected tiles are pinned while they are copied:
+    /// writes to them and requests on them are refused meanwhile. Refused (`Tiling`) for a
+    /// rank mismatch, an empty axis, a coordinate repeated in an axis or outside the grid;
+    /// `Released` once released.
     ///
     /// ```
     /// use strideweave_core::model::{FileCarrier, HostCarrier, TiledEvictable};
@@ -521,9 +628,11 @@ impl TiledEvictable {
         let destination = HostCarrier::zeros(self.kind, product(&compact, "projection")?)?;
         let to: Arc<dyn Carrier> = destination.clone();
         let to_at = Window::of(&*to);
-        let tiles = self.tiles.lock();
-        // Every selected tile, first axis fastest: its grid coordinate and its place in the grid of picks.
+        // Every selected tile, first axis fastest: its index and where it goes in the grid of
+        // picks (distinct tiles: no coordinate repeats in an axis).
         let picks: usize = selection.iter().map(Vec::len).product();
+        let mut indices = Vec::with_capacity(picks);
+        let mut origins = Vec::with_capacity(picks);
         for pick in 0..picks {
             let (mut rest, mut grid_coord, mut origin, mut stride) = (pick, Vec::new(), 0, 1);
             for (a, axis) in selection.iter().enumerate() {
@@ -533,18 +642,30 @@ impl TiledEvictable {
                 origin += k * self.tile[a] * stride;
                 stride *= compact[a];
             }
-            let tile = &tiles[self.tile_index(&grid_coord)?];
-            let runs = rows_within(&self.tile, &compact, origin);
-            tier_ops::copy_runs((&*tile.current.carrier, &tile.current.window), (&*to, &to_at), &runs)?;
+            indices.push(self.tile_index(&grid_coord)?);
+            origins.push(origin);
         }
-        drop(tiles);
-        self.state.check_live()?; // released while gathering: the copies may have read nothing
-        let extents: Vec<usize> = compact;
-        Tensor::canonical(destination, &extents)
+        // Pinned, the tiles stay as they are for the copies without the book's lock: nobody
+        // writes them, and a tile a request replaces meanwhile is released only after the
+        // unpin below. A tile hook's panic fails the projection like an error, after the unpin.
+        let pin = self.book.pin_reading(&indices).map_err(|refusal| self.refused(refusal))?;
+        let copied = tier_ops::contained(|| {
+            for (held, &origin) in pin.tiles().iter().zip(&origins) {
+                let runs = rows_within(&self.tile, &compact, origin);
+                tier_ops::copy_runs((&*held.carrier, &held.window), (&*to, &to_at), &runs)?;
+            }
+            Ok(())
+        });
+        let retired = self.book.unpin(pin);
+        self.end_pending(retired);
+        copied?;
+        self.state.check_live()?; // released while gathering (through the trait's release)
+        Tensor::canonical(destination, &compact)
     }
 
     /// Move tiles `indices` to the primary tier (tiles there already are skipped); every
-    /// tile at once, or none. Waits first for an asynchronous request still running.
+    /// tile at once, or none. Refused, before any effect, for a bad index, a tile a pending
+    /// request or projection pins, or a promote the residency policy cannot make room for.
     pub fn promote(self: &Arc<Self>, indices: &[usize]) -> Result<()> {
         self.request(indices, false)
     }
@@ -555,8 +676,8 @@ impl TiledEvictable {
     }
 
     /// Start [`promote`](Self::promote) on an engine thread: refusals (released, a pending
-    /// move, bad indices) return here before any effect; see the module docs for what is
-    /// refused until the handle is done.
+    /// move, bad indices, a pinned tile, the policy's) return here before any effect; the
+    /// tiles stay pinned until the handle is done (see the module docs).
     pub fn promote_async(self: &Arc<Self>, indices: &[usize]) -> Result<ResidencyHandle> {
         self.request_async(indices, false)
     }
@@ -568,56 +689,146 @@ impl TiledEvictable {
     }
 
     fn request(self: &Arc<Self>, indices: &[usize], evict: bool) -> Result<()> {
-        let composite: Arc<dyn Carrier> = self.clone();
-        self.transitions.blocking(
-            || composite.claim(action(evict)),
-            || match self.begin(indices, evict)? {
-                Some(staged) => self.complete(staged),
-                None => Ok(()),
-            },
-        )
+        match self.admit(indices, evict)? {
+            Some(admitted) => admitted.run(),
+            None => Ok(()),
+        }
     }
 
     fn request_async(self: &Arc<Self>, indices: &[usize], evict: bool) -> Result<ResidencyHandle> {
-        let composite = self.clone();
-        let held: Arc<dyn Carrier> = self.clone();
-        self.transitions.start(
-            || held.claim(action(evict)),
-            || self.begin(indices, evict),
-            move |staged| composite.complete(staged),
-        )
+        let Some(admitted) = self.admit(indices, evict)? else { return Ok(ResidencyHandle::done(Ok(()))) };
+        let done = Completes(Arc::new(Completion::new()));
+        let handle = ResidencyHandle::on(done.0.clone());
+        pool::submit(move || {
+            let outcome = admitted.run();
+            done.0.commit(outcome);
+        });
+        Ok(handle)
     }
 
-    /// Stage a request under the tiles' lock: `None` when nothing is left to copy (committed
-    /// here); else the staged tiles. Reads see the old tiles until the commit swaps them, so
-    /// neither a blocking nor an asynchronous request keeps the lock while it copies.
-    fn begin(&self, indices: &[usize], evict: bool) -> Result<Option<Vec<StagedTile>>> {
+    /// Check `indices` and have the book admit the request, pinning its tiles: `None` when
+    /// none of them moves. Refused before any effect.
+    fn admit(self: &Arc<Self>, indices: &[usize], evict: bool) -> Result<Option<Admitted>> {
         self.check_indices(indices)?;
-        let mut tiles = self.tiles.lock();
-        let staged = self.stage(&tiles, indices, evict)?;
-        if staged.iter().all(|s| !s.step.transfers()) {
-            self.finish(&mut tiles, staged, Ok(()))?;
-            return Ok(None);
+        self.state.check_live()?;
+        // A pending move of the composite (or a release under way) claims it: a request is
+        // refused then, as it was when requests claimed the composite themselves. The check
+        // and the admission are not one step; a request that slips in between fails the
+        // move's commit instead (`release_claimed_storage`), so of the two one goes ahead.
+        if self.state.is_claimed() {
+            return Err(self.state.pending_refusal(action(evict)));
         }
-        Ok(Some(staged))
+        let request = self.book.request(indices, evict, &[]).map_err(|refusal| self.refused(refusal))?;
+        Ok(request.map(|request| Admitted { composite: self.clone(), request: Some(request), replaced: Vec::new() }))
     }
 
-    /// Copy a staged request, then commit it or give back what it made. A hook's panic fails
-    /// the request like any other failure.
-    fn complete(&self, staged: Vec<StagedTile>) -> Result<()> {
-        let copied = tier_ops::contained(|| self.copy(&staged));
-        self.finish(&mut self.tiles.lock(), staged, copied)
+    /// Each phase of an admitted request in order (under a policy, the evictions that make
+    /// room, then the request's own tiles): fresh tiles, the copies into them, and the
+    /// commit that swaps every tile of the phase at once, the tiles it replaced into
+    /// `replaced`. A failure gives back the phase's fresh tiles and stops; a phase committed
+    /// already stays committed (no value changed).
+    fn run_phases(&self, request: &TileRequest<Held>, replaced: &mut Vec<Held>) -> Result<()> {
+        for phase in request.phases() {
+            let fresh = self.fresh_tiles(phase.target(), phase.copy_count())?;
+            let pairs: Vec<(&Held, &Held)> = phase.copying().map(|step| step.source()).zip(&fresh).collect();
+            if let Err(e) = tier_ops::contained(|| self.copy(&pairs)) {
+                self.give_back(fresh);
+                return Err(e);
+            }
+            replaced.extend(self.book.commit(phase, fresh));
+        }
+        Ok(())
+    }
+
+    /// After a request or projection ends: give back the tiles the book handed back, and,
+    /// when the composite was released through [`CarrierExt::release`] while it was pending
+    /// (a release that cannot be refused), release what that release had to leave to the
+    /// last request or projection to end.
+    fn end_pending(&self, handed_back: Vec<Held>) {
+        self.give_back(handed_back);
+        if self.state.is_released() {
+            if let Ok(tiles) = self.book.release() {
+                self.release_all(tiles);
+            }
+        }
+    }
+
+    /// Every tile and clean copy the book's release handed back, then both tiers. Only the
+    /// first release of the book hands back tiles (there is at least one), so the tiers are
+    /// released once.
+    fn release_all(&self, tiles: Vec<Held>) {
+        if tiles.is_empty() {
+            return;
+        }
+        self.give_back(tiles);
+        for tier in &self.tiers {
+            tier.state(HOOK).disown(self.owner);
+            let _ = tier.release();
+        }
+    }
+
+    /// Release every tile, every clean copy and both tiers: idempotent; refused, changing
+    /// nothing, while a residency request or projection is pending
+    /// (`ModelError::Tiles(TileRefusal::Pending)`), and, as for any carrier, while a move
+    /// claims the composite (`Claimed`) or a composite owns it (`Owned`).
+    ///
+    /// This shadows [`CarrierExt::release`], which marks a carrier released before its
+    /// release hook runs, so the composite cannot refuse it there (the carrier trait has no
+    /// hook before that mark). Here the composite is claimed first, the book's release
+    /// (refused while anything is pending) runs under the claim in
+    /// [`release_claimed_storage`](Carrier::release_claimed_storage), and only then is the
+    /// composite marked released, in one step with the end of the claim, as a move's commit
+    /// releases its source: a refusal leaves everything as it was. The claim lasts only the
+    /// release, not the pending requests: a claim held while requests run would refuse
+    /// writes to every tile and allow one request at a time, which the pins replace. The
+    /// trait's release, through an `Arc<dyn Carrier>`, cannot be refused: while something
+    /// is pending it marks the composite released and leaves its tiles and tiers to the last
+    /// request or projection to end.
+    pub fn release(self: &Arc<Self>) -> Result<()> {
+        if self.state.is_released() {
+            return Ok(());
+        }
+        let composite: Arc<dyn Carrier> = self.clone();
+        let claim = match self.state.claim_for(&composite, "release") {
+            Ok(claim) => claim,
+            // Released by another thread since the look above: release is idempotent.
+            Err(ModelError::Released { .. }) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        // A refusal hands the claim back with the error; dropping it ends the claim.
+        claim.commit_release().map_err(|(_claim, e)| e)
+    }
+
+    fn released(&self) -> ModelError {
+        ModelError::Released { carrier: "TiledEvictable".into() }
+    }
+
+    /// A refusal of the book as the model reports it: a book released under a read, a write
+    /// or a request that found the composite live is the carrier's `Released`, as for any
+    /// carrier released meanwhile; every other refusal is `ModelError::Tiles`.
+    fn refused(&self, refusal: TileRefusal) -> ModelError {
+        match refusal {
+            TileRefusal::Released { .. } => self.released(),
+            other => ModelError::Tiles(other),
+        }
+    }
+
+    /// [`refused`](Self::refused), for the book's read and write, whose errors are the
+    /// model's already.
+    fn refused_error(&self, e: ModelError) -> ModelError {
+        match e {
+            ModelError::Tiles(refusal) => self.refused(refusal),
+            other => other,
+        }
     }
 
     fn no_tile(&self, index: usize) -> ModelError {
-        // The grid's product fitted at construction.
-        tiling(format!("tile {index} is out of range for {} tiles", self.grid.iter().product::<usize>()))
+        tiling(format!("tile {index} is out of range for {} tiles", self.tile_count))
     }
 
     /// In range and without duplicates.
     fn check_indices(&self, indices: &[usize]) -> Result<()> {
-        let count = self.tiles.lock().len();
-        let mut seen = vec![false; count];
+        let mut seen = vec![false; self.tile_count];
         for &i in indices {
             match seen.get_mut(i) {
                 None => return Err(self.no_tile(i)),
@@ -628,68 +839,42 @@ impl TiledEvictable {
         Ok(())
     }
 
-    /// Each requested tile's transition, with the fresh tiles made in one batch; on failure
-    /// none is left and nothing else has changed.
-    fn stage(&self, tiles: &[Tile], indices: &[usize], evict: bool) -> Result<Vec<StagedTile>> {
-        let steps: Vec<(usize, Transition)> = indices
-            .iter()
-            .filter_map(|&i| tiles[i].residency.plan(evict, tiles[i].writes).map(|step| (i, step)))
-            .collect();
-        let target = if evict { Tier::Secondary } else { Tier::Primary };
-        let mut fresh =
-            self.fresh_tiles(target, steps.iter().filter(|(_, step)| step.transfers()).count())?.into_iter();
-        Ok(steps
-            .into_iter()
-            .map(|(index, step)| StagedTile {
-                index,
-                step,
-                writes: tiles[index].writes,
-                source: tiles[index].current.clone(),
-                fresh: if step.transfers() { fresh.next() } else { None },
-            })
-            .collect())
-    }
-
-    /// Every staged tile's values into its fresh tile: a run of host tiles going to
-    /// consecutive regions of one file (an eviction into a slab), or back, is one gather
+    /// Each `(source, fresh)` pair's values into its fresh tile: a run of host tiles going
+    /// to consecutive regions of one file (an eviction into a slab), or back, is one gather
     /// write or one scatter read; any other tile is one copy of its own.
-    fn copy(&self, staged: &[StagedTile]) -> Result<()> {
+    fn copy(&self, pairs: &[(&Held, &Held)]) -> Result<()> {
         let bytes = (self.tile_slots * self.kind.size()) as u64;
         let mut first = 0;
-        while first < staged.len() {
-            let run = file_run(&staged[first..], bytes);
+        while first < pairs.len() {
+            let run = file_run(&pairs[first..], bytes);
             if run > 1 {
-                self.copy_file_run(&staged[first..first + run])?;
+                self.copy_file_run(&pairs[first..first + run])?;
                 first += run;
                 continue;
             }
-            let s = &staged[first];
-            if let Some(fresh) = &s.fresh {
-                let whole = [(0, 0, self.tile_slots)];
-                tier_ops::copy_runs((&*s.source.carrier, &s.source.window), (&*fresh.carrier, &fresh.window), &whole)?;
-            }
+            let (source, fresh) = pairs[first];
+            let whole = [(0, 0, self.tile_slots)];
+            tier_ops::copy_runs((&*source.carrier, &source.window), (&*fresh.carrier, &fresh.window), &whole)?;
             first += 1;
         }
         Ok(())
     }
 
     /// A run [`file_run`] found: host tiles into consecutive file regions, or back.
-    fn copy_file_run(&self, run: &[StagedTile]) -> Result<()> {
-        let ends =
-            |s: &StagedTile| (s.source.window.clone(), s.fresh.as_ref().expect("a run transfers").window.clone());
+    fn copy_file_run(&self, run: &[(&Held, &Held)]) -> Result<()> {
         let hosts: Vec<Arc<HostStore>> = run
             .iter()
-            .map(|s| match ends(s) {
-                (Window::Host(h), _) | (_, Window::Host(h)) => h,
+            .map(|(source, fresh)| match (&source.window, &fresh.window) {
+                (Window::Host(h), _) | (_, Window::Host(h)) => h.clone(),
                 _ => unreachable!("a run is host on one side"),
             })
             .collect();
         let bytes = self.tile_slots * self.kind.size();
-        match ends(&run[0]) {
+        match (&run[0].0.window, &run[0].1.window) {
             (Window::Host(_), Window::File(file, base)) => {
                 let guards: Vec<_> = hosts.iter().map(|h| h.read()).collect();
                 let parts: Vec<&[u8]> = guards.iter().map(|g| &g.as_slice()[..bytes]).collect();
-                crate::copy::vectored::file_write_gather(file.file(), base, &parts)
+                crate::copy::vectored::file_write_gather(file.file(), *base, &parts)
                     .map_err(|e| ModelError::io("writing tiles to their slab", e))
             }
             (Window::File(file, base), Window::Host(_)) => {
@@ -699,41 +884,11 @@ impl TiledEvictable {
                 // SAFETY: every pointer is the start of `bytes` bytes of a distinct host tile
                 // (fresh tiles, one buffer each) whose write guard is held in `guards` until
                 // the read returns, so nothing else reads or writes them meanwhile.
-                unsafe { crate::copy::vectored::file_read_scatter(file.file(), base, &parts) }
+                unsafe { crate::copy::vectored::file_read_scatter(file.file(), *base, &parts) }
                     .map_err(|e| ModelError::io("reading tiles from their slab", e))
             }
             _ => unreachable!("a run is host on one side and a file on the other"),
         }
-    }
-
-    fn abandon(&self, staged: Vec<StagedTile>) {
-        self.give_back(staged.into_iter().filter_map(|s| s.fresh));
-    }
-
-    /// Commit every staged tile at once after its copy succeeded, or give back what was made.
-    fn finish(&self, tiles: &mut [Tile], staged: Vec<StagedTile>, copied: Result<()>) -> Result<()> {
-        if let Err(e) = copied {
-            self.abandon(staged);
-            return Err(e);
-        }
-        // The tiles left behind go back together: one slab step, one batch of buffers.
-        let mut left_behind = Vec::new();
-        for s in staged {
-            let tile = &mut tiles[s.index];
-            let left = match (s.step, s.fresh) {
-                (Transition::CopyUp, Some(fresh)) => {
-                    tile.clean = Some(std::mem::replace(&mut tile.current, fresh));
-                    None
-                }
-                (_, Some(fresh)) => Some(std::mem::replace(&mut tile.current, fresh)),
-                // A clean eviction: the kept copy is current again.
-                (_, None) => tile.clean.take().map(|copy| std::mem::replace(&mut tile.current, copy)),
-            };
-            left_behind.extend(left);
-            tile.residency.commit(s.step, s.writes);
-        }
-        self.give_back(left_behind);
-        Ok(())
     }
 
     /// The rows of tile `index` inside the logical array: `(logical slot, in-tile slot,
@@ -786,20 +941,20 @@ fn rows_within(tile: &[usize], outer: &[usize], origin: usize) -> Vec<(usize, us
         .collect()
 }
 
-/// How many staged tiles from the first go between host memory and consecutive regions of
-/// one file, in order (at most one vectored call's worth): 1 when the first does not start
-/// such a run.
-fn file_run(staged: &[StagedTile], region_bytes: u64) -> usize {
-    let file_side = |s: &StagedTile| -> Option<(bool, *const FileStore, u64)> {
-        match (&s.source.window, &s.fresh.as_ref()?.window) {
+/// How many `(source, fresh)` pairs from the first go between host memory and consecutive
+/// regions of one file, in order (at most one vectored call's worth): 1 when the first does
+/// not start such a run.
+fn file_run(pairs: &[(&Held, &Held)], region_bytes: u64) -> usize {
+    let file_side = |(source, fresh): &(&Held, &Held)| -> Option<(bool, *const FileStore, u64)> {
+        match (&source.window, &fresh.window) {
             (Window::Host(_), Window::File(file, base)) => Some((true, Arc::as_ptr(file), *base)),
             (Window::File(file, base), Window::Host(_)) => Some((false, Arc::as_ptr(file), *base)),
             _ => None,
         }
     };
-    let Some((writes, file, base)) = file_side(&staged[0]) else { return 1 };
-    let limit = staged.len().min(crate::copy::vectored::MAX_RANGES);
-    (1..limit).find(|&k| file_side(&staged[k]) != Some((writes, file, base + k as u64 * region_bytes))).unwrap_or(limit)
+    let Some((writes, file, base)) = file_side(&pairs[0]) else { return 1 };
+    let limit = pairs.len().min(crate::copy::vectored::MAX_RANGES);
+    (1..limit).find(|&k| file_side(&pairs[k]) != Some((writes, file, base + k as u64 * region_bytes))).unwrap_or(limit)
 }
 
 impl Carrier for TiledEvictable {
@@ -815,25 +970,25 @@ impl Carrier for TiledEvictable {
         self.state.live_size(self.slots)
     }
 
+    /// Under the book's lock: no commit releases the tile while it is read (a move of the
+    /// composite reads every slot this way, so none meets a tile mid-swap).
     fn read_slot(&self, token: &HookToken, i: usize) -> Result<Scalar> {
         admitted(token, &self.state)?;
         let (tile, within) = self.locate(i);
-        // Under the lock: a request's commit cannot release the tile while it is read.
-        let tiles = self.tiles.lock();
-        let tile = tiles.get(tile).ok_or_else(|| ModelError::Released { carrier: "TiledEvictable".into() })?;
-        tile.current.carrier.read_slot(&tile.current.carrier.hook(), within)
+        self.book
+            .read(tile, |held| held.carrier.read_slot(&held.carrier.hook(), within))
+            .map_err(|e| self.refused_error(e))
     }
 
-    /// The first write to a tile releases its clean copy: it would be stale.
+    /// Refused on a pinned tile; the first write to a tile releases its clean copy, stale
+    /// from then on.
     fn write_slot(&self, token: &HookToken, i: usize, v: Scalar) -> Result<()> {
         admitted(token, &self.state)?;
-        let (index, within) = self.locate(i);
-        let mut tiles = self.tiles.lock();
-        let tile = tiles.get_mut(index).ok_or_else(|| ModelError::Released { carrier: "TiledEvictable".into() })?;
-        tile.current.carrier.write_slot(&tile.current.carrier.hook(), within, v)?;
-        tile.writes += 1;
-        tile.residency.mark_dirty();
-        let stale = tile.clean.take();
+        let (tile, within) = self.locate(i);
+        let ((), stale) = self
+            .book
+            .write(tile, |held| held.carrier.write_slot(&held.carrier.hook(), within, v))
+            .map_err(|e| self.refused_error(e))?;
         self.give_back(stale);
         Ok(())
     }
@@ -842,18 +997,28 @@ impl Carrier for TiledEvictable {
         self.mutable
     }
 
-    /// Releases every tile, every clean copy and both tiers.
+    /// Releases every tile, every clean copy and both tiers. Reached from
+    /// [`CarrierExt::release`] through the trait, after the
+    /// composite was marked released, so it cannot refuse: while a request or projection is
+    /// pending the book keeps the tiles, and the last of them to end releases them
+    /// (`end_pending`).
     fn release_storage(&self, token: &HookToken) {
         if !token.admits(&self.state) {
             return;
         }
-        let tiles = std::mem::take(&mut *self.tiles.lock());
-        for tile in tiles {
-            self.give_back(std::iter::once(tile.current).chain(tile.clean));
+        if let Ok(tiles) = self.book.release() {
+            self.release_all(tiles);
         }
-        for tier in &self.tiers {
-            tier.state(HOOK).disown(self.owner);
-            let _ = tier.release();
-        }
+    }
+
+    /// The release of [`TiledEvictable::release`] and of a move's commit, while the
+    /// composite is still claimed and not yet marked released: refused while a request or
+    /// projection is pending (`TileRefusal::Pending`), which leaves the composite live (the
+    /// move fails).
+    fn release_claimed_storage(&self, token: &HookToken) -> Result<()> {
+        admitted(token, &self.state)?;
+        let tiles = self.book.release().map_err(|refusal| self.refused(refusal))?;
+        self.release_all(tiles);
+        Ok(())
     }
 }

@@ -54,3 +54,20 @@ def test_bad_arguments_are_type_errors():
         _native.Residency("yes")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         _native.Residency(False).commit("move", 0)  # type: ignore[arg-type]
+
+
+def test_the_tiled_evictable_keeps_its_tiles_in_the_core_tile_book():
+    import strideweave as sw
+    from strideweave.carriers.tiled_evictable import TiledEvictable
+    f32 = sw.DType.Float32
+    te = TiledEvictable(sw.CPU(0, dtype=f32).new_like([float(v) for v in range(8)]), sw.FileBacked(dtype=f32),
+                        (4,), (2,), retain_clean=True)
+    assert isinstance(te._book, _native.TileBook)
+    te.evict(sw.TileSet([(1,), (3,)]))
+    assert te._book.tiles_on(False) == [1, 3]
+    te.promote(sw.TileSet([(1,)]))
+    assert te._book.state(1) == (True, False, True), "on primary, unpinned, its clean copy kept"
+    te[2] = 20.0
+    assert te._book.state(1) == (True, False, False)
+    te.release()
+    assert te._book.is_released() and te._book.state(0) is None

@@ -105,6 +105,7 @@ pub fn model(py: Python<'_>, e: ModelError) -> PyErr {
             TransferError::Range(msg) => PyValueError::new_err(msg.clone()),
             other => PyRuntimeError::new_err(other.to_string()),
         },
+        ModelError::Tiles(refusal) if refusal.is_bad_argument() => PyValueError::new_err(refusal.to_string()),
         other => PyRuntimeError::new_err(other.to_string()),
     }
 }

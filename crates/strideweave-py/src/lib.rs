@@ -28,6 +28,7 @@ mod routes;
 mod set_once;
 mod storage;
 mod tensor_base;
+mod tile_book;
 mod tiles;
 mod transfer;
 mod two_tier;
@@ -59,6 +60,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     buffer_copy::register(m)?;
     prefault::register(m)?;
     residency::register(m)?;
+    tile_book::register(m)?;
     two_tier::register(m)?;
     Ok(())
 }

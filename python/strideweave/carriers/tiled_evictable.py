@@ -24,11 +24,10 @@ the batched Rust data path in `tiled_bulk.py`.
 """
 from __future__ import annotations
 
-import itertools
 import math
-import threading
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence, cast, final
 
+from strideweave import _native
 from strideweave.carriers import tiled_bulk, tiled_residency, tiled_tiles
 from strideweave.carriers.base import Carrier, check_bool_argument, check_size_argument, not_a_carrier
 from strideweave.carriers.cpu import CPU
@@ -156,33 +155,23 @@ class TiledEvictable(TwoTiered, Carrier):
         # for a grid too large to hold that cheaply, `_coordinate_index` computes each.
         self._index_of = ({self._coordinate_of(i): i for i in range(len(self._origins))}
                           if len(self._origins) <= _INDEXED_TILES else {})
-        self._tiles: list[tiled_tiles.Tile] | None = None
-        self._where: list[str] = []
-        self._pins: list[int] = []
-        # Projections reading each tile in place; a residency commit that replaces a tile
-        # still read keeps the old tile in `_retired` until the last such reader finishes.
-        self._readers: list[int] = []
-        self._retired: dict[int, list[tiled_tiles.Tile]] = {}
-        # retain_clean: a promote keeps each tile's secondary copy here, by tile index, while
-        # the tile stays clean (unwritten since the promote); an evict of a clean tile makes
-        # that copy current again instead of writing a new one. A write drops the copy.
+        # Where each tile is, the pins of pending requests and projections, the tiles a commit
+        # retires while a projection reads them, the clean copies (retain_clean) and the
+        # policy's budget and least-recently-used order: the core's book of a tiled composite
+        # (`_native.TileBook`, the Rust TiledEvictable's own), made when the storage provider
+        # builds the tiles. None before that.
+        self._book: Any = None
+        # The tiles the storage provider cut (handed from its allocate to the adoption below).
+        self._seeded_tiles: list[tiled_tiles.Tile] = []
         self._retain_clean = retain_clean
-        self._clean_copies: dict[int, tiled_tiles.Tile] = {}
-        # residency_policy: the budget in tiles, the tiles a pending promote is bringing in
-        # (they count against it), and each tile's last use (a tick) for least-recently-used.
         self._policy = residency_policy
         self._tile_bytes = tile_bytes
         self._budget_tiles = residency_policy.budget // tile_bytes if residency_policy is not None else 0
-        self._promoting: set[int] = set()
-        self._last_use: dict[int, int] = {}
-        self._ticks = itertools.count(1)
-        self._pending = 0
-        self._state_lock = threading.RLock()
         self._ownership = _Ownership()
         super().__init__(full, dtype=dtype, mutable=primary.is_mutable())
         self._seed = None
         # The storage provider's allocate (run by Carrier.__init__, full > 0) built the tiles.
-        tiles = cast("list[tiled_tiles.Tile]", self._tiles)
+        tiles, self._seeded_tiles = self._seeded_tiles, []
         try:
             # Each tier is adopted in one step of its state: one a racing move or release took
             # since the checks above fails them now, with their message, and nothing is kept.
@@ -191,6 +180,9 @@ class TiledEvictable(TwoTiered, Carrier):
             tiled_tiles.release_tiles(tiles)
             raise
         tiled_tiles.adopt_all(tiles, self._ownership)
+        ownership = self._ownership
+        # A write runs under the book's lock with the tile it writes (see `_provider_write`).
+        self._write_tile = lambda tile, k, v: tiled_tiles.write_slot(tile, ownership, k, v)
 
     # ----- geometry (`primary` / `secondary` come from TwoTiered) ---------------------------
     @property
@@ -262,13 +254,6 @@ class TiledEvictable(TwoTiered, Carrier):
         """The residency policy given at construction, or None."""
         return self._policy
 
-    def _touch(self, indices: Iterable[int]) -> None:
-        """Record a use of these tiles (least-recently-used order of the policy's evictions)."""
-        tick = next(self._ticks)
-        last = self._last_use
-        for i in indices:
-            last[i] = tick
-
     def residency_plan(self, steps: Iterable["TileSet | TileSelection"]) -> "ResidencyPlan":
         """A plan that iterates `steps` with each step's tiles on primary, prefetching the
         next step's tiles while the caller works on this one (see `ResidencyPlan`)."""
@@ -285,15 +270,17 @@ class TiledEvictable(TwoTiered, Carrier):
         self._check_live("query tile state of")
         coord = _consume_ints(coordinate, "coordinate")
         index = self._coordinate_index(coord)
-        with self._state_lock:
-            return TileState(coord, self._where[index], self._pins[index] > 0,
-                             index in self._clean_copies)
+        state = self._book.state(index)
+        if state is None:
+            raise RuntimeError("cannot query tile state of a released TiledEvictable")
+        on_primary, pinned, clean = state
+        return TileState(coord, PRIMARY if on_primary else SECONDARY, pinned, clean)
 
     def _tile_set(self, location: str) -> TileSet:
-        if self._sw_released:
+        if self._sw_released or self._book is None:
             return TileSet()
-        with self._state_lock:  # one consistent view: a commit swaps every tile at once
-            indices = [i for i, w in enumerate(self._where) if w == location]
+        # One consistent view: a commit swaps every tile of a phase at once.
+        indices = self._book.tiles_on(location == PRIMARY)
         return TileSet(self._coordinate_of(i) for i in indices)
 
     @property
@@ -305,15 +292,15 @@ class TiledEvictable(TwoTiered, Carrier):
         return self._tile_set(SECONDARY)
 
     def _check_live(self, action: str) -> None:
-        # `_tiles` goes to None under the state lock while a release runs, before the
-        # released flag is set: checked under that lock, this sees a release in progress.
-        if self._sw_released or self._tiles is None:
+        # The book is released while a release runs, before the released flag is set: this
+        # sees a release in progress.
+        if self._sw_released or self._book is None or self._book.is_released():
             raise RuntimeError(f"cannot {action} a released TiledEvictable")
 
     def _sw_storage_gone(self) -> bool:
-        # A release (of the user, or of a move's commit) drops the tiles before the released
+        # A release (of the user, or of a move's commit) releases the book before the released
         # flag is set: a slot access racing it is refused as released, not as out of range.
-        return self._tiles is None
+        return self._book is None or self._book.is_released()
 
     def dlpack_info(self) -> dict[str, Any]:
         raise BufferError("DLPack is not supported for TiledEvictable carrier: its tiles live in "
@@ -371,9 +358,9 @@ class TiledEvictable(TwoTiered, Carrier):
     def __repr__(self) -> str:
         if self._sw_released:
             return f"<TiledEvictable released grid={self._grid} tile={self._tile}>"
-        on_primary = sum(1 for w in self._where if w == PRIMARY)
+        on_primary = len(self._book.tiles_on(True))
         return (f"<TiledEvictable grid={self._grid} tile={self._tile} dtype={self.dtype().name} "
-                f"version={self._sw_version} tiles on primary={on_primary}/{len(self._where)}>")
+                f"version={self._sw_version} tiles on primary={on_primary}/{len(self._origins)}>")
 
 
 # ===== storage provider ===========================================================================
@@ -383,7 +370,7 @@ def _provider_supports(c: TiledEvictable, dtype: DType) -> bool:
 
 
 def _provider_size(c: TiledEvictable) -> int:
-    return c._full if c._tiles is not None else 0
+    return c._full if c._book is not None and not c._book.is_released() else 0
 
 
 def _provider_allocate(c: TiledEvictable, slots: int) -> None:
@@ -405,59 +392,35 @@ def _provider_allocate(c: TiledEvictable, slots: int) -> None:
     except BaseException:
         tiled_tiles.release_tiles(tiles)
         raise
-    c._tiles = tiles
-    c._where = [location] * len(tiles)
-    c._pins = [0] * len(tiles)
-    c._readers = [0] * len(tiles)
+    c._seeded_tiles = tiles
+    c._book = _native.TileBook(list(c._grid), tiles, location == PRIMARY, c._retain_clean,
+                               None if c._policy is None else c._policy.budget, c._tile_bytes)
 
 
 def _provider_release(c: TiledEvictable) -> None:
-    with c._state_lock:
-        if c._pending:
-            raise RuntimeError("cannot release a TiledEvictable while a residency request or "
-                               "projection is pending")
-        ownership = c._ownership
-        c._finalizer.detach()
-        tiles = cast("list[tiled_tiles.Tile]", c._tiles)
-        ownership.disown_all()
-        c._tiles = None
-        copies, c._clean_copies = list(c._clean_copies.values()), {}
-        tiled_tiles.release_all(tiles + copies)
-        c._primary.release()
-        c._secondary.release()
-
-
-def _tiles_of_live(c: TiledEvictable) -> "list[tiled_tiles.Tile]":
-    """The tiles, under `c._state_lock`; RuntimeError once a release has dropped them."""
-    tiles = c._tiles
-    if tiles is None:
-        raise RuntimeError("TiledEvictable carrier is released")
-    return tiles
+    # The book refuses while a residency request or projection is pending, before any effect.
+    tiles = c._book.release()
+    c._finalizer.detach()
+    c._ownership.disown_all()
+    tiled_tiles.release_all(tiles)
+    c._primary.release()
+    c._secondary.release()
 
 
 def _provider_read(c: TiledEvictable, i: int) -> Any:
     tile, k = c._locate(i)
-    if c._policy is not None:
-        c._touch((tile,))
-    # Under the lock a commit swaps tiles with: a reader never holds a tile that the commit
-    # has just released.
-    with c._state_lock:
-        return tiled_tiles.read_slot(_tiles_of_live(c)[tile], k)
+    # Under the book's lock, which a commit swaps tiles under: a reader never holds a tile
+    # that the commit has just released.
+    return c._book.read(tile, tiled_tiles.read_slot, k)
 
 
 def _provider_write(c: TiledEvictable, i: int, v: Any) -> None:
     tile, k = c._locate(i)
-    if c._policy is not None:
-        c._touch((tile,))
-    with c._state_lock:
-        if c._pins[tile]:
-            raise RuntimeError(f"cannot write to tile {c._coordinate_of(tile)} of a TiledEvictable: "
-                               "it is pinned by a pending residency request or projection")
-        tiled_tiles.write_slot(_tiles_of_live(c)[tile], c._ownership, k, v)
-        # The tile is dirty now: its retained secondary copy no longer matches it.
-        copy = c._clean_copies.pop(tile, None)
-    if copy is not None:
-        tiled_tiles.release_tiles([copy], c._ownership)
+    # Refused on a pinned tile; the tile is dirty after it, and its retained secondary copy,
+    # which no longer matches it, comes back to be released.
+    stale = c._book.write(tile, c._write_tile, k, v)
+    if stale is not None:
+        tiled_tiles.release_tiles([stale], c._ownership)
     return None
 
 

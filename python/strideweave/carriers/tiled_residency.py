@@ -2,11 +2,14 @@
 and the "tiled.to_cpu" transfer. `tiled_evictable.py` validates the carrier and delegates here.
 
 Every request pins the tiles it covers (writes to them and conflicting requests raise
-RuntimeError) and runs as one job on the engine. Between built-in tiers (`tiled_bulk`) that
+RuntimeError) and runs as one job on the engine. The pins, the commit's swaps, the tiles a
+commit retires while a projection reads them, the clean copies and the residency policy are
+the core's book (`_native.TileBook`, the Rust TiledEvictable's own); this module does what is
+done *to* the tiles: it makes fresh ones, copies into them, adopts and releases them. Between built-in tiers (`tiled_bulk`) that
 job is one batched span copy in Rust with the GIL released; otherwise each tile goes through
 the object model (§5 route resolution, moves between tiers, `_sw_fill`), exactly as a Python tier
-expects. Either way a residency request commits every tile swap at once under the carrier's
-lock, and any failure releases what was staged and changes nothing.
+expects. Either way a residency request commits every tile swap of a phase at once in the
+book, and any failure releases what was staged and changes nothing.
 
 Old tiles stay readable until commit without any copy on the native path: the copy reads the
 current tiles in place, and they are pinned, so nothing writes them meanwhile. The object-
@@ -34,74 +37,14 @@ from strideweave.layout import Layout, Shape
 __all__: list[str] = []
 
 
-def _pin(c: Any, indices: Sequence[int], reading: bool = False) -> None:
-    """Pin `indices` for one request; the caller holds `c._state_lock`. A projection pins
-    `reading`: it reads the tiles in place, so a residency request already pending on them
-    must not release them under it (see `_commit`)."""
-    pins = c._pins
-    for i in indices:
-        pins[i] += 1
-    if reading:
-        readers = c._readers
-        for i in indices:
-            readers[i] += 1
-    c._pending += 1
+def _release_returned(c: Any, tiles: Sequence[Tile]) -> None:
+    """Release tiles the book handed back (replaced, retired): outside the book's lock, as
+    adopting and releasing carrier tiles take their carriers' state."""
+    if tiles:
+        tiled_tiles.release_tiles(tiles, c._ownership)
 
 
-def _unpin(c: Any, indices: Sequence[int], reading: bool = False) -> None:
-    retired: list[Tile] = []
-    with c._state_lock:
-        pins = c._pins
-        for i in indices:
-            pins[i] -= 1
-        if reading:
-            readers, retiring = c._readers, c._retired
-            for i in indices:
-                readers[i] -= 1
-                if not readers[i] and i in retiring:
-                    retired.extend(retiring.pop(i))
-        c._pending -= 1
-    # Tiles a commit replaced while this projection read them: nobody reads them now.
-    tiled_tiles.release_tiles(retired, c._ownership)
-
-
-def _commit(c: Any, moving: list[int], staged: list[Tile], target: str,
-            reused: dict[int, Tile]) -> None:
-    """A residency request's commit: every swap at once, under the lock writers and readers
-    of state take. `moving` minus `reused` take the `staged` tiles in order; an evicted clean
-    tile takes its retained copy from `reused`. A replaced tile is released, unless a
-    projection still reads it in place (it started while this request was pending): that one
-    is retired until the last reader unpins; or, promoted with retain_clean, it is kept as
-    the tile's clean copy."""
-    tiles, where, ownership = c._tiles, c._where, c._ownership
-    clean_copies, readers, retired = c._clean_copies, c._readers, c._retired
-    keep = target == PRIMARY and c._retain_clean
-    fresh_tiles = iter(staged)
-    # Adopting and releasing carrier tiles take the global carrier state lock, which a public
-    # write holds while it waits for `c._state_lock`: both happen outside `c._state_lock`.
-    tiled_tiles.adopt_all(staged, ownership)
-    with c._state_lock:
-        replaced = []
-        for i in moving:
-            if keep:
-                clean_copies[i] = tiles[i]
-            elif readers[i]:
-                retired.setdefault(i, []).append(tiles[i])
-            else:
-                replaced.append(tiles[i])
-            if i in reused:  # the clean copy is the current tile again
-                tiles[i] = clean_copies.pop(i)
-            else:
-                tiles[i] = next(fresh_tiles)
-            where[i] = target
-    tiled_tiles.release_tiles(replaced, ownership)
-
-
-def _finish(c: Any, indices: Sequence[int], handle: Any, error: BaseException | None,
-            result: Any = None, reading: bool = False) -> None:
-    """A request's terminal step: unpin its tiles, then complete its handle with `result` or
-    `error`, in that order, so a waiter the handle wakes finds the tiles free."""
-    _unpin(c, indices, reading)
+def _complete(handle: Any, error: BaseException | None, result: Any = None) -> None:
     if error is None:
         handle._succeed(result)
     else:
@@ -115,37 +58,10 @@ def _flat(carrier: Carrier, size: int) -> Any:
 
 # ===== residency ================================================================================
 
-def _make_room(c: Any, requested: list[int], moving: list[int], protect: Iterable[int]) -> list[int]:
-    """The primary tiles a promote of `moving` must evict first to stay within the carrier's
-    residency policy (the caller holds `c._state_lock`): none if it fits; else unpinned
-    primary tiles outside the request and `protect`, clean before dirty, least recently used
-    first. ValueError when the request alone exceeds the budget, RuntimeError when pinned
-    tiles leave too little to evict; either before any effect."""
-    budget = c._budget_tiles
-    if len(requested) > budget:
-        raise ValueError(f"cannot promote {len(requested)} tiles of a TiledEvictable: they need "
-                         f"{len(requested) * c._tile_bytes} bytes, over its residency_policy budget of "
-                         f"{c._policy.budget}")
-    resident = sum(1 for w in c._where if w == PRIMARY) + len(c._promoting)
-    excess = resident + len(moving) - budget
-    if excess <= 0:
-        return []
-    keep = set(requested) | set(protect)
-    candidates = [i for i, w in enumerate(c._where)
-                  if w == PRIMARY and not c._pins[i] and i not in keep and i not in c._promoting]
-    if len(candidates) < excess:
-        raise RuntimeError(f"cannot promote tiles of a TiledEvictable within its residency_policy budget: "
-                           f"{excess} tiles must leave the primary tier first and only {len(candidates)} "
-                           "are neither pinned nor in use")
-    last, clean = c._last_use, c._clean_copies
-    candidates.sort(key=lambda i: (i not in clean, last.get(i, 0)))
-    return candidates[:excess]
-
-
 def residency(c: Any, tiles: Any, target: str, protect: Iterable[int] = ()) -> AwaitResidency:
     """Start moving `tiles` (a TileSet or TileSelection) into the `target` tier. Under a
-    residency policy a promote first evicts what `_make_room` picks (never a tile of
-    `protect`), in the same engine job."""
+    residency policy a promote first evicts what the book picks (never a tile of `protect`),
+    in the same engine job."""
     action = "promote tiles of" if target == PRIMARY else "evict tiles of"
     c._check_live(action)
     tiles = as_tile_set(tiles, "tiles")
@@ -155,116 +71,95 @@ def residency(c: Any, tiles: Any, target: str, protect: Iterable[int] = ()) -> A
     except KeyError:  # a coordinate outside the grid: the checked lookup words the error
         requested = [c._coordinate_index(coord) for coord in tiles.coordinates]
     handle = _native.new_completion(AwaitResidency)
-    with c._state_lock:
-        c._check_live(action)  # again, atomically with the pins: a release may have run since
-        pins, where = c._pins, c._where
-        pinned = [i for i in requested if pins[i]]
-        if pinned:
-            raise RuntimeError(f"cannot {action} a TiledEvictable: tile {c._coordinate_of(pinned[0])} "
-                               "is pinned by a pending residency request or projection")
-        moving = [i for i in requested if where[i] != target]
-        policy = c._policy is not None and target == PRIMARY
-        if policy:
-            c._touch(requested)
-        if not moving:
-            handle._succeed(None)
-            return handle
-        victims = _make_room(c, requested, moving, protect) if policy else []
-        pinned_here = requested + victims
-        _pin(c, pinned_here)
-        if policy:
-            c._promoting.update(moving)
-        # Evicting clean tiles: their retained copies become current, nothing is copied. The
-        # pins keep every write (which would drop a copy) out until the commit.
-        phases = [_Phase(c, victims, SECONDARY), _Phase(c, moving, target)] if victims else [_Phase(c, moving, target)]
+    book = c._book
+    # Pins every requested tile (and the policy's victims), or refuses before any effect.
+    request = book.request(requested, target == SECONDARY, list(protect))
+    if request is None:
+        handle._succeed(None)
+        return handle
+    phases = [_Phase(c, request, k) for k in range(request.phase_count)]
 
     def job() -> None:
-        try:
-            for phase in phases:
-                error = phase.run(c)
-                if error is not None:
-                    # The room a policy made stays made (values unchanged); the request fails.
-                    _finish(c, pinned_here, handle, error)
-                    return
-            _finish(c, pinned_here, handle, None)
-        finally:
-            if policy:
-                with c._state_lock:
-                    c._promoting.difference_update(moving)
+        error = None
+        for phase in phases:
+            error = phase.run(c, request)
+            if error is not None:
+                break  # the room a policy made stays made (values unchanged); the request fails
+        # Unpinned before the handle completes, so a waiter it wakes finds the tiles free.
+        _release_returned(c, book.finish(request))
+        _complete(handle, error)
 
     try:
         _native.submit_python(handle, job)
     except BaseException:
-        if policy:
-            with c._state_lock:
-                c._promoting.difference_update(moving)
-        _unpin(c, pinned_here)
+        _release_returned(c, book.finish(request))
         raise
     return handle
 
 
 class _Phase:
-    """One tier change of a residency request: `moving` into `target`, made under
-    `c._state_lock` at construction (which clean copies an eviction reuses)."""
+    """One tier change of a residency request (phase `k` of the book's request): the tiles
+    it copies, read in place (pinned), into fresh tiles of the target tier; evicted clean
+    tiles take their kept copies in the book's commit, with nothing copied."""
 
-    def __init__(self, c: Any, moving: list[int], target: str) -> None:
-        self.moving, self.target = moving, target
-        clean_copies = c._clean_copies
-        self.reused = ({i: clean_copies[i] for i in moving if i in clean_copies}
-                       if target != PRIMARY and clean_copies else {})
-        self.copying = [i for i in moving if i not in self.reused]
-        self.prototype = c._primary if target == PRIMARY else c._secondary
-        self.source_tier = c._secondary if target == PRIMARY else c._primary
+    def __init__(self, c: Any, request: Any, k: int) -> None:
+        evicts, self.copying, self.sources, moving = request.phase(k)
+        self.k = k
+        self.target = SECONDARY if evicts else PRIMARY
+        self.prototype = c._secondary if evicts else c._primary
+        self.source_tier = c._primary if evicts else c._secondary
         self.native = (tiled_bulk.native_pair(type(self.source_tier), type(self.prototype))
                        and tiled_bulk.native_storage(self.prototype) is not None
                        and tiled_bulk.native_storage(self.source_tier) is not None)
         self.nbytes = len(self.copying) * c._tile_size * _slot_bytes(c.dtype())
 
-    def run(self, c: Any) -> BaseException | None:
+    def run(self, c: Any, request: Any) -> BaseException | None:
         """Stage and commit; the failure (nothing of this phase changed), or None."""
         staged: list[Tile] = []
         copies: list[Carrier] = []
         start = time.perf_counter_ns()
         try:
-            if self.copying and not (self.native and _stage_native(c, self.copying, c._makers[self.target], staged)):
-                _stage_moves(c, self.copying, self.prototype, self.source_tier, staged, copies)
-            _commit(c, self.moving, staged, self.target, self.reused)
+            if self.sources and not (self.native and _stage_native(c, self.sources, c._makers[self.target], staged)):
+                _stage_moves(c, self.sources, self.prototype, self.source_tier, staged, copies)
+            # Adopted before the commit, outside the book's lock (adoption takes each tile's state).
+            tiled_tiles.adopt_all(staged, c._ownership)
+            replaced = c._book.commit(request, self.k, staged)
         except BaseException as exc:  # noqa: BLE001 - the request's terminal failure
             tiled_tiles.release_tiles(staged, c._ownership)
             for copy in copies:
                 _release_quietly(copy)
             _move_log.residency(self.source_tier, self.prototype, self.nbytes, start, exc)
             return exc
+        _release_returned(c, replaced)
         # One residency change: the tiles copied (clean tiles evicted without a copy count 0).
         _move_log.residency(self.source_tier, self.prototype, self.nbytes, start, None)
         return None
 
 
-def _stage_native(c: Any, moving: list[int], maker: tiled_tiles.TierTiles, staged: list[Tile]) -> bool:
+def _stage_native(c: Any, sources: list[Tile], maker: tiled_tiles.TierTiles, staged: list[Tile]) -> bool:
     """Make every fresh tile, then copy every moving tile into its fresh tile in one batched
     Rust copy (GIL released), reading the pinned current tiles in place. False, with nothing
     staged, when a tile turns out to have no Rust storage: the caller takes the object-model
     path for the whole request."""
-    maker.fresh(len(moving), staged)
-    tiles = c._tiles
-    sources = tiled_tiles.storages_of([tiles[i] for i in moving])
+    maker.fresh(len(sources), staged)
+    storages = tiled_tiles.storages_of(sources)
     destinations = tiled_tiles.storages_of(staged)
-    if sources is None or destinations is None:
+    if storages is None or destinations is None:
         tiled_tiles.release_tiles(staged)
         staged.clear()
         return False
-    _native.copy_storages(sources, destinations, c._tile_size)
+    _native.copy_storages(storages, destinations, c._tile_size)
     return True
 
 
-def _stage_moves(c: Any, moving: list[int], prototype: Carrier, source_tier: Carrier, staged: list[Tile],
+def _stage_moves(c: Any, sources: list[Tile], prototype: Carrier, source_tier: Carrier, staged: list[Tile],
                  copies: list[Carrier]) -> None:
     """The object-model path: each tile's private copy moves into a fresh target-tier tile
     through a move between tiers (§5 resolution, graph construction off)."""
     from strideweave.carriers.move import _move_between_tiers
     with _autograd.no_grad():
-        for i in moving:
-            copy = tiled_tiles.carrier_copy(c._tiles[i], source_tier, c._tile_size)
+        for tile in sources:
+            copy = tiled_tiles.carrier_copy(tile, source_tier, c._tile_size)
             copies.append(copy)
             fresh = prototype.allocate_like(c._tile_size, mutable=True, empty=True)
             staged.append(fresh)
@@ -354,11 +249,15 @@ def project(c: Any, tensor: Any, selection: Any, destination: Carrier | None) ->
     selection, compact, grow = check_projection(c, tensor, selection, destination)
     total = math.prod(compact)
     selected = [c._coordinate_index(coord) for coord in selection.coordinates]
-    with c._state_lock:
-        c._check_live("project")
-        _pin(c, selected, reading=True)
-        if c._policy is not None:
-            c._touch(selected)
+    book = c._book
+    # Pins the selected tiles for reading in place (refused once released): a residency
+    # request on them is refused meanwhile, and one already running keeps each tile it
+    # replaces until this projection unpins.
+    pin = book.pin_reading(selected)
+    tile_of = dict(zip(selected, pin.tiles))
+
+    def unpin() -> None:
+        _release_returned(c, book.unpin(pin))
     owned_destination = destination is None
     claim = _ProjectionClaim()
     claimed: Carrier | None = None
@@ -382,7 +281,7 @@ def project(c: Any, tensor: Any, selection: Any, destination: Carrier | None) ->
             drop_claims(claim, (claimed,))
         if owned_destination and destination is not None:
             _release_quietly(destination)
-        _unpin(c, selected, reading=True)
+        unpin()
         raise
     layout = Layout.canonical(Shape(list(compact)))
 
@@ -401,18 +300,19 @@ def project(c: Any, tensor: Any, selection: Any, destination: Carrier | None) ->
             elif grow and isinstance(destination, Allocatable):
                 with contextlib.suppress(Exception):
                     destination._allocate(0)
-        _finish(c, selected, handle, error, result, reading=True)
+        unpin()  # before the handle completes, so a waiter it wakes finds the tiles free
+        _complete(handle, error, result)
 
     def place_or_gather() -> None:
         """On an engine thread: the selected tiles placed in Rust when every end has a Rust
         storage (a tile read through a fetch, a Ray tile's snapshot, is read here too, so a
         lost object fails the handle), else the object-model gather."""
         try:
-            placed = _native_placement(c, selection, destination)
+            placed = _native_placement(c, selection, destination, tile_of)
             if placed is not None:
                 _native.submit_place_blocks(*placed, list(c._tile), list(compact), finish)
                 return
-            _gather(c, selection, destination, compact)
+            _gather(c, selection, destination, compact, tile_of)
         except BaseException as exc:  # noqa: BLE001 - the projection's terminal failure
             finish(exc)
         else:
@@ -420,8 +320,8 @@ def project(c: Any, tensor: Any, selection: Any, destination: Carrier | None) ->
 
     try:
         placed = None
-        if all(tiled_tiles.tile_storage(c._tiles[i]) is not None for i in selected):
-            placed = _native_placement(c, selection, destination)  # no tile to fetch: at once
+        if all(tiled_tiles.tile_storage(tile) is not None for tile in pin.tiles):
+            placed = _native_placement(c, selection, destination, tile_of)  # no tile to fetch: at once
         if placed is not None:
             _native.submit_place_blocks(*placed, list(c._tile), list(compact), finish)
         else:
@@ -430,23 +330,25 @@ def project(c: Any, tensor: Any, selection: Any, destination: Carrier | None) ->
         drop_claims(claim, (destination,))
         if owned_destination:
             _release_quietly(destination)
-        _unpin(c, selected, reading=True)
+        unpin()
         raise
     return handle
 
 
-def _native_placement(c: Any, selection: TileSelection, destination: Carrier) -> tuple[list[Any], Any, list[int]] | None:
+def _native_placement(c: Any, selection: TileSelection, destination: Carrier,
+                      tile_of: dict[int, Tile]) -> tuple[list[Any], Any, list[int]] | None:
     """`(tile storages, destination storage, origins)`: each selected tile placed at its
     block of the compact array; None unless every end has a Rust storage."""
     dst = tiled_bulk.native_storage(destination)
     if dst is None:
         return None
     indices, origins = tiled_bulk.placement(selection.per_axis, c._grid, c._tile)
-    sources = tiled_tiles.storages_of([c._tiles[i] for i in indices])
+    sources = tiled_tiles.storages_of([tile_of[i] for i in indices])
     return None if sources is None else (sources, dst, origins)
 
 
-def _gather(c: Any, selection: TileSelection, destination: Carrier, compact: tuple[int, ...]) -> None:
+def _gather(c: Any, selection: TileSelection, destination: Carrier, compact: tuple[int, ...],
+            tile_of: dict[int, Tile]) -> None:
     """The object-model gather. Compact `y` takes source
     `x[a] = per_axis[a][y[a] // t[a]] * t[a] + y[a] % t[a]`: each selected tile, read in place
     through its hooks, into its block of the compact array."""
@@ -458,7 +360,7 @@ def _gather(c: Any, selection: TileSelection, destination: Carrier, compact: tup
             rest, r = divmod(rest, extent)
             block.append(r)
             coord.append(axis[r])
-        tile = c._tiles[c._coordinate_index(tuple(coord))]
+        tile = tile_of[c._coordinate_index(tuple(coord))]
         values = tiled_tiles.read_all(tile, c._tile_size)
         for j, v in enumerate(values):
             s, mul, rest = 0, 1, j
@@ -478,48 +380,47 @@ def prepare_to_cpu(request: Any) -> Any:
     if not source._is_full(request.tensor):
         return Unsupported("only a full tensor (offset 0, the identity layout over the logical "
                            "shape) moves out of a TiledEvictable")
-    if source._pending:
+    if source._book.is_pending():
         raise RuntimeError("cannot move a TiledEvictable while a residency request or projection "
                            "is pending")
     destination = request.destination
 
     def submit() -> Any:
-        every = range(len(source._tiles))
         dst = tiled_bulk.native_storage(destination)
-        with source._state_lock:
-            if source._pending:  # a request started since prepare: refuse, as prepare does
-                raise RuntimeError("cannot move a TiledEvictable while a residency request or "
-                                   "projection is pending")
-            # Pinned whichever path gathers, so no residency request swaps out (and releases)
-            # a tile under the copy: of the two, exactly one goes ahead.
-            _pin(source, every)
+        book = source._book
+        # Every tile pinned whichever path gathers, so no residency request swaps out (and
+        # releases) a tile under the copy; refused like prepare when a request or projection
+        # started since: of the two, exactly one goes ahead.
+        pin = book.pin_all()
+        tiles = pin.tiles
         try:
-            # Outside the lock: reading a tile may fetch it (a Ray tile's snapshot), and the
-            # pins keep every tile in place meanwhile.
-            sources = None if dst is None else tiled_tiles.storages_of(source._tiles)
+            # Reading a tile may fetch it (a Ray tile's snapshot); the pins keep every tile in
+            # place meanwhile.
+            sources = None if dst is None else tiled_tiles.storages_of(tiles)
         except BaseException:
-            _unpin(source, every)
+            book.unpin(pin)
             raise
         if sources is None:
             try:
-                for index, tile in enumerate(source._tiles):
+                for index, tile in enumerate(tiles):
                     values = tiled_tiles.read_all(tile, source._tile_size)
                     for s, v in zip(source._tile_slots(index), values):
                         destination._sw_fill(s, v)
             finally:
-                _unpin(source, every)
+                book.unpin(pin)
             return None
         # One engine job; the move waits on the returned completion. The tiles stay pinned
         # meanwhile, so no residency request swaps one out under the copy.
         done = _native.new_completion(AwaitResult)
 
         def then(error: BaseException | None) -> None:
-            _finish(source, every, done, error)
+            book.unpin(pin)
+            _complete(done, error)
         try:
             _native.submit_place_blocks(sources, dst, source._origins, list(source._tile),
                                         list(source._logical), then)
         except BaseException:
-            _unpin(source, every)
+            book.unpin(pin)
             raise
         return done
 

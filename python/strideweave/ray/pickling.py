@@ -59,7 +59,6 @@ from strideweave.carriers.cpu import CPU
 from strideweave.carriers.dtype import DType
 from strideweave.carriers.move import _move_between_tiers
 from strideweave.carriers.tiled_evictable import TiledEvictable
-from strideweave.carriers.tiled_types import SECONDARY
 from strideweave.layout import Layout, Shape
 from strideweave.ray.carrier import RayObjectCarrier
 from strideweave.tensor import Tensor
@@ -110,14 +109,16 @@ def _snapshot_tile_refs(c: TiledEvictable) -> list[Any]:
     resident: dict[int, Any] = {}  # index: the resident tile
     copies: dict[int, Carrier] = {}  # index: a private copy of it, to put
     try:
-        # One consistent snapshot: public writes and residency commits take this lock too.
-        with c._state_lock:
-            c._check_live("pickle")
-            version = c.version
-            with _PUT_TILES_LOCK:
-                put_version, put = _PUT_TILES.get(c, (-1, {}))
-            for index, (tile, where) in enumerate(zip(cast("list[Any]", c._tiles), c._where)):
-                if where == SECONDARY:  # a tile of the RayObjectCarrier tier
+        # One consistent snapshot: the book's lock, which public writes and residency commits
+        # take too, is held while the resident tiles are copied.
+        c._check_live("pickle")
+        version = c.version
+        with _PUT_TILES_LOCK:
+            put_version, put = _PUT_TILES.get(c, (-1, {}))
+
+        def snapshot(tiles: list[tuple[Any, bool]]) -> None:
+            for index, (tile, on_primary) in enumerate(tiles):
+                if not on_primary:  # a tile of the RayObjectCarrier tier
                     refs.append(cast(RayObjectCarrier, tile).object_ref)
                     continue
                 resident[index] = tile
@@ -127,6 +128,8 @@ def _snapshot_tile_refs(c: TiledEvictable) -> list[Any]:
                 else:
                     refs.append(None)
                     copies[index] = tiled_tiles.carrier_copy(tile, c.primary, c._tile_size)
+
+        c._book.inspect("pickle", snapshot)
         dtype = c.dtype()
         for index, copy in copies.items():
             landing = RayObjectCarrier(dtype=dtype)

@@ -77,7 +77,11 @@ def residency(c: Any, tiles: Any, target: str, protect: Iterable[int] = ()) -> A
     if request is None:
         handle._succeed(None)
         return handle
-    phases = [_Phase(c, request, k) for k in range(request.phase_count)]
+    try:
+        phases = [_Phase(c, request, k) for k in range(request.phase_count)]
+    except BaseException:
+        _release_returned(c, book.finish(request))  # no pin outlives a request that never ran
+        raise
 
     def job() -> None:
         error = None

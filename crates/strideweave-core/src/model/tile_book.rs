@@ -327,6 +327,13 @@ impl<T> ReadPin<T> {
         &self.tiles
     }
 
+    /// Hand the pinned tiles' holders to the caller, the pin keeping its indices: a binding
+    /// drops them where it may (a Python object's last reference only with the GIL, which the
+    /// book's lock is taken without).
+    pub fn take_tiles(&mut self) -> Vec<T> {
+        std::mem::take(&mut self.tiles)
+    }
+
     /// The pinned tiles' indices, in the order asked for.
     pub fn indices(&self) -> &[usize] {
         &self.indices

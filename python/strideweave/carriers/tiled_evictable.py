@@ -17,9 +17,11 @@ moves), owned by the TiledEvictable through an ownership token like Evictable's,
 exact built-in classes CPU and FileBacked, the bare Rust storage such a carrier would hold
 (`tiled_tiles.py` says why and how).
 
-This module holds the carrier, its storage provider, the facet and the definition; the value
-types live in `tiled_types.py`, the request machinery (pins, atomic commit, projection, the
-route's transfer) in `tiled_residency.py`, the tiles of each tier in `tiled_tiles.py`, and
+This module holds the carrier, its storage provider, the facet and the definition; the rules
+of the tiles (where each is, pins, commits, retired tiles, clean copies, the residency policy)
+are the core's tile book (`_native.TileBook`, the Rust TiledEvictable's own); the value types
+live in `tiled_types.py`, what a request, a projection and the route do to the tiles in
+`tiled_residency.py`, the tiles of each tier in `tiled_tiles.py`, and
 the batched Rust data path in `tiled_bulk.py`.
 """
 from __future__ import annotations

@@ -50,10 +50,6 @@ fn tiles_in(tiles: Vec<Py<PyAny>>) -> Vec<PyTile> {
     tiles.into_iter().map(Arc::new).collect()
 }
 
-/// What `TileRequest.phase` tells of a phase: whether it evicts, the indices of the tiles it
-/// copies, their current tiles, how many tiles it moves.
-type PhaseParts = (bool, Vec<usize>, Vec<Py<PyAny>>, usize);
-
 /// A residency request the book admitted: its tiles stay pinned until `TileBook.finish`.
 #[pyclass(frozen, module = "strideweave._native", name = "TileRequest")]
 pub struct TileRequest {
@@ -68,15 +64,14 @@ impl TileRequest {
         self.inner.lock().as_ref().map_or(0, |r| r.phases().len())
     }
 
-    /// Phase `k`: `(evicts, the indices of the tiles it copies, their current tiles, how
-    /// many tiles it moves)`; the copy reads the current tiles in place (they are pinned).
-    fn phase(&self, py: Python<'_>, k: usize) -> PyResult<PhaseParts> {
+    /// Phase `k`: `(evicts, the current tiles it copies)`, in the order `TileBook.commit`
+    /// takes their fresh tiles; the copy reads them in place (they are pinned).
+    fn phase(&self, py: Python<'_>, k: usize) -> PyResult<(bool, Vec<Py<PyAny>>)> {
         let inner = self.inner.lock();
         let request = inner.as_ref().ok_or_else(|| PyRuntimeError::new_err("the tile request is finished"))?;
         let phase = request.phases().get(k).ok_or_else(|| PyRuntimeError::new_err(format!("no phase {k}")))?;
-        let indices = phase.copying().map(|s| s.index()).collect();
         let sources = phase.copying().map(|s| s.source().clone_ref(py)).collect();
-        Ok((phase.evicts(), indices, sources, phase.steps().len()))
+        Ok((phase.evicts(), sources))
     }
 }
 
@@ -197,11 +192,6 @@ impl TileBook {
         .map_err(|e| error::model(py, e))
     }
 
-    /// Record a use of these tiles (the policy's least-recently-used order).
-    fn touch(&self, py: Python<'_>, indices: Vec<usize>) {
-        py.detach(|| self.book.touch(&indices));
-    }
-
     /// Admit a request moving `indices` to the secondary tier (`evict`) or the primary, its
     /// tiles pinned; None when none of them moves. Under a policy a promote makes room first,
     /// never evicting a tile of `protect`. Refusals raise before any effect.
@@ -239,12 +229,12 @@ impl TileBook {
         replaced.map(|tiles| tiles_out(py, tiles)).map_err(PyRuntimeError::new_err)
     }
 
-    /// The end of `request`, committed or not: its tiles unpinned. Returns the tiles to
-    /// release. A second call does nothing.
-    fn finish(&self, py: Python<'_>, request: &TileRequest) -> Vec<Py<PyAny>> {
-        let Some(request) = request.inner.lock().take() else { return Vec::new() };
-        let released = py.detach(|| self.book.finish(request));
-        tiles_out(py, released)
+    /// The end of `request`, committed or not: its tiles unpinned. A second call does
+    /// nothing.
+    fn finish(&self, py: Python<'_>, request: &TileRequest) {
+        if let Some(request) = request.inner.lock().take() {
+            py.detach(|| self.book.finish(request));
+        }
     }
 
     /// Pin `indices` for a projection reading them in place.

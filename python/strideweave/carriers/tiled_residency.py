@@ -80,7 +80,7 @@ def residency(c: Any, tiles: Any, target: str, protect: Iterable[int] = ()) -> A
     try:
         phases = [_Phase(c, request, k) for k in range(request.phase_count)]
     except BaseException:
-        _release_returned(c, book.finish(request))  # no pin outlives a request that never ran
+        book.finish(request)  # no pin outlives a request that never ran
         raise
 
     def job() -> None:
@@ -90,13 +90,13 @@ def residency(c: Any, tiles: Any, target: str, protect: Iterable[int] = ()) -> A
             if error is not None:
                 break  # the room a policy made stays made (values unchanged); the request fails
         # Unpinned before the handle completes, so a waiter it wakes finds the tiles free.
-        _release_returned(c, book.finish(request))
+        book.finish(request)
         _complete(handle, error)
 
     try:
         _native.submit_python(handle, job)
     except BaseException:
-        _release_returned(c, book.finish(request))
+        book.finish(request)
         raise
     return handle
 
@@ -107,7 +107,7 @@ class _Phase:
     tiles take their kept copies in the book's commit, with nothing copied."""
 
     def __init__(self, c: Any, request: Any, k: int) -> None:
-        evicts, self.copying, self.sources, moving = request.phase(k)
+        evicts, self.sources = request.phase(k)
         self.k = k
         self.target = SECONDARY if evicts else PRIMARY
         self.prototype = c._secondary if evicts else c._primary
@@ -115,7 +115,7 @@ class _Phase:
         self.native = (tiled_bulk.native_pair(type(self.source_tier), type(self.prototype))
                        and tiled_bulk.native_storage(self.prototype) is not None
                        and tiled_bulk.native_storage(self.source_tier) is not None)
-        self.nbytes = len(self.copying) * c._tile_size * _slot_bytes(c.dtype())
+        self.nbytes = len(self.sources) * c._tile_size * _slot_bytes(c.dtype())
 
     def run(self, c: Any, request: Any) -> BaseException | None:
         """Stage and commit; the failure (nothing of this phase changed), or None."""

@@ -39,7 +39,7 @@
 //! assert_eq!(phase.copying().map(|s| *s.source()).collect::<Vec<_>>(), ["b"]);
 //! let replaced = book.commit(phase, vec!["b on the secondary tier"]);
 //! assert_eq!(replaced, ["b"]);
-//! assert!(book.finish(request).is_empty());
+//! book.finish(request);
 //! assert_eq!(book.tiles_on(Tier::Secondary).unwrap(), [1]);
 //! ```
 
@@ -479,17 +479,6 @@ impl<T: Clone> TileBook<T> {
         inspect(&tiles)
     }
 
-    /// Record a use of these tiles (the policy's least-recently-used order); nothing without
-    /// a policy, or from the code of a tile the book is using on this thread (the use that
-    /// code is part of is recorded already).
-    pub fn touch(&self, indices: &[usize]) {
-        if self.budget.is_some() {
-            if let Ok(mut entries) = self.lock("use") {
-                touch(&mut entries, indices);
-            }
-        }
-    }
-
     /// Run `read` on tile `index`'s holder under the book's lock (no commit releases it
     /// meanwhile).
     pub fn read<R>(&self, index: usize, read: impl FnOnce(&T) -> Result<R>) -> Result<R> {
@@ -594,9 +583,10 @@ impl<T: Clone> TileBook<T> {
         replaced
     }
 
-    /// A request's end, committed or not: its tiles unpinned. Hands back the tiles to
-    /// release (none: only readers retire tiles).
-    pub fn finish(&self, request: TileRequest<T>) -> Vec<T> {
+    /// A request's end, committed or not: its tiles unpinned. (It hands nothing back: the
+    /// tiles its commits replaced came back from [`commit`](Self::commit), and only readers
+    /// retire tiles.)
+    pub fn finish(&self, request: TileRequest<T>) {
         let mut entries = self.entries.lock();
         for &i in &request.pinned {
             entries.tiles[i].pins -= 1;
@@ -605,7 +595,6 @@ impl<T: Clone> TileBook<T> {
             entries.tiles[i].promoting = false;
         }
         self.pending.fetch_sub(1, Ordering::AcqRel);
-        Vec::new()
     }
 
     /// Pin `indices` for a projection that reads them in place. Refused once released.
@@ -762,7 +751,7 @@ mod tests {
             let staged = phase.copying().map(|s| format!("{}'", s.source())).collect();
             released.extend(book.commit(phase, staged));
         }
-        released.extend(book.finish(request));
+        book.finish(request);
         released
     }
 
@@ -777,8 +766,8 @@ mod tests {
             "cannot promote tiles of a TiledEvictable: tile (1,) is pinned by a pending residency request or projection"
         );
         assert!(b.release().is_err() && b.is_pending());
-        let _ = b.finish(first);
-        let _ = b.finish(other);
+        b.finish(first);
+        b.finish(other);
         assert!(
             !b.is_pending() && b.tiles_on(Tier::Secondary).unwrap().is_empty(),
             "unfinished requests changed nothing"
@@ -792,7 +781,7 @@ mod tests {
         let pin = b.pin_reading(&[0]).unwrap();
         assert_eq!(pin.tiles(), ["p0"]);
         assert!(b.commit(&request.phases()[0], vec!["s0".into()]).is_empty(), "retired, not released");
-        let _ = b.finish(request);
+        b.finish(request);
         assert_eq!(b.unpin(pin), ["p0"]);
         assert_eq!(b.read(0, |t| Ok(t.clone())).unwrap(), "s0");
     }
@@ -809,7 +798,7 @@ mod tests {
         let mut released = b.commit(&request.phases()[0], vec!["s1''".to_string()]);
         released.sort();
         assert_eq!(released, ["s0'", "s1'"], "the primary tiles go; tile 0's clean copy is current again");
-        let _ = b.finish(request);
+        b.finish(request);
         assert_eq!(b.read(0, |t| Ok(t.clone())).unwrap(), "s0");
     }
 }

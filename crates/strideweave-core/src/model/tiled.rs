@@ -236,9 +236,8 @@ impl Admitted {
 impl Drop for Admitted {
     fn drop(&mut self) {
         if let Some(request) = self.request.take() {
-            let mut handed_back = self.composite.book.finish(request);
-            handed_back.append(&mut self.replaced);
-            self.composite.end_pending(handed_back);
+            self.composite.book.finish(request);
+            self.composite.end_pending(std::mem::take(&mut self.replaced));
         }
     }
 }

@@ -296,13 +296,13 @@ impl SpanCopy {
 /// A checked layout copy between two host buffers: slot `src_offset + i` to slot
 /// `dst_offset + i` for every slot `i` the flattened layout addresses.
 ///
-/// The leaves are borrowed or owned (`Vec<i64>` for a copy sent to another thread), so a copy
-/// run where its layout lives allocates nothing.
+/// The buffers and the leaves are borrowed or owned (owned for a copy sent to another thread),
+/// so a copy run where its move holds them allocates nothing and touches no reference count.
 #[derive(Debug)]
 pub struct LayoutCopy<'a> {
-    src: ClaimedHost,
+    src: Cow<'a, ClaimedHost>,
     src_offset: i64,
-    dst: ClaimedHost,
+    dst: Cow<'a, ClaimedHost>,
     dst_offset: i64,
     extents: Cow<'a, [i64]>,
     strides: Cow<'a, [i64]>,
@@ -313,18 +313,19 @@ impl<'a> LayoutCopy<'a> {
     /// The copy of every slot the layout (`extents`, `strides`) addresses, checked inside both
     /// buffers, which must be distinct.
     pub fn new(
-        src: ClaimedHost,
+        src: impl Into<Cow<'a, ClaimedHost>>,
         src_offset: i64,
-        dst: ClaimedHost,
+        dst: impl Into<Cow<'a, ClaimedHost>>,
         dst_offset: i64,
         extents: impl Into<Cow<'a, [i64]>>,
         strides: impl Into<Cow<'a, [i64]>>,
         elem_size: usize,
     ) -> Result<Self, TransferError> {
+        let (src, dst) = (src.into(), dst.into());
         let (extents, strides) = (extents.into(), strides.into());
         let range = plan::addressed_range(&extents, &strides).map_err(|e| TransferError::Range(e.to_string()))?;
         if let Some((lo, hi)) = range {
-            for (name, offset, buffer) in [("src_offset", src_offset, &src), ("dst_offset", dst_offset, &dst)] {
+            for (name, offset, buffer) in [("src_offset", src_offset, &*src), ("dst_offset", dst_offset, &*dst)] {
                 let slots = (buffer.buffer().len() / elem_size.max(1)) as i64;
                 let inside = matches!((offset.checked_add(lo), offset.checked_add(hi)),
                                       (Some(f), Some(l)) if f >= 0 && l < slots);
@@ -351,8 +352,8 @@ impl<'a> LayoutCopy<'a> {
                 let span = SpanCopy {
                     src_byte: byte(self.src_offset),
                     dst_byte: byte(self.dst_offset),
-                    src: Endpoint::Host(self.src),
-                    dst: Endpoint::Host(self.dst),
+                    src: Endpoint::Host(self.src.into_owned()),
+                    dst: Endpoint::Host(self.dst.into_owned()),
                     nbytes,
                 };
                 return span.run(progress);

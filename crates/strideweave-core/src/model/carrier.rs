@@ -155,6 +155,20 @@ impl ClaimedHost {
     }
 }
 
+/// An owned buffer handle, for a copy that outlives its caller (one sent to another thread).
+impl From<ClaimedHost> for std::borrow::Cow<'_, ClaimedHost> {
+    fn from(claimed: ClaimedHost) -> Self {
+        std::borrow::Cow::Owned(claimed)
+    }
+}
+
+/// A borrowed buffer handle, for a copy run while its caller holds the handle.
+impl<'a> From<&'a ClaimedHost> for std::borrow::Cow<'a, ClaimedHost> {
+    fn from(claimed: &'a ClaimedHost) -> Self {
+        std::borrow::Cow::Borrowed(claimed)
+    }
+}
+
 /// Storage a transfer may access in bulk instead of slot by slot. A running transfer holds
 /// these by `Arc`, so the bytes outlive a concurrent release of the carrier's handle.
 #[derive(Clone, Debug)]

@@ -59,7 +59,7 @@ fn name(c: &dyn Carrier) -> String {
 /// a Tensor", "not a Carrier", a pinned class — pass at once), then claims both carriers and
 /// grows an empty allocatable destination: the one [`Request`]. `decided`: the route a binding
 /// decided for the pair of its classes; it cannot permit a pair the classes' identities refuse.
-pub(crate) fn initiate(tensor: &Tensor, destination: &Arc<dyn Carrier>, decided: Option<RouteKind>) -> Result<Pending> {
+pub(crate) fn initiate(tensor: &Tensor, destination: Arc<dyn Carrier>, decided: Option<RouteKind>) -> Result<Pending> {
     // The table's first row: a source carrier exists only for a single-subtensor tensor.
     initiate_window(tensor.single("move")?, tensor.dtype(), destination, decided)
 }
@@ -68,7 +68,7 @@ pub(crate) fn initiate(tensor: &Tensor, destination: &Arc<dyn Carrier>, decided:
 pub(crate) fn initiate_window(
     sub: &Subtensor,
     dtype: ElemKind,
-    destination: &Arc<dyn Carrier>,
+    destination: Arc<dyn Carrier>,
     decided: Option<RouteKind>,
 ) -> Result<Pending> {
     let source = sub.carrier();
@@ -80,7 +80,7 @@ pub(crate) fn initiate_window(
     };
     let mut parties = CarrierParties {
         source: source.clone(),
-        destination: destination.clone(),
+        destination,
         dtype,
         kind,
         cosize: layout.cosize() as usize,

@@ -123,7 +123,7 @@ impl MoveHandle {
 /// assert_eq!(file.size(), 3); // grown to the layout's cosize
 /// ```
 pub fn move_tensor(tensor: &Tensor, destination: impl IntoCarrier) -> MoveOutcome {
-    carrier_request::initiate(tensor, &destination.into_carrier(), None)?.run()
+    carrier_request::initiate(tensor, destination.into_carrier(), None)?.run()
 }
 
 /// A move validated and holding both claims, its transfer not yet run: what
@@ -222,7 +222,7 @@ impl PendingMove {
 /// assert!(src.is_released());
 /// ```
 pub fn prepare_move(tensor: &Tensor, destination: impl IntoCarrier, route: Option<RouteKind>) -> Result<PendingMove> {
-    carrier_request::initiate(tensor, &destination.into_carrier(), route).map(PendingMove)
+    carrier_request::initiate(tensor, destination.into_carrier(), route).map(PendingMove)
 }
 
 /// [`prepare_move`] of the single-subtensor tensor whose one window is `window` (its dtype is
@@ -234,7 +234,7 @@ pub fn prepare_window_move(
     route: Option<RouteKind>,
 ) -> Result<PendingMove> {
     let dtype = window.carrier().elem_kind();
-    carrier_request::initiate_window(window, dtype, &destination.into_carrier(), route).map(PendingMove)
+    carrier_request::initiate_window(window, dtype, destination.into_carrier(), route).map(PendingMove)
 }
 
 /// Validate and start moving `tensor` into `destination`; the transfer and the terminal
@@ -252,7 +252,7 @@ pub fn prepare_window_move(
 /// assert_eq!(handle.wait().unwrap().values_f32().unwrap(), vec![4.0, 5.0]);
 /// ```
 pub fn move_async(tensor: &Tensor, destination: impl IntoCarrier) -> Result<MoveHandle> {
-    let pending = carrier_request::initiate(tensor, &destination.into_carrier(), None)?;
+    let pending = carrier_request::initiate(tensor, destination.into_carrier(), None)?;
     let route = pending.route_kind();
     let cell = Arc::new(Completion::new());
     let handle = MoveHandle { outcome: Awaitable::on(cell.clone()), route };

@@ -242,10 +242,11 @@ pub(crate) fn execute(route: &Route, job: &Job<'_>) -> Result<()> {
             claimed_span(job, Endpoint::File(src.clone()), Endpoint::Host(dst.clone()))
         }
         Route::HostToHost(HostSide::Claimed(src), HostSide::Claimed(dst)) => {
+            // Borrowed: the route holds both buffers for as long as the copy runs.
             let copy = LayoutCopy::new(
-                src.clone(),
+                src,
                 job.offset as i64,
-                dst.clone(),
+                dst,
                 0,
                 job.layout.leaf_extents(),
                 job.layout.leaf_strides(),

@@ -54,6 +54,28 @@ def test_a_small_cpu_move_runs_natively_with_the_same_outcome(python_requests, g
         assert t.grad is not None and t.grad.tolist() == [1.0, 1.0, 1.0, 1.0]
 
 
+@pytest.mark.parametrize("grad", [True, False])
+def test_a_small_cpu_move_async_runs_natively_and_its_handle_is_done_when_returned(python_requests, grad):
+    saved = sw.is_grad_enabled()
+    sw.set_grad_enabled(grad)
+    try:
+        t = filled([1.0, 2.0, 3.0, 4.0])
+        dest = CPU(6)
+        handle = sw.move_async(t, dest)
+        assert handle.done and t.carrier.is_released()
+        out = handle.wait()
+    finally:
+        sw.set_grad_enabled(saved)
+    assert python_requests == []
+    assert isinstance(handle, sw.AwaitMove) and handle.wait() is out
+    assert handle.bytes_done == handle.bytes_total == 16
+    assert out.carrier is dest and out.layout == t.layout and out.tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert dest.version == 0 and (out.autograd_ctx is not None) == grad
+    if grad:
+        sw.sum(out).backward()
+        assert t.grad is not None and t.grad.tolist() == [1.0, 1.0, 1.0, 1.0]
+
+
 def test_a_gapped_layout_at_an_offset_moves_natively(python_requests):
     c = CPU(20)
     np.from_dlpack(Tensor(c, 0, flat(20)))[:] = np.arange(20, dtype=np.float32)
@@ -222,6 +244,33 @@ def test_a_release_hook_that_raises_fails_the_native_move_with_its_exception_and
     dest.release()
     Stubborn.refuse = False
     assert sw.move(t, CPU(2)).tolist() == [1.0, 2.0]
+
+
+def test_a_release_hook_that_raises_fails_a_small_native_move_async_through_its_handle(python_requests, caplog):
+    """A small move_async runs whole at initiation, but its commit's failure is the handle's
+    outcome, as every transfer failure of an asynchronous move is: nothing raises at the call."""
+    class Stubborn(CPU):
+        refuse = False
+
+        def _release(self):
+            if Stubborn.refuse:
+                raise OSError("cannot free")
+            super()._release()
+
+    _resolved(Stubborn, CPU, python_requests)
+    Stubborn.refuse = True
+    t, dest = filled([1.0, 2.0], Stubborn), CPU(2)
+    with caplog.at_level("WARNING", logger="strideweave.move"):
+        handle = sw.move_async(t, dest)
+        assert handle.done
+        with pytest.raises(OSError, match="cannot free"):
+            handle.wait()
+    assert python_requests == [] and handle.bytes_done == 0 and handle.bytes_total == 8
+    assert sum("failed move of 8 bytes: OSError: cannot free" in r.getMessage() for r in caplog.records) == 1
+    assert not t.carrier.is_released() and t.tolist() == [1.0, 2.0]
+    dest[0] = 5.0  # unclaimed
+    Stubborn.refuse = False
+    assert sw.move_async(t, dest).wait().tolist() == [1.0, 2.0]
 
 
 def test_a_release_hook_that_releases_or_moves_its_own_carrier_is_refused_and_the_move_holds(python_requests):

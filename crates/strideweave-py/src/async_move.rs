@@ -24,7 +24,7 @@
 //! source stays live), then `MoveRollback` on the worker, with the GIL, clears the autograd
 //! node and fails the handle with the error.
 
-use pyo3::exceptions::PyBaseException;
+use pyo3::exceptions::{PyBaseException, PyRuntimeError};
 use pyo3::prelude::*;
 
 use strideweave_core::model::{prepare_window_move, RouteKind};
@@ -34,7 +34,7 @@ use crate::commit::MoveCommit;
 use crate::engine::{new_handle, AwaitResult};
 use crate::error::JobError;
 use crate::inline_move::{
-    config, core_window, exact_single_view, profiling, record_node, refused_by_hook, result_view, BuiltinPair,
+    config, core_window, exact_single_view, profiling, record_node, refused_by_hook, result_view, BuiltinPair, Ran,
 };
 use crate::jobs::submit_committing;
 use crate::move_request::request_hooks;
@@ -118,6 +118,29 @@ pub(crate) fn move_async_builtin(
     let queued = submit_committing(then.as_any(), Some(publish), move || pending.finish().map_err(JobError::Model))?;
     handle_ref.get().completed_by(queued);
     Ok(Some(handle.unbind()))
+}
+
+/// The handle of a move that already ran on the caller's thread (`inline_move::move_inline`):
+/// done when returned, with the moved Tensor, or with the commit's failure, which an
+/// asynchronous move reports through its handle rather than raising. Its byte counter reads
+/// the whole span once the move succeeded, as a small transfer's does at completion.
+pub(crate) fn done_handle(py: Python<'_>, ran: Ran) -> PyResult<Py<PyAny>> {
+    let cfg = config(py).ok_or_else(|| PyRuntimeError::new_err("strideweave's native moves are not configured"))?;
+    let handle = new_handle(cfg.await_move.bind(py))?;
+    let handle_ref = handle.cast::<AwaitResult>()?;
+    let progress = Py::new(py, TransferProgress::with_total(ran.bytes))?;
+    match ran.result {
+        Ok(moved) => {
+            progress.get().complete();
+            handle_ref.get().count_bytes_with(progress);
+            handle_ref.get().succeed(moved);
+        }
+        Err(failure) => {
+            handle_ref.get().count_bytes_with(progress);
+            handle_ref.get().fail(failure.value(py).as_any())?;
+        }
+    }
+    Ok(handle.unbind())
 }
 
 /// The failure end of a natively initiated move, called on the worker (with the GIL) when its

@@ -1,5 +1,6 @@
-//! `_native.move_inline`: a whole blocking `move` in one native call, for the commonest small
-//! move: a one-subtensor `Tensor` between two exact `CPU` carriers over the default route.
+//! `_native.move_inline`: a whole small move in one native call, run on the caller's thread: a
+//! one-subtensor `Tensor` between two `CPU` carriers over the default route. `move` returns its
+//! result; `move_async` returns a handle already done with it (`async_move::done_handle`).
 //!
 //! A small move's copy takes well under a microsecond, so everything around it is the cost:
 //! validation, claims, the commit, the result Tensor. This path runs the core's own move
@@ -304,14 +305,25 @@ pub(crate) fn result_view<'py>(
     )
 }
 
-/// The blocking move of `tensor` into `destination` when this path applies (see the module
-/// docs): the result Tensor, or None with nothing changed. `move_entry::move_blocking`'s
-/// fast route.
+/// How a move run on the caller's thread ended, once it got past its claims: the result
+/// Tensor, or the failure of its commit (the core rolled back: the source is live, the
+/// destination unclaimed), which a blocking move raises and an asynchronous one's handle holds.
+pub(crate) struct Ran {
+    /// The moved Tensor, or the commit's failure.
+    pub(crate) result: PyResult<Py<PyAny>>,
+    /// The bytes of the moved span (the layout's cosize in slots of the dtype).
+    pub(crate) bytes: u64,
+}
+
+/// The move of `tensor` into `destination` run whole on this thread, when this path applies
+/// (see the module docs): how it ran, or None with nothing changed. A refusal that a class's
+/// hook decides raises, before any effect. The fast route of both `move_entry::move_blocking`
+/// and, for a small move, `move_entry::move_async` (whose handle is done when returned).
 pub(crate) fn move_inline(
     py: Python<'_>,
     tensor: &Bound<'_, PyAny>,
     destination: &Bound<'_, PyAny>,
-) -> PyResult<Option<Py<PyAny>>> {
+) -> PyResult<Option<Ran>> {
     let Some(cfg) = CONFIG.get(py) else {
         return Ok(None);
     };
@@ -363,14 +375,13 @@ pub(crate) fn move_inline(
     // dropped after, with the GIL held.
     let outcome = py.detach(|| pending.finish());
     drop((window, into_carrier));
+    let bytes = (layout.get().core().cosize() as u64).saturating_mul(cfg.slot_bytes(view.dtype.bind(py)).unwrap_or(0));
     if let Err(e) = outcome {
         // Only a source's own `_release` hook (or a panic) fails the commit: the core rolled
         // back, and the failure is the move's, a WARNING as every failed move's is.
         let raised = error::model(py, e);
-        let nbytes =
-            (layout.get().core().cosize() as u64).saturating_mul(cfg.slot_bytes(view.dtype.bind(py)).unwrap_or(0));
-        cfg.failed.bind(py).call1((nbytes, raised.value(py)))?;
-        return Err(raised);
+        cfg.failed.bind(py).call1((bytes, raised.value(py)))?;
+        return Ok(Some(Ran { result: Err(raised), bytes }));
     }
     let output = result_view(cfg, dst, view)?;
     if recording {
@@ -378,7 +389,7 @@ pub(crate) fn move_inline(
         // recording reads the source's version, which the move does not change.
         record_node(cfg, tensor, &output, view, dst, &route, reverse.as_ref())?;
     }
-    Ok(Some(output.into_any().unbind()))
+    Ok(Some(Ran { result: Ok(output.into_any().unbind()), bytes }))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -3,8 +3,9 @@
 //!
 //! A move starts here and takes the first route that serves it:
 //! 1. the fast routes, native end to end, for the built-in pairs at their default routes
-//!    (`inline_move::move_inline` for a small blocking move, `async_move::move_async_builtin`
-//!    for a bulk one), skipped while per-move DEBUG logging is on;
+//!    (`inline_move::move_inline` for a small move, blocking or asynchronous,
+//!    `async_move::move_async_builtin` for a bulk asynchronous one), skipped while per-move
+//!    DEBUG logging is on;
 //! 2. otherwise the general request (`move_request.rs`), which the Python package starts for
 //!    its user-defined hooks, routes and providers: the two functions it registers with
 //!    [`configure_move_entry`].
@@ -76,8 +77,8 @@ fn entry(py: Python<'_>) -> PyResult<&'static Entry> {
 fn move_blocking(py: Python<'_>, tensor: &Bound<'_, PyAny>, destination: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
     let entry = entry(py)?;
     if !entry.logging(py)? {
-        if let Some(moved) = inline_move::move_inline(py, tensor, destination)? {
-            return Ok(moved);
+        if let Some(ran) = inline_move::move_inline(py, tensor, destination)? {
+            return ran.result;
         }
     }
     Ok(entry.request_move.bind(py).call1((tensor, destination))?.unbind())
@@ -92,6 +93,11 @@ fn move_async(py: Python<'_>, tensor: &Bound<'_, PyAny>, destination: &Bound<'_,
     if !entry.logging(py)? {
         if let Some(handle) = async_move::move_async_builtin(py, tensor, destination)? {
             return Ok(handle);
+        }
+        // A small move costs less than handing it to a worker: it runs here, as the Python
+        // request runs its small transfers, and its handle is done when returned.
+        if let Some(ran) = inline_move::move_inline(py, tensor, destination)? {
+            return async_move::done_handle(py, ran);
         }
     }
     Ok(entry.request_move_async.bind(py).call1((tensor, destination))?.unbind())

@@ -447,6 +447,38 @@ def test_racing_moves_releases_and_writes_of_a_source_whose_release_hook_re_move
                 assert unclaimed(d)
 
 
+def test_racing_small_move_asyncs_releases_and_writes_of_one_source(python_requests):
+    """8 threads × 300 rounds against one plain CPU source: four `move_async` it (each served
+    whole at initiation, its handle done), two release it, two write into it, at once. At most
+    one move publishes; every other move, release or write raises RuntimeError at its call (a
+    move refused at its claim raises before any handle exists); no claim is left behind."""
+    from racing import THREADS, run_together, unclaimed
+
+    n = 64
+    values = [float(i) for i in range(1, n + 1)]
+    with sw.no_grad():
+        for _ in range(300):
+            t = filled(values)
+            dests = [CPU(n) for _ in range(THREADS // 2)]
+            actions = [(lambda d=d: sw.move_async(t, d)) for d in dests]
+            actions += [t.carrier.release] * (THREADS // 4)
+            actions += [(lambda: t.carrier.__setitem__(0, -1.0))] * (THREADS // 4)
+            outcomes = run_together(actions)
+            for kind, value in outcomes:
+                assert kind == "ok" or isinstance(value, RuntimeError), value
+            assert t.carrier.is_released()
+            handles = [(d, o[1]) for d, o in zip(dests, outcomes) if o[0] == "ok"]
+            assert len(handles) <= 1
+            for dest, handle in handles:
+                assert handle.done
+                out = handle.wait()
+                assert out.carrier is dest and out.tolist()[1:] == values[1:] and out[0] in (1.0, -1.0)
+            for d in dests:
+                if not any(d is m for m, _ in handles):
+                    assert d.version == 0 and d[0] == 0.0
+                assert unclaimed(d)
+
+
 def test_a_recorded_native_move_saves_the_same_version_token_as_the_request(python_requests):
     # The native route reads the token from the carrier's state instead of calling
     # `version_snapshot()`; it must be the token the request saves: ((id(carrier), version),).

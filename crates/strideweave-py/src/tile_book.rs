@@ -232,8 +232,12 @@ impl TileBook {
     /// The end of `request`, committed or not: its tiles unpinned. A second call does
     /// nothing.
     fn finish(&self, py: Python<'_>, request: &TileRequest) {
-        if let Some(request) = request.inner.lock().take() {
+        if let Some(mut request) = request.inner.lock().take() {
+            // Dropped here, with the GIL, as `unpin` drops a pin's tiles: after a commit the
+            // request holds the last reference to every tile the commit replaced.
+            let held = request.take_phases();
             py.detach(|| self.book.finish(request));
+            drop(held);
         }
     }
 

@@ -309,6 +309,12 @@ impl<T> TileRequest<T> {
     pub fn phases(&self) -> &[TilePhase<T>] {
         &self.phases
     }
+
+    /// Take the phases (and the tiles they hold) out of the request, so that a caller drops
+    /// them where it chooses: [`TileBook::finish`] needs only what the request pinned.
+    pub fn take_phases(&mut self) -> Vec<TilePhase<T>> {
+        std::mem::take(&mut self.phases)
+    }
 }
 
 /// Tiles pinned for reading by [`TileBook::pin_reading`] or [`TileBook::pin_all`], until

@@ -35,9 +35,11 @@ use strideweave_core::model::movement::{Check, CommitSteps, MoveParties, Request
 
 use crate::carrier_base::CarrierBase;
 use crate::carrier_state::{take_claims, PyJudge};
-use crate::inline_move::grad_enabled;
+use crate::inline_move::{config, grad_enabled, profiling};
+use crate::move_entry::move_logging;
 use crate::move_request::{request_hooks, too_small, Checked, MoveRequest, Rows, Steps};
 use crate::routes::Route;
+use crate::transfer::elementwise_host_copy;
 
 /// What `carriers/move.py` hands the initiation once, at import (one item per field).
 #[derive(FromPyObject)]
@@ -185,18 +187,30 @@ fn initiate<'py>(
         }
     };
 
-    // 5. The submission; past it, every failure is terminal.
-    if let Err(err) = hooks.submit.bind(py).call1((&request, &operation, prepared)) {
-        MoveRequest::commit(&request, Some(err.into_value(py).into_bound(py).into_any()))?;
+    // 5. The submission; past it, every failure is terminal. The elementwise operation's
+    //    small copy between host storages runs here, as its `_submit` would run it.
+    let ran_here = match (&prepared, config(py)) {
+        (None, Some(cfg)) if operation.get_type().is(hooks.elementwise.bind(py)) => {
+            elementwise_host_copy(tensor, destination, cfg.max_slots)
+        }
+        _ => None,
+    };
+    let submitted = match ran_here {
+        Some(copied) => copied.map(|()| MoveRequest::commit(&request, None)),
+        None => hooks.submit.bind(py).call1((&request, &operation, prepared)).map(|_| Ok(())),
+    };
+    match submitted {
+        Ok(committed) => committed?,
+        Err(err) => MoveRequest::commit(&request, Some(err.into_value(py).into_bound(py).into_any()))?,
     }
-    if !between_tiers {
+    if let Some(token) = token {
         hooks.log_submitted.bind(py).call1((token, request.get().handle(py)))?;
     }
     Ok(request)
 }
 
 /// Step 4: the log record, `output`, a provider's window and the autograd node. Returns the
-/// log token (None between tiers).
+/// log token (None between tiers, and for a move neither logged nor profiled).
 #[allow(clippy::too_many_arguments)]
 fn prepare_transfer<'py>(
     py: Python<'py>,
@@ -210,7 +224,9 @@ fn prepare_transfer<'py>(
     reverse: &Bound<'py, PyAny>,
     recording: bool,
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
-    let token = if request.get().is_between_tiers() {
+    // Neither logged nor profiled (no profiler anywhere, the log below DEBUG), the token is
+    // None: what `_log_begin` would answer, without calling it.
+    let token = if request.get().is_between_tiers() || (!profiling() && !move_logging(py)?) {
         None
     } else {
         // The moved span's bytes, as the request's progress counts them.

@@ -63,6 +63,11 @@ impl Entry {
     }
 }
 
+/// Whether per-move DEBUG logging is on now (the general request's log record needs it).
+pub(crate) fn move_logging(py: Python<'_>) -> PyResult<bool> {
+    entry(py)?.logging(py)
+}
+
 fn entry(py: Python<'_>) -> PyResult<&'static Entry> {
     ENTRY
         .get(py)

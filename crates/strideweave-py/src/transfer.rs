@@ -24,10 +24,12 @@ use strideweave_core::model::ClaimedHost;
 use strideweave_core::storage::{ElemKind, HostBuffer};
 use strideweave_core::transfer::{Endpoint, LayoutCopy, Progress, SpanCopy, TransferError};
 
+use crate::carrier_base::CarrierBase;
 use crate::commit::MoveCommit;
 use crate::error::JobError;
 use crate::jobs::{run_blocking, submit_committing};
 use crate::storage::{FileStorage, HostStorage};
+use crate::tensor_base::TensorBase;
 
 // ---- progress ----
 
@@ -235,6 +237,42 @@ fn copy_layout(
 ) -> PyResult<()> {
     let job = layout_copy(src, src_offset, dst, dst_offset, leaf_extents, leaf_strides)?;
     run_blocking(py, move || job.run(None).map_err(JobError::from))
+}
+
+/// The elementwise operation's transfer of a general move run here, as `copy_layout` runs it
+/// for `ElementwiseMoveOperation` (the request's `_submit`), without the round trip through
+/// Python: the `cosize` window of `tensor` at its offset copied to slot 0 of `destination`,
+/// GIL released. None, with nothing done, unless the tensor is one subtensor of at most
+/// `max_slots` slots and both carriers hold live host storage of one element kind; the
+/// Python submission then decides, as it always did.
+pub(crate) fn elementwise_host_copy(
+    tensor: &Bound<'_, PyAny>,
+    destination: &Bound<'_, CarrierBase>,
+    max_slots: i64,
+) -> Option<PyResult<()>> {
+    let py = tensor.py();
+    let view = tensor.cast::<TensorBase>().ok()?.get().view().ok().filter(|view| view.single)?;
+    let layout = view.layout.bind(py).get().core();
+    if layout.cosize() > max_slots {
+        return None;
+    }
+    let source = view.carrier.bind(py).cast::<CarrierBase>().ok()?;
+    let host = |carrier: &Bound<'_, CarrierBase>| {
+        carrier.get().storage.get(py).and_then(|s| s.into_bound(py).cast_into::<HostStorage>().ok())
+    };
+    let (src, dst) = (host(source)?, host(destination)?);
+    if src.get().kind() != dst.get().kind() {
+        return None;
+    }
+    let job = layout_copy(
+        src.as_any(),
+        view.offset,
+        dst.as_any(),
+        0,
+        layout.leaf_extents().to_vec(),
+        layout.leaf_strides().to_vec(),
+    );
+    Some(job.and_then(|job| run_blocking(py, move || job.run(None).map_err(JobError::from))))
 }
 
 /// `copy_layout` on an engine worker; then `then(None)` or `then(exc)` with the GIL.

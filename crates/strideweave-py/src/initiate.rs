@@ -35,7 +35,7 @@ use strideweave_core::model::movement::{Check, CommitSteps, MoveParties, Request
 
 use crate::carrier_base::CarrierBase;
 use crate::carrier_state::{take_claims, PyJudge};
-use crate::inline_move::{config, grad_enabled, profiling};
+use crate::inline_move::{config, exact_single_view, grad_enabled, profiling, result_view};
 use crate::move_entry::move_logging;
 use crate::move_request::{request_hooks, too_small, Checked, MoveRequest, Rows, Steps};
 use crate::routes::Route;
@@ -239,7 +239,10 @@ fn prepare_transfer<'py>(
     // destination itself: a weak reference, so a published result does not keep its request
     // alive.
     let grant = PyWeakrefReference::new(request)?;
-    let output = hooks.output.bind(py).call1((tensor, destination, &grant))?;
+    let output = match native_output(tensor, destination, &grant)? {
+        Some(output) => output,
+        None => hooks.output.bind(py).call1((tensor, destination, &grant))?,
+    };
     request.get().set_parts(None, Some(output), None);
     if let Some(transfer_request) = transfer_request {
         hooks.bind_window.bind(py).call1((transfer_request, tensor, destination, &grant))?;
@@ -250,6 +253,25 @@ fn prepare_transfer<'py>(
         hooks.record.bind(py).call1(args)?;
     }
     Ok(token)
+}
+
+/// `move._output(tensor, destination, grant)` made here for a one-subtensor `Tensor`: the
+/// Tensor the inline move publishes (`inline_move::result_view`), holding the grant. None
+/// (the hook decides) for anything else.
+fn native_output<'py>(
+    tensor: &Bound<'py, PyAny>,
+    destination: &Bound<'py, CarrierBase>,
+    grant: &Bound<'py, PyWeakrefReference>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let Some(cfg) = config(tensor.py()) else {
+        return Ok(None);
+    };
+    let Some(view) = exact_single_view(cfg, tensor) else {
+        return Ok(None);
+    };
+    let output = result_view(cfg, destination, view)?;
+    output.get().grant_to(grant.as_any());
+    Ok(Some(output.into_any()))
 }
 
 /// What a definition route's preparation gave, with the table's decisions.

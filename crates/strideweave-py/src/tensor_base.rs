@@ -91,6 +91,12 @@ pub struct TensorBase {
 }
 
 impl TensorBase {
+    /// Names the move request (`grant`, a weak reference to it) whose claim admits writes
+    /// through this Tensor: a move's `output`.
+    pub(crate) fn grant_to(&self, grant: &Bound<'_, PyAny>) {
+        assign_or_clear(&self.grant, Some(grant.clone()));
+    }
+
     fn empty() -> Self {
         TensorBase {
             view: SetOnce::default(),

@@ -39,7 +39,8 @@ use crate::error;
 use crate::carrier_base::CarrierBase;
 use crate::carrier_state::{check_unclaimed, drop_claim, owner_object, type_name, PyJudge};
 use crate::engine::{new_handle, AwaitResult};
-use crate::tensor_base::TensorBase;
+use crate::inline_move::{config, exact_single_view, Config};
+use crate::tensor_base::{TensorBase, View};
 use crate::transfer::TransferProgress;
 
 /// What `carriers/move.py` registers once, as a dict with one item per field.
@@ -328,7 +329,10 @@ impl<'py> Arguments<'_, 'py> {
                 if !self.is_tensor()? {
                     return Err(error::move_refusal(MoveRefusal::NotATensor { found: type_name(self.tensor)? }));
                 }
-                let carrier = self.tensor.getattr(intern!(py, "carrier"))?;
+                let carrier = match plain_view(self.tensor) {
+                    Some((view, _)) => view.carrier.bind(py).clone(),
+                    None => self.tensor.getattr(intern!(py, "carrier"))?,
+                };
                 self.source = Some(carrier.cast_into::<CarrierBase>()?);
             }
             Check::SourceLive => {
@@ -386,7 +390,10 @@ impl<'py> Arguments<'_, 'py> {
             Check::DestinationUnclaimed => self.unclaimed(self.destination(), "move into")?,
             Check::SameDType => {
                 let theirs = self.destination.call_method0(intern!(py, "dtype"))?;
-                let ours = self.tensor.call_method0(intern!(py, "dtype"))?;
+                let ours = match plain_view(self.tensor) {
+                    Some((view, _)) => view.dtype.bind(py).clone(),
+                    None => self.tensor.call_method0(intern!(py, "dtype"))?,
+                };
                 if !theirs.is(&ours) {
                     return Err(error::move_refusal(MoveRefusal::DTypeMismatch {
                         found: theirs.getattr(intern!(py, "name"))?.str()?.to_string(),
@@ -413,6 +420,13 @@ fn record_completion(hooks: &RequestHooks, py: Python<'_>, token: Option<Py<PyAn
         Some(token) => hooks.move_complete.bind(py).call1((token, succeeded)).map(drop),
         None => Ok(()),
     }
+}
+
+/// The native view of a one-subtensor `Tensor` of exactly the package's class, whose
+/// `carrier`, `layout` and `dtype()` answer from it (a subclass may override them: it is asked).
+fn plain_view<'a, 'py>(tensor: &'a Bound<'py, PyAny>) -> Option<(&'a View, &'py Config)> {
+    let cfg = config(tensor.py())?;
+    Some((exact_single_view(cfg, tensor)?, cfg))
 }
 
 /// How many subtensors a Tensor has: its native view knows, unless it was never set up.
@@ -468,8 +482,15 @@ impl Route<'_, '_> {
                 }
             }
             Check::Room => {
-                let cosize: i64 =
-                    self.arguments.tensor.getattr(intern!(py, "layout"))?.getattr(intern!(py, "cosize"))?.extract()?;
+                let cosize: i64 = match plain_view(self.arguments.tensor) {
+                    Some((view, _)) => view.layout.bind(py).get().core().cosize(),
+                    None => self
+                        .arguments
+                        .tensor
+                        .getattr(intern!(py, "layout"))?
+                        .getattr(intern!(py, "cosize"))?
+                        .extract()?,
+                };
                 let size: i64 = destination.call_method0(intern!(py, "size"))?.extract()?;
                 if size < cosize {
                     if size == 0 && self.hooks.grows_when_empty.bind(py).call1((destination,))?.is_truthy()? {
@@ -566,11 +587,24 @@ impl MoveRequest {
     ) -> PyResult<Self> {
         let py = tensor.py();
         let hooks = hooks(py)?;
-        let source = tensor.getattr(intern!(py, "carrier"))?.cast_into::<CarrierBase>()?;
-        let layout = tensor.getattr(intern!(py, "layout"))?;
-        let cosize: i64 = layout.getattr(intern!(py, "cosize"))?.extract()?;
-        let dtype = tensor.call_method0(intern!(py, "dtype"))?;
-        let slot_bytes: u64 = hooks.slot_bytes.bind(py).call1((dtype,))?.extract()?;
+        let (source, layout, cosize, slot_bytes) = match plain_view(tensor) {
+            Some((view, cfg)) => (
+                view.carrier.bind(py).clone(),
+                view.layout.bind(py).clone().into_any(),
+                view.layout.bind(py).get().core().cosize(),
+                cfg.slot_bytes(view.dtype.bind(py)),
+            ),
+            None => {
+                let layout = tensor.getattr(intern!(py, "layout"))?;
+                let cosize: i64 = layout.getattr(intern!(py, "cosize"))?.extract()?;
+                (tensor.getattr(intern!(py, "carrier"))?, layout, cosize, None)
+            }
+        };
+        let source = source.cast_into::<CarrierBase>()?;
+        let slot_bytes: u64 = match slot_bytes {
+            Some(bytes) => bytes,
+            None => hooks.slot_bytes.bind(py).call1((tensor.call_method0(intern!(py, "dtype"))?,))?.extract()?,
+        };
         let total = u64::try_from(cosize).unwrap_or(0).saturating_mul(slot_bytes);
         let handle = new_handle(hooks.await_move.bind(py))?;
         let progress = Py::new(py, TransferProgress::with_total(total))?;

@@ -191,7 +191,7 @@ fn initiate<'py>(
     //    small copy between host storages runs here, as its `_submit` would run it.
     let ran_here = match (&prepared, config(py)) {
         (None, Some(cfg)) if operation.get_type().is(hooks.elementwise.bind(py)) => {
-            elementwise_host_copy(tensor, destination, cfg.max_slots)
+            elementwise_host_copy(cfg, tensor, destination)
         }
         _ => None,
     };

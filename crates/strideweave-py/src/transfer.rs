@@ -27,9 +27,9 @@ use strideweave_core::transfer::{Endpoint, LayoutCopy, Progress, SpanCopy, Trans
 use crate::carrier_base::CarrierBase;
 use crate::commit::MoveCommit;
 use crate::error::JobError;
+use crate::inline_move::{exact_single_view, Config};
 use crate::jobs::{run_blocking, submit_committing};
 use crate::storage::{FileStorage, HostStorage};
-use crate::tensor_base::TensorBase;
 
 // ---- progress ----
 
@@ -242,22 +242,27 @@ fn copy_layout(
 /// The elementwise operation's transfer of a general move run here, as `copy_layout` runs it
 /// for `ElementwiseMoveOperation` (the request's `_submit`), without the round trip through
 /// Python: the `cosize` window of `tensor` at its offset copied to slot 0 of `destination`,
-/// GIL released. None, with nothing done, unless the tensor is one subtensor of at most
-/// `max_slots` slots and both carriers hold live host storage of one element kind; the
-/// Python submission then decides, as it always did.
+/// GIL released. None, with nothing done, unless the tensor is exactly a `Tensor` (a subclass
+/// may answer its layout and offset otherwise) of one subtensor of at most `INLINE_SLOTS`
+/// slots and both carriers are `CPU`s (whose `_sw_storage` is their storage slot) holding live
+/// host storage of one element kind; the Python submission then decides, as it always did.
 pub(crate) fn elementwise_host_copy(
+    cfg: &Config,
     tensor: &Bound<'_, PyAny>,
     destination: &Bound<'_, CarrierBase>,
-    max_slots: i64,
 ) -> Option<PyResult<()>> {
     let py = tensor.py();
-    let view = tensor.cast::<TensorBase>().ok()?.get().view().ok().filter(|view| view.single)?;
+    let view = exact_single_view(cfg, tensor)?;
     let layout = view.layout.bind(py).get().core();
-    if layout.cosize() > max_slots {
+    if layout.cosize() > cfg.max_slots {
         return None;
     }
     let source = view.carrier.bind(py).cast::<CarrierBase>().ok()?;
+    let cpu = cfg.cpu.bind(py);
     let host = |carrier: &Bound<'_, CarrierBase>| {
+        if !carrier.is_instance(cpu).unwrap_or(false) {
+            return None;
+        }
         carrier.get().storage.get(py).and_then(|s| s.into_bound(py).cast_into::<HostStorage>().ok())
     };
     let (src, dst) = (host(source)?, host(destination)?);

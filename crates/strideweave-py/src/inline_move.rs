@@ -43,6 +43,7 @@ use crate::error;
 use crate::move_state::MoveState;
 use crate::py_carrier::{MoveHooks, PyCarrier};
 use crate::routes::{self, Route};
+use crate::storage::HostStorage;
 use crate::tensor_base::{TensorBase, View};
 
 /// What the Python layer registers once (`carriers/inline_move.py`, at import), as a dict
@@ -198,6 +199,20 @@ pub(crate) fn carriers_accept(
     Ok(d.dtype.with(py, |dtype| dtype.is(view.dtype.bind(py))).unwrap_or(false))
 }
 
+/// Asks for the bytes a small move of `view` will copy from a host source, when the move
+/// starts: the source is usually cold, and its cache misses then overlap the checks, claims
+/// and routes instead of stalling the copy (see `copy::prefetch_read`). Only a hint.
+fn prefetch_source(source: &Bound<'_, PyAny>, view: &View) {
+    let Ok(carrier) = source.cast::<CarrierBase>() else { return };
+    let py = source.py();
+    let cosize = view.layout.bind(py).get().core().cosize();
+    carrier.get().storage.with(py, |storage| {
+        if let Ok(host) = storage.cast::<HostStorage>() {
+            host.get().prefetch(view.offset, cosize);
+        }
+    });
+}
+
 /// The view of `tensor` when it is exactly a `Tensor` (no subclass: a subclass may override
 /// what the native moves skip) of one subtensor; None otherwise.
 pub(crate) fn exact_single_view<'a>(cfg: &Config, tensor: &'a Bound<'_, PyAny>) -> Option<&'a View> {
@@ -334,6 +349,7 @@ pub(crate) fn move_inline(
         return Ok(None);
     };
     let source = view.carrier.bind(py);
+    prefetch_source(source, view);
     let recording = cfg.records(py, view.dtype.bind(py));
     let (source_type, destination_type) = (source.get_type(), destination.get_type());
     // (CPU, CPU) at its default route, or a pair of plain CPU subclasses Python resolved to

@@ -17,6 +17,7 @@ use pyo3::exceptions::{PyIndexError, PyMemoryError, PyOverflowError, PyRuntimeEr
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyType};
+use strideweave_core::copy::prefetch_read;
 use strideweave_core::engine;
 use strideweave_core::storage::{ElemKind, FileStore, HostBuffer, Scalar};
 
@@ -309,6 +310,18 @@ impl HostStorage {
     /// The address of slot 0 while live, 0 once released.
     pub(crate) fn address(&self) -> usize {
         self.address.load(Ordering::Acquire)
+    }
+
+    /// Hints that slots `[first, first + count)` will be read soon (`copy::prefetch_read`):
+    /// a small move asks for its source when it starts. Nothing is read, so a stale address
+    /// (released meanwhile) is harmless.
+    pub(crate) fn prefetch(&self, first: i64, count: i64) {
+        let address = self.address();
+        let (Ok(first), Ok(count)) = (usize::try_from(first), usize::try_from(count)) else { return };
+        if address != 0 {
+            let size = self.kind.size();
+            prefetch_read(address.saturating_add(first.saturating_mul(size)), count.saturating_mul(size));
+        }
     }
 
     /// The live buffer, or `None` once released.

@@ -33,8 +33,10 @@ use thiserror::Error;
 
 use crate::layout::plan::{addressed_range, check_modes, LoopPlan, PlanError};
 
+mod prefetch;
 mod streaming;
 pub(crate) mod vectored;
+pub use prefetch::{prefetch_read, PREFETCH_MAX_BYTES};
 pub use streaming::{copy_span_streaming, stream_fence, stream_rows, STREAM_THRESHOLD};
 pub use vectored::{file_read_scatter, file_write_gather, MAX_RANGES};
 

@@ -199,16 +199,21 @@ pub(crate) fn carriers_accept(
     Ok(d.dtype.with(py, |dtype| dtype.is(view.dtype.bind(py))).unwrap_or(false))
 }
 
-/// Asks for the bytes a small move of `view` will copy from a host source, when the move
-/// starts: the source is usually cold, and its cache misses then overlap the checks, claims
-/// and routes instead of stalling the copy (see `copy::prefetch_read`). Only a hint.
-fn prefetch_source(source: &Bound<'_, PyAny>, view: &View) {
-    let Ok(carrier) = source.cast::<CarrierBase>() else { return };
-    let py = source.py();
-    let cosize = view.layout.bind(py).get().core().cosize();
-    carrier.get().storage.with(py, |storage| {
+/// Asks for the bytes a small move of `view` will copy, in its host source and destination,
+/// when the move starts: both are usually cold (the source filled long before, the
+/// destination fresh), and their cache misses then overlap the checks, claims and routes
+/// instead of stalling the copy (see `copy::prefetch_read`). Only a hint.
+fn prefetch_move(source: &Bound<'_, PyAny>, destination: &Bound<'_, PyAny>, view: &View) {
+    let cosize = view.layout.bind(source.py()).get().core().cosize();
+    prefetch_window(source, view.offset, cosize);
+    prefetch_window(destination, 0, cosize);
+}
+
+fn prefetch_window(carrier: &Bound<'_, PyAny>, first: i64, count: i64) {
+    let Ok(carrier) = carrier.cast::<CarrierBase>() else { return };
+    carrier.get().storage.with(carrier.py(), |storage| {
         if let Ok(host) = storage.cast::<HostStorage>() {
-            host.get().prefetch(view.offset, cosize);
+            host.get().prefetch(first, count);
         }
     });
 }
@@ -349,7 +354,7 @@ pub(crate) fn move_inline(
         return Ok(None);
     };
     let source = view.carrier.bind(py);
-    prefetch_source(source, view);
+    prefetch_move(source, destination, view);
     let recording = cfg.records(py, view.dtype.bind(py));
     let (source_type, destination_type) = (source.get_type(), destination.get_type());
     // (CPU, CPU) at its default route, or a pair of plain CPU subclasses Python resolved to

@@ -312,9 +312,9 @@ impl HostStorage {
         self.address.load(Ordering::Acquire)
     }
 
-    /// Hints that slots `[first, first + count)` will be read soon (`copy::prefetch_read`):
-    /// a small move asks for its source when it starts. Nothing is read, so a stale address
-    /// (released meanwhile) is harmless.
+    /// Hints that slots `[first, first + count)` will be read or written soon
+    /// (`copy::prefetch_read`): a small move asks for its source and destination when it
+    /// starts. Nothing is read, so a stale address (released meanwhile) is harmless.
     pub(crate) fn prefetch(&self, first: i64, count: i64) {
         let address = self.address();
         let (Ok(first), Ok(count)) = (usize::try_from(first), usize::try_from(count)) else { return };

@@ -13,8 +13,9 @@ pub const PREFETCH_MAX_BYTES: usize = 16 * 1024;
 const LINE: usize = 64;
 
 /// Hint that the `len` bytes at `addr` (at most [`PREFETCH_MAX_BYTES`] of them) will be read
-/// soon. Only a hint: it reads nothing a program can observe, and an address that is not
-/// mapped, or not the caller's, is ignored by the processor, so any `addr` is sound.
+/// soon, or written: a line already in the cache also spares a write its wait. Only a hint: it
+/// reads nothing a program can observe, and an address that is not mapped, or not the
+/// caller's, is ignored by the processor, so any `addr` is sound.
 #[inline]
 pub fn prefetch_read(addr: usize, len: usize) {
     #[cfg(target_arch = "x86_64")]

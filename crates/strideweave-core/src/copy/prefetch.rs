@@ -1,9 +1,9 @@
 //! A hint to bring a small span of host memory into the cache ahead of a copy that reads it.
 //!
 //! A small move spends most of its time on bookkeeping (validation, claims, the commit), then
-//! copies a source that is usually cold: written long before, by another object's fill. Asking
-//! for the source's lines when the move starts lets their misses overlap the bookkeeping
-//! instead of stalling the copy. Large spans need no hint: the hardware prefetcher follows a
+//! copies a source that is usually cold (written long before, by another object's fill) into a
+//! destination that may be cold too. Asking for both spans' lines when the move starts lets
+//! their misses overlap the bookkeeping instead of stalling the copy. Large spans need no hint: the hardware prefetcher follows a
 //! long sequential copy by itself.
 
 /// The most bytes one hint covers: beyond this the hardware prefetcher keeps up on its own, and

@@ -34,14 +34,27 @@ def python_requests(monkeypatch):
     return calls
 
 
+def _moved_blocking(t, dest):
+    """`move`: the result, and no handle."""
+    return sw.move(t, dest), None
+
+
+def _moved_async(t, dest):
+    """`move_async`: a small move runs whole at initiation, so its handle is done when returned."""
+    handle = sw.move_async(t, dest)
+    assert handle.done and t.carrier.is_released()
+    return handle.wait(), handle
+
+
+@pytest.mark.parametrize("entry", [_moved_blocking, _moved_async], ids=["move", "move_async"])
 @pytest.mark.parametrize("grad", [True, False])
-def test_a_small_cpu_move_runs_natively_with_the_same_outcome(python_requests, grad):
+def test_a_small_cpu_move_runs_natively_with_the_same_outcome(python_requests, grad, entry):
     saved = sw.is_grad_enabled()
     sw.set_grad_enabled(grad)
     try:
         t = filled([1.0, 2.0, 3.0, 4.0])
         dest = CPU(6)
-        out = sw.move(t, dest)
+        out, handle = entry(t, dest)
     finally:
         sw.set_grad_enabled(saved)
     assert python_requests == []
@@ -49,28 +62,9 @@ def test_a_small_cpu_move_runs_natively_with_the_same_outcome(python_requests, g
     assert out.tolist() == [1.0, 2.0, 3.0, 4.0] and dest[4] == 0.0
     assert t.carrier.is_released() and dest.version == 0
     assert (out.autograd_ctx is not None) == grad
-    if grad:
-        sw.sum(out).backward()
-        assert t.grad is not None and t.grad.tolist() == [1.0, 1.0, 1.0, 1.0]
-
-
-@pytest.mark.parametrize("grad", [True, False])
-def test_a_small_cpu_move_async_runs_natively_and_its_handle_is_done_when_returned(python_requests, grad):
-    saved = sw.is_grad_enabled()
-    sw.set_grad_enabled(grad)
-    try:
-        t = filled([1.0, 2.0, 3.0, 4.0])
-        dest = CPU(6)
-        handle = sw.move_async(t, dest)
-        assert handle.done and t.carrier.is_released()
-        out = handle.wait()
-    finally:
-        sw.set_grad_enabled(saved)
-    assert python_requests == []
-    assert isinstance(handle, sw.AwaitMove) and handle.wait() is out
-    assert handle.bytes_done == handle.bytes_total == 16
-    assert out.carrier is dest and out.layout == t.layout and out.tolist() == [1.0, 2.0, 3.0, 4.0]
-    assert dest.version == 0 and (out.autograd_ctx is not None) == grad
+    if handle is not None:
+        assert isinstance(handle, sw.AwaitMove) and handle.wait() is out
+        assert handle.bytes_done == handle.bytes_total == 16
     if grad:
         sw.sum(out).backward()
         assert t.grad is not None and t.grad.tolist() == [1.0, 1.0, 1.0, 1.0]
@@ -218,8 +212,17 @@ def test_a_source_whose_class_overrides_release_moves_natively_and_its_hook_runs
     assert python_requests == [] and ReleaseNotingCPU.released == 3
 
 
+def _failed_async(t, dest):
+    """`move_async` whose commit fails: nothing raises at the call, the handle is done and
+    holds the failure, as every transfer failure of an asynchronous move is its handle's."""
+    handle = sw.move_async(t, dest)
+    assert handle.done and handle.bytes_done == 0 and handle.bytes_total == 8
+    handle.wait()
+
+
+@pytest.mark.parametrize("entry", [sw.move, _failed_async], ids=["move", "move_async"])
 def test_a_release_hook_that_raises_fails_the_native_move_with_its_exception_and_a_warning(
-        python_requests, caplog):
+        python_requests, caplog, entry):
     class Stubborn(CPU):
         refuse = True
         calls = 0
@@ -236,41 +239,15 @@ def test_a_release_hook_that_raises_fails_the_native_move_with_its_exception_and
     t, dest = filled([1.0, 2.0], Stubborn), CPU(2)
     with caplog.at_level("WARNING", logger="strideweave.move"):
         with pytest.raises(OSError, match="cannot free"):
-            sw.move(t, dest)
+            entry(t, dest)
     assert python_requests == [] and Stubborn.calls == 1
-    assert any("failed move of 8 bytes: OSError: cannot free" in r.getMessage() for r in caplog.records)
+    assert sum("failed move of 8 bytes: OSError: cannot free" in r.getMessage() for r in caplog.records) == 1
     # The contract of a failed move: the source live with its values, the destination unclaimed.
     assert not t.carrier.is_released() and t.tolist() == [1.0, 2.0]
+    dest[0] = 5.0
     dest.release()
     Stubborn.refuse = False
     assert sw.move(t, CPU(2)).tolist() == [1.0, 2.0]
-
-
-def test_a_release_hook_that_raises_fails_a_small_native_move_async_through_its_handle(python_requests, caplog):
-    """A small move_async runs whole at initiation, but its commit's failure is the handle's
-    outcome, as every transfer failure of an asynchronous move is: nothing raises at the call."""
-    class Stubborn(CPU):
-        refuse = False
-
-        def _release(self):
-            if Stubborn.refuse:
-                raise OSError("cannot free")
-            super()._release()
-
-    _resolved(Stubborn, CPU, python_requests)
-    Stubborn.refuse = True
-    t, dest = filled([1.0, 2.0], Stubborn), CPU(2)
-    with caplog.at_level("WARNING", logger="strideweave.move"):
-        handle = sw.move_async(t, dest)
-        assert handle.done
-        with pytest.raises(OSError, match="cannot free"):
-            handle.wait()
-    assert python_requests == [] and handle.bytes_done == 0 and handle.bytes_total == 8
-    assert sum("failed move of 8 bytes: OSError: cannot free" in r.getMessage() for r in caplog.records) == 1
-    assert not t.carrier.is_released() and t.tolist() == [1.0, 2.0]
-    dest[0] = 5.0  # unclaimed
-    Stubborn.refuse = False
-    assert sw.move_async(t, dest).wait().tolist() == [1.0, 2.0]
 
 
 def test_a_release_hook_that_releases_or_moves_its_own_carrier_is_refused_and_the_move_holds(python_requests):

@@ -673,7 +673,9 @@ impl<T: Clone> TileBook<T> {
     }
 }
 
-fn out_of_range(index: usize, count: usize) -> ModelError {
+/// The refusal of tile `index` in a composite of `count` tiles (the Rust `TiledEvictable`'s
+/// too).
+pub(crate) fn out_of_range(index: usize, count: usize) -> ModelError {
     ModelError::Tiling { message: format!("tile {index} is out of range for {count} tiles") }
 }
 

@@ -97,7 +97,7 @@ use super::residency::Tier;
 use super::state::{CarrierState, OwnerToken};
 use super::tensor::Tensor;
 use super::tier_ops::{self, Window};
-use super::tile_book::{TileBook, TileBudget, TileRefusal, TileRequest};
+use super::tile_book::{self, TileBook, TileBudget, TileRefusal, TileRequest};
 use super::two_tier::action;
 use crate::engine::{pool, Completion};
 use crate::storage::{ElemKind, FileSlab, FileStore, Scalar};
@@ -543,7 +543,7 @@ impl TiledEvictable {
     }
 
     /// What the book tells of tile `index`: `Tiling` out of range, `Released` once released.
-    fn status(&self, index: usize) -> Result<super::tile_book::TileStatus> {
+    fn status(&self, index: usize) -> Result<tile_book::TileStatus> {
         if index >= self.tile_count {
             return Err(self.no_tile(index));
         }
@@ -822,7 +822,7 @@ impl TiledEvictable {
     }
 
     fn no_tile(&self, index: usize) -> ModelError {
-        tiling(format!("tile {index} is out of range for {} tiles", self.tile_count))
+        tile_book::out_of_range(index, self.tile_count)
     }
 
     /// In range and without duplicates.

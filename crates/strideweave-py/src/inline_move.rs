@@ -199,12 +199,11 @@ pub(crate) fn carriers_accept(
     Ok(d.dtype.with(py, |dtype| dtype.is(view.dtype.bind(py))).unwrap_or(false))
 }
 
-/// Asks for the bytes a small move of `view` will copy, in its host source and destination,
+/// Asks for the `cosize` slots a small move of `view` will copy, in its host source and destination,
 /// when the move starts: both are usually cold (the source filled long before, the
 /// destination fresh), and their cache misses then overlap the checks, claims and routes
 /// instead of stalling the copy (see `copy::prefetch_read`). Only a hint.
-fn prefetch_move(source: &Bound<'_, PyAny>, destination: &Bound<'_, PyAny>, view: &View) {
-    let cosize = view.layout.bind(source.py()).get().core().cosize();
+fn prefetch_move(source: &Bound<'_, PyAny>, destination: &Bound<'_, PyAny>, view: &View, cosize: i64) {
     prefetch_window(source, view.offset, cosize);
     prefetch_window(destination, 0, cosize);
 }
@@ -354,7 +353,9 @@ pub(crate) fn move_inline(
         return Ok(None);
     };
     let source = view.carrier.bind(py);
-    prefetch_move(source, destination, view);
+    let layout = view.layout.bind(py);
+    let cosize = layout.get().core().cosize();
+    prefetch_move(source, destination, view, cosize);
     let recording = cfg.records(py, view.dtype.bind(py));
     let (source_type, destination_type) = (source.get_type(), destination.get_type());
     // (CPU, CPU) at its default route, or a pair of plain CPU subclasses Python resolved to
@@ -369,8 +370,7 @@ pub(crate) fn move_inline(
     let Some((route, reverse)) = routes::native_routes(py, &source_type, &destination_type, recording) else {
         return Ok(None);
     };
-    let layout = view.layout.bind(py);
-    if source.is(destination) || layout.get().core().cosize() > cfg.max_slots {
+    if source.is(destination) || cosize > cfg.max_slots {
         return Ok(None);
     }
     let (Ok(src), Ok(dst)) = (source.cast::<CarrierBase>(), destination.cast::<CarrierBase>()) else {
@@ -396,7 +396,7 @@ pub(crate) fn move_inline(
     // dropped after, with the GIL held.
     let outcome = py.detach(|| pending.finish());
     drop((window, into_carrier));
-    let bytes = (layout.get().core().cosize() as u64).saturating_mul(cfg.slot_bytes(view.dtype.bind(py)).unwrap_or(0));
+    let bytes = (cosize as u64).saturating_mul(cfg.slot_bytes(view.dtype.bind(py)).unwrap_or(0));
     if let Err(e) = outcome {
         // Only a source's own `_release` hook (or a panic) fails the commit: the core rolled
         // back, and the failure is the move's, a WARNING as every failed move's is.

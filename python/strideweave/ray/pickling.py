@@ -110,13 +110,17 @@ def _snapshot_tile_refs(c: TiledEvictable) -> list[Any]:
     copies: dict[int, Carrier] = {}  # index: a private copy of it, to put
     try:
         # One consistent snapshot: the book's lock, which public writes and residency commits
-        # take too, is held while the resident tiles are copied.
+        # take too, is held while the version is read, the last put looked up and the
+        # resident tiles copied, so a tile reused from the last put is one no write reached
+        # since (as under the carrier's own lock before the book).
         c._check_live("pickle")
-        version = c.version
-        with _PUT_TILES_LOCK:
-            put_version, put = _PUT_TILES.get(c, (-1, {}))
+        version = -1
 
         def snapshot(tiles: list[tuple[Any, bool]]) -> None:
+            nonlocal version
+            version = c.version
+            with _PUT_TILES_LOCK:
+                put_version, put = _PUT_TILES.get(c, (-1, {}))
             for index, (tile, on_primary) in enumerate(tiles):
                 if not on_primary:  # a tile of the RayObjectCarrier tier
                     refs.append(cast(RayObjectCarrier, tile).object_ref)

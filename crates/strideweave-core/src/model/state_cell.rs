@@ -174,13 +174,21 @@ impl<O, C> Locked<'_, O, C> {
         self.cell.released.store(released, Ordering::Release);
     }
 
+    /// Set or clear a `busy` bit. Only a holder of the lock changes `busy`, so a plain
+    /// load and store suffice (no read-modify-write: a locked instruction per claim and per
+    /// release was a measurable part of a small move); lock-free readers see it by `Release`.
+    fn mark(&mut self, bit: u8, set: bool) {
+        let busy = self.cell.busy.load(Ordering::Relaxed);
+        self.cell.busy.store(if set { busy | bit } else { busy & !bit }, Ordering::Release);
+    }
+
     fn put_owner(&mut self, owner: Option<O>) -> Option<O> {
-        self.cell.mark(OWNED, owner.is_some());
+        self.mark(OWNED, owner.is_some());
         std::mem::replace(&mut self.slots.owner, owner)
     }
 
     fn put_claim(&mut self, claim: Option<C>) -> Option<C> {
-        self.cell.mark(CLAIMED, claim.is_some());
+        self.mark(CLAIMED, claim.is_some());
         std::mem::replace(&mut self.slots.claim, claim)
     }
 
@@ -247,14 +255,6 @@ impl<O, C> StateCell<O, C> {
 
     fn lock(&self) -> Locked<'_, O, C> {
         Locked { cell: self, slots: self.slots.lock() }
-    }
-
-    fn mark(&self, bit: u8, set: bool) {
-        if set {
-            self.busy.fetch_or(bit, Ordering::Release);
-        } else {
-            self.busy.fetch_and(!bit, Ordering::Release);
-        }
     }
 
     // ----- lock-free reads ---------------------------------------------------------------

@@ -382,6 +382,14 @@ impl CarrierState {
     /// released → `Released`; owned → `Owned` (source) or `NotMutable` (destination);
     /// claimed → `Claimed`; a destination whose `mutable` hook said no → `NotMutable`.
     pub fn try_claim(&self, carrier: &Arc<dyn Carrier>, id: ClaimId, role: Role) -> Result<ClaimGuard> {
+        self.claim_move(&**carrier, id, role)?;
+        Ok(ClaimGuard { carrier: Some(carrier.clone()), id })
+    }
+
+    /// [`try_claim`](Self::try_claim) without the guard, for a holder that keeps the carrier
+    /// itself (a move request's parties): it ends the claim with
+    /// [`end_move_claim`](Self::end_move_claim) or [`release_claimed_by`](Self::release_claimed_by).
+    pub(crate) fn claim_move(&self, carrier: &dyn Carrier, id: ClaimId, role: Role) -> Result<()> {
         debug_assert!(std::ptr::eq(carrier.state(HOOK), self), "the carrier must own this state");
         let mutable = role == Role::Source || carrier.is_mutable_hook();
         let owned: fn(String) -> ModelError = match role {
@@ -399,7 +407,24 @@ impl CarrierState {
                 why => self.refused(why, "move", owned),
             },
         )?;
-        Ok(ClaimGuard { carrier: Some(carrier.clone()), id })
+        Ok(())
+    }
+
+    /// End move `id`'s claim by releasing `carrier`, whose state this is (see
+    /// [`ClaimGuard::commit_release`]): its release hook runs while the claim still holds, then
+    /// the release and the claim's end are one transition. A hook that fails leaves the
+    /// carrier live and still claimed.
+    pub(crate) fn release_claimed_by(&self, carrier: &dyn Carrier, id: ClaimId) -> Result<()> {
+        debug_assert!(std::ptr::eq(carrier.state(HOOK), self), "the carrier must own this state");
+        carrier.release_claimed_storage(&carrier.hook())?;
+        let (_, held) = self.cell.release_claimed();
+        debug_assert_eq!(held.and_then(|held| held.move_id()), Some(id));
+        Ok(())
+    }
+
+    /// End move `id`'s claim without any other change (no effect if another holds the carrier).
+    pub(crate) fn end_move_claim(&self, id: ClaimId) {
+        self.drop_claim(id);
     }
 
     /// Claim the carrier for a composite's own operation on it (an Evictable's asynchronous
@@ -527,14 +552,14 @@ impl ClaimGuard {
     /// hook that fails leaves the carrier live and still claimed: the guard comes back with
     /// the error, and dropping it gives the claim back.
     pub fn commit_release(mut self) -> std::result::Result<(), (ClaimGuard, ModelError)> {
-        let released = self.carrier().release_claimed_storage(&self.carrier().hook());
-        if let Err(e) = released {
-            return Err((self, e));
-        }
         let carrier = self.carrier.take().expect("live until consumed");
-        let (_, held) = carrier.state(HOOK).cell.release_claimed();
-        debug_assert_eq!(held.and_then(|held| held.move_id()), Some(self.id));
-        Ok(())
+        match carrier.state(HOOK).release_claimed_by(&*carrier, self.id) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.carrier = Some(carrier);
+                Err((self, e))
+            }
+        }
     }
 }
 

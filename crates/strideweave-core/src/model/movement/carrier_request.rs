@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::super::carrier::{same_carrier, Carrier, CarrierExt};
 use super::super::error::{ModelError, Result};
-use super::super::state::{ClaimGuard, ClaimId, Role};
+use super::super::state::{ClaimId, Role};
 use super::super::tensor::{Subtensor, Tensor};
 use super::output::MoveOutput;
 use super::refusal::{MoveRefusal, Party};
@@ -39,15 +39,17 @@ struct Parts {
 }
 
 /// The Rust model's carriers as a request's parties: the rows answered by the carrier trait
-/// and the carriers' states, claimed through `ClaimGuard`s.
+/// and the carriers' states. The parties hold both carriers, so a claim is only its id (no
+/// `ClaimGuard`, whose own handle on the carrier would cost two reference counts per claim
+/// on every small move); their drop ends a claim still held, as a guard's would.
 struct CarrierParties {
     source: Arc<dyn Carrier>,
     destination: Arc<dyn Carrier>,
     dtype: ElemKind,
     kind: RouteKind,
     cosize: usize,
-    src_claim: Option<ClaimGuard>,
-    dst_claim: Option<ClaimGuard>,
+    src_claim: Option<ClaimId>,
+    dst_claim: Option<ClaimId>,
 }
 
 fn name(c: &dyn Carrier) -> String {
@@ -133,9 +135,11 @@ impl MoveParties for CarrierParties {
     #[inline]
     fn claim(&mut self) -> Result<()> {
         let id = ClaimId::fresh();
-        let src_claim = self.source.state(HOOK).try_claim(&self.source, id, Role::Source)?;
-        let dst_claim = self.destination.state(HOOK).try_claim(&self.destination, id, Role::Destination)?;
-        (self.src_claim, self.dst_claim) = (Some(src_claim), Some(dst_claim));
+        self.source.state(HOOK).claim_move(&*self.source, id, Role::Source)?;
+        self.src_claim = Some(id);
+        // Refused here: the parties' drop (or the request's commit) gives the source's back.
+        self.destination.state(HOOK).claim_move(&*self.destination, id, Role::Destination)?;
+        self.dst_claim = Some(id);
         Ok(())
     }
 
@@ -221,8 +225,8 @@ impl Pending {
     /// The destination window as this move's own transfer writes it ([`MoveOutput`]).
     pub(crate) fn output(&self) -> MoveOutput {
         let parts = self.parts();
-        let claim = parts.parties.dst_claim.as_ref().expect("a pending move holds its claims");
-        MoveOutput::new(parts.parties.destination.clone(), parts.layout.clone(), claim.id())
+        let claim = parts.parties.dst_claim.expect("a pending move holds its claims");
+        MoveOutput::new(parts.parties.destination.clone(), parts.layout.clone(), claim)
     }
 
     /// Run the transfer, then the one terminal commit ([`Terminal`]): on success the source
@@ -288,17 +292,16 @@ impl Pending {
     }
 }
 
-/// The Rust model's side of the terminal commit: its `ClaimGuard`s.
+/// The Rust model's side of the terminal commit: its claims.
 impl CommitSteps for CarrierParties {
     type Error = ModelError;
 
     fn release_source(&mut self) -> Result<()> {
-        if let Some(claim) = self.src_claim.take() {
-            if let Err((claim, e)) = claim.commit_release() {
-                // Still claimed: `end_claims` gives it back, and the source stays live.
-                self.src_claim = Some(claim);
-                return Err(e);
-            }
+        if let Some(claim) = self.src_claim {
+            // A hook that fails leaves the source claimed: `end_claims` gives it back, and
+            // the source stays live.
+            self.source.state(HOOK).release_claimed_by(&*self.source, claim)?;
+            self.src_claim = None;
         }
         Ok(())
     }
@@ -311,10 +314,19 @@ impl CommitSteps for CarrierParties {
 
     fn end_claims(&mut self) {
         if let Some(claim) = self.dst_claim.take() {
-            claim.finish();
+            self.destination.state(HOOK).end_move_claim(claim);
         }
-        // A source claim still held here belongs to a failed move: dropping it gives the
-        // claim back and leaves the source live.
-        drop(self.src_claim.take());
+        // A source claim still held here belongs to a failed move: ending it leaves the
+        // source live.
+        if let Some(claim) = self.src_claim.take() {
+            self.source.state(HOOK).end_move_claim(claim);
+        }
+    }
+}
+
+impl Drop for CarrierParties {
+    /// Parties dropped holding a claim (a claim refused halfway, a panic): give it back.
+    fn drop(&mut self) {
+        self.end_claims();
     }
 }

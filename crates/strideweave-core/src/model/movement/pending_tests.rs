@@ -2,6 +2,7 @@
 //! decides, host memory its carriers guard by their claims (`ClaimedHost`), and a pending move
 //! dropped instead of run.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::{prepare_move, prepare_window_move, RouteKind};
@@ -19,6 +20,9 @@ struct Guarded {
     buffer: Arc<HostBuffer>,
     /// The release of a committing move fails (as a file that cannot be deleted does).
     refuse_release: bool,
+    /// How many more times the mutability hook says yes (then no: a carrier made read-only
+    /// between a move's validation and its claims).
+    mutable_answers: AtomicUsize,
 }
 
 impl Guarded {
@@ -31,6 +35,7 @@ impl Guarded {
             state: Arc::new(CarrierState::new("Guarded")),
             buffer: Arc::new(buffer),
             refuse_release: false,
+            mutable_answers: AtomicUsize::new(usize::MAX),
         })
     }
 
@@ -41,6 +46,7 @@ impl Guarded {
             state: self.state.clone(),
             buffer: self.buffer.clone(),
             refuse_release: self.refuse_release,
+            mutable_answers: AtomicUsize::new(self.mutable_answers.load(Ordering::Relaxed)),
         })
     }
 
@@ -88,7 +94,7 @@ impl Carrier for Guarded {
     }
 
     fn is_mutable_hook(&self) -> bool {
-        true
+        self.mutable_answers.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok()
     }
 
     fn bulk_storage(&self, _: &HookToken) -> Option<BulkStorage> {
@@ -179,6 +185,25 @@ fn two_adapters_of_one_carrier_are_one_carrier() {
     let refused = prepare_move(&t, src.adapter(), Some(RouteKind::HostToHost)).unwrap_err();
     assert!(matches!(refused, ModelError::Move(MoveRefusal::SameCarrier)), "{refused:?}");
     assert!(!src.state.is_claimed() && !src.is_released());
+}
+
+#[test]
+fn a_destination_refused_at_its_claim_gives_the_source_claim_back() {
+    // The destination passes the table's mutability row, then turns read-only before the
+    // claims: the source is claimed first, so the request's parties must give it back.
+    let src = Guarded::new(&[1.0, 2.0]);
+    let dst = Guarded::new(&[0.0, 0.0]);
+    dst.mutable_answers.store(1, Ordering::Relaxed);
+    let t = Tensor::canonical(src.clone(), &[2]).unwrap();
+    let refused = prepare_move(&t, &dst, Some(RouteKind::HostToHost)).unwrap_err();
+    assert!(matches!(refused, ModelError::NotMutable { .. }), "{refused:?}");
+    assert!(!src.state.is_claimed() && !src.is_released());
+    assert!(!dst.state.is_claimed() && dst.values() == vec![0.0, 0.0]);
+    // Nothing is left behind: the source moves elsewhere at once.
+    let other = Guarded::new(&[0.0, 0.0]);
+    prepare_move(&t, &other, Some(RouteKind::HostToHost)).unwrap().finish().unwrap();
+    assert_eq!(other.values(), vec![1.0, 2.0]);
+    assert!(src.is_released() && !src.state.is_claimed());
 }
 
 #[test]

@@ -37,7 +37,7 @@ use crate::carrier_base::CarrierBase;
 use crate::carrier_state::{take_claims, PyJudge};
 use crate::inline_move::{config, exact_single_view, grad_enabled, profiling, result_view};
 use crate::move_entry::move_logging;
-use crate::move_request::{request_hooks, too_small, Checked, MoveRequest, Rows, Steps};
+use crate::move_request::{destination_size, request_hooks, too_small, Checked, MoveRequest, Rows, Steps};
 use crate::routes::Route;
 use crate::transfer::elementwise_host_copy;
 
@@ -376,7 +376,7 @@ impl<'py> MoveParties for Parties<'_, 'py> {
         let py = self.tensor.py();
         let (destination, request) = (self.destination(), self.request());
         let cosize = request.get().cosize();
-        let size: i64 = destination.call_method0(intern!(py, "size"))?.extract()?;
+        let size = destination_size(destination.as_any())?;
         if size >= cosize {
             // Grown by another move between the table and the claim: room enough now.
             return Ok(false);

@@ -40,6 +40,7 @@ use crate::carrier_base::CarrierBase;
 use crate::carrier_state::{check_unclaimed, drop_claim, owner_object, type_name, PyJudge};
 use crate::engine::{new_handle, AwaitResult};
 use crate::inline_move::{config, exact_single_view, Config};
+use crate::storage::{FileStorage, HostStorage, SlotAccess};
 use crate::tensor_base::{TensorBase, View};
 use crate::transfer::TransferProgress;
 
@@ -378,18 +379,28 @@ impl<'py> Arguments<'_, 'py> {
                 // A composite moving between its own tiers asks the tier's hook: the tier is
                 // owned, which the public answer refuses.
                 let mutable = if self.between_tiers {
-                    self.hooks.tier_is_mutable.bind(py).call1((self.destination,))?
+                    self.hooks.tier_is_mutable.bind(py).call1((self.destination,))?.is_truthy()?
+                } else if let Some(builtin) = exact_builtin(self.destination) {
+                    // `Carrier.is_mutable` over the built-ins' `_is_mutable`: live, unowned and
+                    // the built-in mutable flag.
+                    let builtin = builtin.get();
+                    !builtin.released() && builtin.owner_is_none() && builtin.mutable_flag()
                 } else {
-                    self.destination.call_method0(intern!(py, "is_mutable"))?
+                    self.destination.call_method0(intern!(py, "is_mutable"))?.is_truthy()?
                 };
-                if !mutable.is_truthy()? {
+                if !mutable {
                     let carrier = type_name(self.destination)?;
                     return Err(error::move_refusal(MoveRefusal::DestinationNotMutable { carrier }));
                 }
             }
             Check::DestinationUnclaimed => self.unclaimed(self.destination(), "move into")?,
             Check::SameDType => {
-                let theirs = self.destination.call_method0(intern!(py, "dtype"))?;
+                // The built-ins' `dtype()` returns their `_dtype`, which the native slot holds.
+                let stored = exact_builtin(self.destination).and_then(|builtin| builtin.get().dtype.get(py));
+                let theirs = match stored {
+                    Some(dtype) => dtype.into_bound(py),
+                    None => self.destination.call_method0(intern!(py, "dtype"))?,
+                };
                 let ours = match plain_view(self.tensor) {
                     Some((view, _)) => view.dtype.bind(py).clone(),
                     None => self.tensor.call_method0(intern!(py, "dtype"))?,
@@ -435,6 +446,46 @@ fn subtensor_count(tensor: &Bound<'_, PyAny>) -> PyResult<usize> {
         return Ok(1);
     }
     tensor.getattr(intern!(tensor.py(), "subtensors"))?.len()
+}
+
+/// `carrier` when its class is exactly a built-in one (`CPU`, `FileBacked`), whose
+/// `is_mutable()`, `dtype()` and `size()` answer from native state: the request reads that
+/// state instead of calling them (three Python calls fewer a move). A subclass may override
+/// any of them, so it is always asked.
+fn exact_builtin<'a, 'py>(carrier: &'a Bound<'py, PyAny>) -> Option<&'a Bound<'py, CarrierBase>> {
+    let py = carrier.py();
+    let cfg = config(py)?;
+    let class = carrier.get_type();
+    if !class.is(cfg.cpu.bind(py)) && !class.is(cfg.file_backed.bind(py)) {
+        return None;
+    }
+    carrier.cast::<CarrierBase>().ok()
+}
+
+/// `destination.size()`: read natively for an exact built-in class (`RustBackedCarrier.size`,
+/// 0 once released, else its storage's slot count), else asked.
+pub(crate) fn destination_size(destination: &Bound<'_, PyAny>) -> PyResult<i64> {
+    let py = destination.py();
+    let native = exact_builtin(destination).and_then(|builtin| {
+        let base = builtin.get();
+        if base.released() {
+            return Some(0);
+        }
+        let count = base.storage.with(py, |storage| {
+            if let Ok(host) = storage.cast::<HostStorage>() {
+                host.get().live_count().ok()
+            } else if let Ok(file) = storage.cast::<FileStorage>() {
+                file.get().live_count().ok()
+            } else {
+                None
+            }
+        });
+        count.flatten().and_then(|n| i64::try_from(n).ok())
+    });
+    match native {
+        Some(size) => Ok(size),
+        None => destination.call_method0(intern!(py, "size"))?.extract(),
+    }
 }
 
 /// The room row's refusal: `destination` holds `size` slots where the move needs `needed`.
@@ -491,7 +542,7 @@ impl Route<'_, '_> {
                         .getattr(intern!(py, "cosize"))?
                         .extract()?,
                 };
-                let size: i64 = destination.call_method0(intern!(py, "size"))?.extract()?;
+                let size = destination_size(destination)?;
                 if size < cosize {
                     if size == 0 && self.hooks.grows_when_empty.bind(py).call1((destination,))?.is_truthy()? {
                         self.grow = true;

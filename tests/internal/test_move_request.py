@@ -187,3 +187,64 @@ def test_the_handle_reaches_its_outcome_even_when_clearing_the_node_raises():
     with pytest.raises(OSError, match="the copy failed"):
         request.handle.wait(timeout=60)
     assert accepts_release(dest) and accepts_release(t.carrier)
+
+
+class _ElementHookedCPU(CPU):
+    """A source class with an element hook: every move of it is the general request."""
+
+    def get_value(self, i):
+        return super().get_value(i)
+
+
+class _PlainDestinationCPU(CPU):
+    """A destination subclass that overrides nothing: the request asks its `is_mutable()`,
+    `dtype()` and `size()` in Python, where an exact `CPU` is read natively."""
+
+
+def _general_source(n=N):
+    c = _ElementHookedCPU(n)
+    np.from_dlpack(Tensor(c, 0, flat(n)))[:] = np.arange(n, dtype=np.float32)
+    return Tensor(c, 0, flat(n))
+
+
+def _refusal(destination):
+    """How the general request refuses `destination` (type, message with the class named
+    generically), with nothing changed: the source live and unclaimed, the destination as it
+    was."""
+    t = _general_source()
+    before = (destination.size(), destination.version, destination.is_released())
+    with pytest.raises(Exception) as raised:
+        sw.move(t, destination)
+    assert not t.carrier.is_released() and t.carrier._sw_claim is None
+    assert (destination.size(), destination.version, destination.is_released()) == before
+    assert destination._sw_claim is None
+    return type(raised.value), str(raised.value).replace(type(destination).__name__, "<carrier>")
+
+
+@pytest.mark.parametrize("state", ["immutable", "owned", "dtype", "too small", "released"])
+def test_an_exact_builtin_destination_refuses_as_a_subclass_does(state):
+    # The request reads an exact CPU's mutability, dtype and size natively; a subclass's are
+    # asked in Python. Both must refuse alike, in the same words.
+    owners = []  # an Evictable that is collected lets its tier go
+
+    def make(cls):
+        if state == "immutable":
+            return cls(N, mutable=False)
+        if state == "dtype":
+            return cls(N, dtype=sw.DType.Int32)
+        if state == "too small":
+            return cls(N // 2)
+        carrier = cls(N)
+        if state == "owned":
+            owners.append(sw.Evictable(carrier, FileBacked(dtype=F32)))
+        if state == "released":
+            carrier.release()
+        return carrier
+    assert _refusal(make(CPU)) == _refusal(make(_PlainDestinationCPU))
+
+
+def test_an_exact_builtin_destination_takes_a_general_move_and_an_empty_one_grows():
+    for destination in (CPU(N), FileBacked(dtype=F32)):
+        moved = sw.move(_general_source(), destination)
+        assert moved.carrier is destination and destination.size() == N
+        assert np.array_equal(np.array([moved[i] for i in range(N)]), np.arange(N, dtype=np.float32))

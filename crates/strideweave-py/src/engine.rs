@@ -114,7 +114,7 @@ impl AwaitResult {
     /// deadline, first runs the handle's queued job here (GIL released) if no worker has
     /// taken it yet: waiting for it could only be longer.
     fn block_until(&self, py: Python<'_>, deadline: Option<Instant>) -> PyResult<bool> {
-        if deadline.is_none() && self.pid == std::process::id() {
+        if deadline.is_none() && self.pid == engine::pool::process_id() {
             let queued = self.queued.lock().take();
             if let Some(job) = queued {
                 py.detach(|| job.run());
@@ -124,7 +124,7 @@ impl AwaitResult {
             if self.cell.is_done() {
                 return Ok(true);
             }
-            let here = std::process::id();
+            let here = engine::pool::process_id();
             if here != self.pid {
                 return Err(PyRuntimeError::new_err(format!(
                     "this handle was created by process {} and is still pending there; process {here} \
@@ -301,7 +301,7 @@ impl AwaitResult {
         Ok(AwaitResult {
             cell: Arc::new(Completion::new()),
             queued: Mutex::new(None),
-            pid: std::process::id(),
+            pid: engine::pool::process_id(),
             futures: PyOnceLock::new(),
             progress: SetOnce::default(),
         })

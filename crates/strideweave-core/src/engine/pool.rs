@@ -26,7 +26,8 @@
 //! ```
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use std::sync::Once;
 use std::thread;
 use std::time::Duration;
 
@@ -102,6 +103,42 @@ struct Pool {
     pid: u32,
 }
 
+/// This process's id, as `std::process::id()`, without a system call each time: the pool,
+/// and every completion handle a binding makes, compare it with the id they were made in to
+/// tell a `fork()`ed child from its parent, and a `getpid` per move was a visible part of a
+/// small one. The id is read once and forgotten in a child of `fork()` (a `pthread_atfork`
+/// handler), which reads its own at its next call.
+pub fn process_id() -> u32 {
+    #[cfg(unix)]
+    {
+        let known = PROCESS_ID.load(Ordering::Acquire);
+        if known != 0 {
+            return known;
+        }
+        FORGET_IN_CHILD.call_once(|| {
+            // SAFETY: registers a handler that only stores to an atomic, which is
+            // async-signal-safe as a child of `fork()` requires; registered once, for the life
+            // of the process (the function is never unloaded: it is in this crate's code).
+            unsafe { libc::pthread_atfork(None, None, Some(forget_process_id)) };
+        });
+        let id = std::process::id();
+        PROCESS_ID.store(id, Ordering::Release);
+        id
+    }
+    #[cfg(not(unix))]
+    std::process::id()
+}
+
+#[cfg(unix)]
+static PROCESS_ID: AtomicU32 = AtomicU32::new(0);
+#[cfg(unix)]
+static FORGET_IN_CHILD: Once = Once::new();
+
+#[cfg(unix)]
+extern "C" fn forget_process_id() {
+    PROCESS_ID.store(0, Ordering::Release);
+}
+
 /// The current process's pool. Threads do not survive `fork()`, so a child (for instance a
 /// `multiprocessing` worker) that finds its parent's pool starts a fresh one with a fresh
 /// queue: jobs the parent had queued must not run a second time in the child. Each pool is
@@ -118,7 +155,7 @@ fn current_if_ours(pid: u32) -> Option<&'static Pool> {
 
 /// The pool of this process, starting the copy lane's threads on first use.
 fn ensure_started() -> &'static Pool {
-    let pid = std::process::id();
+    let pid = process_id();
     if let Some(p) = current_if_ours(pid) {
         return p;
     }
@@ -262,7 +299,7 @@ where
 /// worker is still inside a job (which may call back into the host) when the host tears
 /// itself down. A pool never started, or one inherited from a parent, is quiet.
 pub fn quiesce(timeout: std::time::Duration) -> bool {
-    let Some(pool) = current_if_ours(std::process::id()) else {
+    let Some(pool) = current_if_ours(process_id()) else {
         return true;
     };
     let deadline = std::time::Instant::now() + timeout;

@@ -116,9 +116,10 @@ pub fn process_id() -> u32 {
             return known;
         }
         FORGET_IN_CHILD.call_once(|| {
-            // SAFETY: registers a handler that only stores to an atomic, which is
-            // async-signal-safe as a child of `fork()` requires; registered once, for the life
-            // of the process (the function is never unloaded: it is in this crate's code).
+            // SAFETY: registers, once, a handler that only stores to an atomic, which is
+            // async-signal-safe as a child of `fork()` requires. Its code stays mapped for the
+            // life of the process: a Rust program links this crate in, and CPython never
+            // unloads an extension module that links it.
             unsafe { libc::pthread_atfork(None, None, Some(forget_process_id)) };
         });
         let id = std::process::id();

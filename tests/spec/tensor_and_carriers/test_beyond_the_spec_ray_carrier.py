@@ -589,6 +589,11 @@ def test_racing_pickles_and_writes_give_consistent_snapshots(cluster):
     k = 1, 2, ...; every snapshot taken meanwhile is of one instant: slot 8 equals slot 10 or is
     one write ahead, never behind."""
     t = ray_tiled()
+    # Equal before the race starts (the seed holds 1.5 and 3.0 there), so that every instant
+    # of the writer's sequence meets the check, including those before its first write to
+    # slot 10: an earlier version of this test failed on exactly that instant, (1.0, 3.0).
+    t[8] = 0.0
+    t[10] = 0.0
     stop = threading.Event()
     failures = []
 

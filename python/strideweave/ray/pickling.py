@@ -111,8 +111,12 @@ def _snapshot_tile_refs(c: TiledEvictable) -> list[Any]:
     try:
         # One consistent snapshot: the book's lock, which public writes and residency commits
         # take too, is held while the version is read, the last put looked up and the
-        # resident tiles copied, so a tile reused from the last put is one no write reached
-        # since (as under the carrier's own lock before the book).
+        # resident tiles copied. A write counts its version only after it leaves the book, so
+        # between a write's store and its count the version does not yet show it: a tile
+        # reused then has the values from before that write. Every tile reused, that is still
+        # one instant; a tile some residency change replaced meanwhile is copied with the
+        # write, beside reused ones without it (keying reuse by the book's own per-tile write
+        # counts would close that).
         c._check_live("pickle")
         version = -1
 

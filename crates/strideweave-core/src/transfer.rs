@@ -118,6 +118,31 @@ const SPLIT_MIN: u64 = 2 * PROGRESS_CHUNK as u64;
 /// nothing next to copying it.
 const PIECE: u64 = 2 << 20;
 
+/// The copy of one piece of a split span.
+type PieceCopy = Box<dyn Fn(usize) -> Result<(), TransferError> + Send + Sync>;
+
+/// A span copy prepared to run alone, its pieces offered to waiting threads
+/// ([`SpanCopy::offer_alone`]); dropped without [`run`](Self::run), the offer is withdrawn.
+#[derive(Debug)]
+pub struct AloneCopy(Alone);
+
+#[derive(Debug)]
+enum Alone {
+    Offered(engine::OfferedPieces<TransferError, PieceCopy>),
+    Whole(SpanCopy, Option<Arc<Progress>>),
+}
+
+impl AloneCopy {
+    /// Copies what no waiting thread has taken, waits for what they are copying, and returns
+    /// the first failure (of the lowest piece) if any.
+    pub fn run(self) -> Result<(), TransferError> {
+        match self.0 {
+            Alone::Offered(pieces) => pieces.run(),
+            Alone::Whole(span, progress) => span.run_whole(progress.as_ref()),
+        }
+    }
+}
+
 /// Which threads a span copy may use.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Threads {
@@ -211,29 +236,60 @@ impl SpanCopy {
 
     /// [`run`](Self::run) on the calling thread alone: for a transfer that overlaps the
     /// caller's own work (a prefetch), where helpers on the other cores would take the cores
-    /// that work runs on.
+    /// that work runs on. A thread that waits for a result meanwhile may run some of its
+    /// pieces ([`offer_alone`](Self::offer_alone)).
     pub fn run_alone(self, progress: Option<&Arc<Progress>>) -> Result<(), TransferError> {
-        self.run_on(progress, Threads::One)
+        self.offer_alone(progress.cloned()).run()
+    }
+
+    /// [`run_alone`](Self::run_alone) in two steps: a span of at least two pieces into host
+    /// memory is offered now to threads that block waiting for a result
+    /// ([`engine::help_offered`]), and [`AloneCopy::run`] copies what none of them has taken.
+    /// For a copy submitted to a worker: a caller that waits for it at once lends its core
+    /// even before the worker starts.
+    pub fn offer_alone(self, progress: Option<Arc<Progress>>) -> AloneCopy {
+        if let Some(progress) = &progress {
+            progress.total.store(self.nbytes, Ordering::Relaxed);
+        }
+        if matches!(self.dst, Endpoint::Host(_)) && self.nbytes >= 2 * PIECE {
+            let (count, piece) = self.into_pieces(progress);
+            return AloneCopy(Alone::Offered(engine::offer_pieces(count, piece)));
+        }
+        AloneCopy(Alone::Whole(self, progress))
     }
 
     fn run_on(self, progress: Option<&Arc<Progress>>, threads: Threads) -> Result<(), TransferError> {
+        if threads == Threads::One {
+            return self.run_alone(progress);
+        }
         if let Some(progress) = progress {
             progress.total.store(self.nbytes, Ordering::Relaxed);
         }
-        if threads == Threads::Idle && matches!(self.dst, Endpoint::Host(_)) && self.nbytes >= SPLIT_MIN {
-            let pieces = self.nbytes.div_ceil(PIECE) as usize;
-            let job = Arc::new(self);
-            let progress = progress.cloned();
-            return engine::run_pieces(pieces, move |k| {
-                let at = k as u64 * PIECE;
-                let n = (job.nbytes - at).min(PIECE);
-                job.run_piece(at, n)?;
-                if let Some(progress) = &progress {
-                    progress.add(n);
-                }
-                Ok(())
-            });
+        if matches!(self.dst, Endpoint::Host(_)) && self.nbytes >= SPLIT_MIN {
+            let (count, piece) = self.into_pieces(progress.cloned());
+            return engine::run_pieces(count, piece);
         }
+        self.run_whole(progress)
+    }
+
+    /// The span as [`PIECE`]s: how many, and the copy of piece `k`, counted into `progress`.
+    fn into_pieces(self, progress: Option<Arc<Progress>>) -> (usize, PieceCopy) {
+        let count = self.nbytes.div_ceil(PIECE) as usize;
+        let job = Arc::new(self);
+        let piece = move |k: usize| {
+            let at = k as u64 * PIECE;
+            let n = (job.nbytes - at).min(PIECE);
+            job.run_piece(at, n)?;
+            if let Some(progress) = &progress {
+                progress.add(n);
+            }
+            Ok(())
+        };
+        (count, Box::new(piece))
+    }
+
+    /// The span on this thread, one I/O chunk after another.
+    fn run_whole(self, progress: Option<&Arc<Progress>>) -> Result<(), TransferError> {
         let mut done = 0u64;
         while done < self.nbytes {
             let n = (self.nbytes - done).min(PROGRESS_CHUNK as u64);
@@ -424,5 +480,28 @@ mod tests {
             assert_eq!(&out[..len - 4], &seed[4..], "alone: {alone}");
             assert_eq!((progress.done(), progress.total()), ((len - 4) as u64, (len - 4) as u64), "alone: {alone}");
         }
+    }
+
+    #[test]
+    fn a_span_offered_alone_is_copied_by_a_waiting_thread_before_its_owner_runs() {
+        let len = (2 * PIECE + 12) as usize;
+        let mut src = HostBuffer::new(len, false).unwrap();
+        let seed: Vec<u8> = (0..len).map(|i| (i * 13 % 241) as u8).collect();
+        src.write_mut(0, &seed).unwrap();
+        let dst = Arc::new(HostBuffer::new(len, true).unwrap());
+        // SAFETY: nothing else reads or writes either buffer while the copy runs.
+        let (from, into) = unsafe { (ClaimedHost::new(Arc::new(src)), ClaimedHost::new(dst.clone())) };
+        let copy = SpanCopy::new(Endpoint::Host(from), 0, Endpoint::Host(into), 0, (len / 4) as u64, 4).unwrap();
+        let progress = Arc::new(Progress::new(0));
+        let offered = copy.offer_alone(Some(progress.clone()));
+        // A thread that waits for something claims every piece; the owner then has none left
+        // to copy, and waits for any other helper still copying.
+        std::thread::spawn(|| engine::help_offered(|| false)).join().unwrap();
+        assert!(progress.done() > 0, "helpers copied before the owner ran");
+        offered.run().unwrap();
+        assert_eq!(progress.done(), len as u64);
+        let mut out = vec![0u8; len];
+        dst.read(0, &mut out).unwrap();
+        assert_eq!(out, seed);
     }
 }

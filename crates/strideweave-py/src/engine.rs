@@ -112,12 +112,20 @@ impl AwaitResult {
     /// Blocks with the GIL released until terminal or `deadline`; `true` when terminal.
     /// Wakes periodically so Ctrl-C in the main thread interrupts a long wait. Without a
     /// deadline, first runs the handle's queued job here (GIL released) if no worker has
-    /// taken it yet: waiting for it could only be longer.
+    /// taken it yet: waiting for it could only be longer; and then copies pieces of offered
+    /// transfers (`engine::help_offered`: an asynchronous promote's copy, which runs on the
+    /// copy lane alone) until the handle is done or none is left, instead of sleeping.
     fn block_until(&self, py: Python<'_>, deadline: Option<Instant>) -> PyResult<bool> {
         if deadline.is_none() && self.pid == engine::pool::process_id() {
             let queued = self.queued.lock().take();
             if let Some(job) = queued {
                 py.detach(|| job.run());
+            }
+            // Still running elsewhere: this core is free until it is done, so it copies
+            // pieces of an offered transfer (likely this handle's) instead of sleeping.
+            let cell = &self.cell;
+            if !cell.is_done() {
+                py.detach(|| engine::help_offered(|| cell.is_done()));
             }
         }
         loop {

@@ -216,11 +216,13 @@ fn submit_span(
 ) -> PyResult<()> {
     let job = span(src, src_slot, dst, dst_slot, count)?;
     let progress = progress.map(|p| p.get().counter().clone());
-    submit_committing(then, commit, move || {
-        let progress = progress.as_ref();
-        if alone { job.run_alone(progress) } else { job.run(progress) }.map_err(JobError::from)
-    })
-    .map(drop)
+    if alone {
+        // Offered before it is queued: a caller that waits for it at once copies beside the
+        // lane thread, or before it starts.
+        let offered = job.offer_alone(progress);
+        return submit_committing(then, commit, move || offered.run().map_err(JobError::from)).map(drop);
+    }
+    submit_committing(then, commit, move || job.run(progress.as_ref()).map_err(JobError::from)).map(drop)
 }
 
 /// Copies every slot the flattened layout (`leaf_extents`, `leaf_strides`) addresses,

@@ -111,6 +111,9 @@ impl<T> Completion<T> {
         if let Some(v) = self.get() {
             return v;
         }
+        // This thread's core is free until the value is ready: spend it on the pieces of an
+        // offered transfer (likely the one that makes the value) instead of sleeping.
+        super::pieces::help_offered(|| self.get().is_some());
         let mut st = self.state.lock();
         while !st.committed {
             self.cond.wait(&mut st);

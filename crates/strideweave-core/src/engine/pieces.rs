@@ -15,6 +15,13 @@
 //! state weakly: once the caller returns, a helper still queued finds nothing and keeps
 //! nothing (the storages the pieces hold are not kept alive by it).
 //!
+//! [`run_pieces_offered`] queues no helper: it is for a job that should stay on its own
+//! thread while the caller computes on the other cores (a prefetch). It offers its pieces
+//! instead to threads that block waiting for a result ([`help_offered`], which
+//! [`Completion::wait`](super::Completion::wait) and the binding's handles call): a caller that
+//! waits for the prefetch it started has its core free, and copies half of what is left
+//! instead of sleeping until the lane thread is done.
+//!
 //! ```
 //! use std::sync::atomic::{AtomicUsize, Ordering};
 //! use std::sync::Arc;
@@ -75,7 +82,15 @@ struct Shared<E, F> {
 impl<E, F: Fn(usize) -> Result<(), E>> Shared<E, F> {
     /// Claims and runs pieces until none is left.
     fn work(&self) {
+        self.work_until(&|| false);
+    }
+
+    /// Claims and runs pieces until none is left or `stop()` answers true (asked before each).
+    fn work_until(&self, stop: &dyn Fn() -> bool) {
         loop {
+            if stop() {
+                return;
+            }
             let k = self.next.fetch_add(1, Ordering::Relaxed);
             if k >= self.count {
                 return;
@@ -107,6 +122,140 @@ impl<E, F: Fn(usize) -> Result<(), E>> Shared<E, F> {
     }
 }
 
+/// Shared pieces a waiting thread may run: type-erased, so one list holds them all.
+trait Offered: Send + Sync {
+    fn has_unclaimed(&self) -> bool;
+    fn work_until(&self, stop: &dyn Fn() -> bool);
+}
+
+impl<E: Send, F: Fn(usize) -> Result<(), E> + Send + Sync> Offered for Shared<E, F> {
+    fn has_unclaimed(&self) -> bool {
+        self.next.load(Ordering::Relaxed) < self.count
+    }
+
+    fn work_until(&self, stop: &dyn Fn() -> bool) {
+        Shared::work_until(self, stop);
+    }
+}
+
+/// The pieces of every [`offer_pieces`] offer standing, oldest first, held weakly: an offer's
+/// entry leaves when it has run or is dropped.
+///
+/// Only ever tried, never waited for, as the host storage's recycled mappings are: offering
+/// and helping are only ever a speed-up, so a thread that finds the list locked goes without,
+/// and a `fork()`ed child whose parent had it locked at the fork still runs its copies.
+static OFFERED: Mutex<Vec<Weak<dyn Offered>>> = Mutex::new(Vec::new());
+
+/// Runs unclaimed pieces of the [`run_pieces_offered`] calls now running, newest first, on this
+/// thread, until none is left or `stop()` answers true (asked before each piece). For a
+/// thread about to block until some result is ready (`stop` answers whether it is): the
+/// pieces it runs are likely that result's, and its core would otherwise sit idle. Returns at
+/// once when nothing is offered.
+pub fn help_offered(stop: impl Fn() -> bool) {
+    loop {
+        if stop() {
+            return;
+        }
+        let Some(offered) = OFFERED.try_lock() else {
+            return;
+        };
+        let next = offered.iter().rev().filter_map(Weak::upgrade).find(|o| o.has_unclaimed());
+        drop(offered);
+        match next {
+            Some(offered) => offered.work_until(&stop),
+            None => return,
+        }
+    }
+}
+
+/// [`run_pieces`] without queued helpers: the pieces run on this thread, and on threads that
+/// wait for a result meanwhile ([`help_offered`]). For a job that overlaps the caller's work
+/// on the other cores, which queued helpers would take, while a caller that waits for it
+/// lends its own core.
+pub fn run_pieces_offered<E, F>(count: usize, piece: F) -> Result<(), E>
+where
+    E: Send + 'static,
+    F: Fn(usize) -> Result<(), E> + Send + Sync + 'static,
+{
+    offer_pieces(count, piece).run()
+}
+
+/// Offers the pieces of a job to waiting threads at once ([`help_offered`]), before the thread
+/// that will run it ([`OfferedPieces::run`]) starts: a job submitted to a worker and waited
+/// for at once gets the waiter's help even while it is still queued. Dropped without running,
+/// the offer is withdrawn (pieces a waiter already ran stay done).
+pub fn offer_pieces<E, F>(count: usize, piece: F) -> OfferedPieces<E, F>
+where
+    E: Send + 'static,
+    F: Fn(usize) -> Result<(), E> + Send + Sync + 'static,
+{
+    let shared = new_shared(count, piece);
+    let weak: Weak<dyn Offered> = {
+        let erased: Arc<dyn Offered> = shared.clone();
+        Arc::downgrade(&erased)
+    };
+    if let Some(mut offered) = OFFERED.try_lock() {
+        // Entries of offers gone while the list was busy leave here.
+        offered.retain(|w| w.strong_count() > 0);
+        offered.push(weak.clone());
+    }
+    OfferedPieces { shared, weak }
+}
+
+/// A job's pieces, offered to waiting threads ([`offer_pieces`]) until it has run.
+pub struct OfferedPieces<E, F> {
+    shared: Arc<Shared<E, F>>,
+    weak: Weak<dyn Offered>,
+}
+
+impl<E, F: Fn(usize) -> Result<(), E>> OfferedPieces<E, F> {
+    /// Runs every piece no waiting thread has claimed on this thread, waits for those they
+    /// are running, and returns as [`run_pieces`] does.
+    pub fn run(self) -> Result<(), E> {
+        self.shared.work();
+        finish(&self.shared, self.shared.count)
+    }
+}
+
+impl<E, F> Drop for OfferedPieces<E, F> {
+    fn drop(&mut self) {
+        // Busy: the entry stays, dead once `shared` is dropped, until the next offer's sweep.
+        if let Some(mut offered) = OFFERED.try_lock() {
+            offered.retain(|w| w.strong_count() > 0 && !w.ptr_eq(&self.weak));
+        }
+    }
+}
+
+impl<E, F> std::fmt::Debug for OfferedPieces<E, F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OfferedPieces").field("count", &self.shared.count).finish_non_exhaustive()
+    }
+}
+
+fn new_shared<E, F>(count: usize, piece: F) -> Arc<Shared<E, F>> {
+    Arc::new(Shared {
+        piece,
+        count,
+        next: AtomicUsize::new(0),
+        failed: AtomicBool::new(false),
+        outcome: Mutex::new(Outcome { finished: 0, error: None, panic: None }),
+        all_finished: Condvar::new(),
+    })
+}
+
+/// Waits for the pieces other threads are running, then the call's outcome.
+fn finish<E, F>(shared: &Shared<E, F>, count: usize) -> Result<(), E> {
+    let mut outcome = shared.outcome.lock();
+    while outcome.finished < count {
+        shared.all_finished.wait(&mut outcome);
+    }
+    if let Some(panic) = outcome.panic.take() {
+        drop(outcome);
+        resume_unwind(panic);
+    }
+    outcome.error.take().map_or(Ok(()), |(_, e)| Err(e))
+}
+
 /// Runs `piece(k)` once for every `k` in `0..count`, on this thread and on idle copy-lane
 /// threads (one per other core, at most three), and returns once every piece has run: `Ok`,
 /// or the error of the lowest-numbered failed piece. After a failure the pieces not yet
@@ -118,14 +267,7 @@ where
     E: Send + 'static,
     F: Fn(usize) -> Result<(), E> + Send + Sync + 'static,
 {
-    let shared = Arc::new(Shared {
-        piece,
-        count,
-        next: AtomicUsize::new(0),
-        failed: AtomicBool::new(false),
-        outcome: Mutex::new(Outcome { finished: 0, error: None, panic: None }),
-        all_finished: Condvar::new(),
-    });
+    let shared = new_shared(count, piece);
     for _ in 0..helper_count().min(count.saturating_sub(1)) {
         let weak: Weak<Shared<E, F>> = Arc::downgrade(&shared);
         submit(move || {
@@ -135,15 +277,7 @@ where
         });
     }
     shared.work();
-    let mut outcome = shared.outcome.lock();
-    while outcome.finished < count {
-        shared.all_finished.wait(&mut outcome);
-    }
-    if let Some(panic) = outcome.panic.take() {
-        drop(outcome);
-        resume_unwind(panic);
-    }
-    outcome.error.take().map_or(Ok(()), |(_, e)| Err(e))
+    finish(&shared, count)
 }
 
 #[cfg(test)]
@@ -248,6 +382,85 @@ mod tests {
             let (_, done, sum) = rx.recv_timeout(Duration::from_secs(60)).expect("no deadlock");
             assert_eq!((done, sum), (Ok(()), 28));
         }
+    }
+
+    // Other tests' threads wait on completions, and so may help the offers made here: the
+    // checks below hold whoever else helps.
+
+    #[test]
+    fn a_waiting_thread_runs_the_pieces_offered_before_their_owner_starts() {
+        let ran_by: Arc<Vec<Mutex<Option<thread::ThreadId>>>> = Arc::new((0..6).map(|_| Mutex::new(None)).collect());
+        let record = ran_by.clone();
+        let offered = offer_pieces::<(), _>(6, move |k| {
+            *record[k].lock() = Some(thread::current().id());
+            Ok(())
+        });
+        // The owner (this thread) has not started: a helper takes every piece.
+        thread::spawn(|| help_offered(|| false)).join().unwrap();
+        let owner = thread::current().id();
+        assert!(ran_by.iter().all(|r| r.lock().is_some_and(|id| id != owner)));
+        // The owner finds nothing left to run.
+        assert_eq!(offered.run(), Ok(()));
+        assert!(ran_by.iter().all(|r| r.lock().is_some_and(|id| id != owner)));
+    }
+
+    #[test]
+    fn a_helper_stops_when_its_result_is_ready_and_the_owner_runs_the_rest() {
+        let ran = Arc::new(AtomicUsize::new(0));
+        let here = Arc::new(AtomicUsize::new(0));
+        let helper = thread::current().id();
+        let (counter, mine) = (ran.clone(), here.clone());
+        let offered = offer_pieces::<(), _>(10, move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            if thread::current().id() == helper {
+                mine.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok(())
+        });
+        // "Ready" once three pieces have run: this thread claims no piece after that.
+        help_offered(|| ran.load(Ordering::SeqCst) >= 3);
+        assert!(here.load(Ordering::SeqCst) <= 3);
+        assert!(ran.load(Ordering::SeqCst) >= 3);
+        assert_eq!(offered.run(), Ok(()));
+        assert_eq!(ran.load(Ordering::SeqCst), 10, "every piece ran exactly once");
+    }
+
+    #[test]
+    fn a_withdrawn_offer_is_not_helped_and_a_failure_reaches_the_owner() {
+        let ran = Arc::new(AtomicUsize::new(0));
+        let counter = ran.clone();
+        drop(offer_pieces::<(), _>(4, move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }));
+        let before = ran.load(Ordering::SeqCst);
+        help_offered(|| false);
+        assert_eq!(ran.load(Ordering::SeqCst), before, "a dropped offer runs nothing");
+        // A piece a helper runs fails: its owner returns the failure.
+        let offered = offer_pieces(4, |k| if k == 1 { Err(k) } else { Ok(()) });
+        help_offered(|| false);
+        assert_eq!(offered.run(), Err(1));
+    }
+
+    #[test]
+    fn waiting_for_a_completion_helps_the_offered_copy_that_fills_it() {
+        // The owner is held back until the waiter has run a piece, so the wait returns only
+        // because the waiting thread helped.
+        let (tx, rx) = mpsc::channel::<()>();
+        let tx = Mutex::new(tx);
+        let done = Arc::new(super::super::Completion::<usize>::new());
+        let offered = offer_pieces::<(), _>(3, move |_| {
+            let _ = tx.lock().send(());
+            Ok(())
+        });
+        let cell = done.clone();
+        let owner = thread::spawn(move || {
+            rx.recv_timeout(Duration::from_secs(30)).expect("the waiter ran a piece first");
+            offered.run().unwrap();
+            cell.commit(7);
+        });
+        assert_eq!(*done.wait(), 7);
+        owner.join().unwrap();
     }
 
     #[test]

@@ -292,9 +292,18 @@ impl HostStorage {
     pub(crate) fn release_buffer(&self) {
         if let Some(buffer) = self.take_buffer() {
             // Unmapping a large buffer takes milliseconds that neither the caller nor the move
-            // commit needs to wait for: the carrier is already released.
+            // commit needs to wait for: the carrier is already released. A mapping the recycled
+            // list keeps needs no system call, and so no worker woken for it.
             if buffer.len() >= DEFERRED_FREE_BYTES {
-                engine::submit(move || drop(buffer));
+                match Arc::try_unwrap(buffer) {
+                    Ok(owned) => {
+                        if let Some(rest) = owned.free_but_system_calls() {
+                            engine::submit(rest);
+                        }
+                    }
+                    // A running copy still holds it: the copy's end frees it.
+                    Err(shared) => drop(shared),
+                }
             }
         }
     }

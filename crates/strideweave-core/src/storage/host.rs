@@ -382,6 +382,30 @@ impl HostBuffer {
         kept_batches::give(buffers)
     }
 
+    /// Frees this buffer as its drop does, except for the system calls: a mapping the recycled
+    /// list keeps is kept here and now (a push onto a list), and what needs a system call (an
+    /// unmapping of the mappings the list pushed out, or of this buffer when it is not kept; a
+    /// heap free, which may return memory to the kernel) is returned, to be run wherever the
+    /// caller likes. A carrier's release hands that to an engine worker, and so a buffer that
+    /// is simply recycled (a promoted layer's primary, evicted) wakes no thread.
+    pub fn free_but_system_calls(self) -> Option<Box<dyn FnOnce() + Send>> {
+        if self.origin != Origin::Mapped {
+            return Some(Box::new(move || drop(self)));
+        }
+        let this = std::mem::ManuallyDrop::new(self);
+        let unmaps = recycled::give(this.ptr.as_ptr() as usize, this.len);
+        if unmaps.is_empty() {
+            return None;
+        }
+        Some(Box::new(move || {
+            for (addr, len) in unmaps {
+                // SAFETY: as in the drop of a mapped buffer: each range is exactly one mapping
+                // `map` created that nobody uses any more, unmapped once.
+                unsafe { libc::munmap(addr as *mut libc::c_void, len) };
+            }
+        }))
+    }
+
     /// How many buffers of `len` bytes [`keep_batch`](Self::keep_batch) keeps now (tests of
     /// the layers that give buffers back).
     #[cfg(test)]
@@ -774,6 +798,26 @@ mod tests {
             })
             .collect();
         assert!(per_round[1..].contains(&0), "faults per round: {per_round:?}");
+    }
+
+    /// Freed but for its system calls, a mapping the recycled list keeps leaves nothing to run
+    /// and serves the next buffer of its length; a heap buffer leaves its free to run. A few
+    /// attempts, as below: the list may be locked by another test's thread.
+    #[test]
+    fn a_kept_mapping_freed_but_for_system_calls_leaves_nothing_to_run() {
+        let len = RECYCLE_MIN + 5 * PAGE_ALIGN;
+        let kept_once = (0..5).any(|_| {
+            let mut first = HostBuffer::new(len, false).unwrap();
+            first.write_mut(len - 1, &[4]).unwrap();
+            let addr = first.as_ptr();
+            let rest = first.free_but_system_calls();
+            let again = HostBuffer::new(len, false).unwrap();
+            rest.is_none() && again.as_ptr() == addr && again.as_slice()[len - 1] == 4
+        });
+        assert!(kept_once, "kept at once, nothing left to run, and reused");
+        let heap = HostBuffer::new(4096, true).unwrap();
+        let rest = heap.free_but_system_calls().expect("a heap buffer's free is left to run");
+        rest();
     }
 
     /// A freed mapping serves the next uninitialised buffer of its length (its bytes as the

@@ -346,12 +346,14 @@ class _TierWork:
     in from the disk. The first write to a page copies that page into the process and no write
     reaches the file, so to everybody who reads or writes it the primary is a copy.
 
-    `promote_async()` copies instead: one positioned read into an uninitialised (recycled)
+    `promote_async()` copies instead: positioned reads into an uninitialised (recycled)
     buffer, on the copy lane alone (`submit_span(alone=True)`), not split over the other cores.
     Its point is to finish the work while the caller computes on something else, so the work
     should be done when the handle completes: the caller's matmuls on a snapshot (the page
     cache's pages) ran 4-6% slower than on a copied primary in benches/bench_stream_weights.py,
-    and copy threads on every core would take the core that compute runs on.
+    and copy threads on every core would take the core that compute runs on. A caller that
+    waits for it instead (`wait()` without a timeout) lends its own core: the copy's 2 MiB
+    pieces are offered to waiting threads (the core's `engine::help_offered`).
 
     The snapshot's contract (the file's bytes change only by the write-back of the snapshot
     itself, and the file does not shrink while it is mapped) holds because the secondary is

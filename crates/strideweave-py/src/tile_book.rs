@@ -23,6 +23,8 @@ use strideweave_core::model::tile_book::{
 use strideweave_core::model::{ForeignError, ModelError, Tier};
 
 use crate::error;
+use crate::storage::HostStorage;
+use crate::tiles::free_tile_buffers;
 
 /// A Python tile (a carrier or a bare storage), shared by the book and what it hands out.
 type PyTile = Arc<Py<PyAny>>;
@@ -265,11 +267,23 @@ impl TileBook {
         tiles_out(py, retired)
     }
 
-    /// Release the book: returns every tile and clean copy, to release. Refused while a
-    /// request or projection is pending.
-    fn release(&self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {
+    /// Release the book, freeing its tiles and clean copies that are bare host storages here,
+    /// in the same pass (as `release_storages` frees them): returns only the others (file
+    /// regions, carriers), to release. A composite of thousands of host tiles hands no list of
+    /// them to Python and back. Refused while a request or projection is pending, before any
+    /// effect; nothing after that can fail.
+    fn release_hosts(&self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {
         let tiles = py.detach(|| self.book.release()).map_err(|e| error::model(py, e.into()))?;
-        Ok(tiles_out(py, tiles))
+        let mut buffers = Vec::with_capacity(tiles.len());
+        let mut rest = Vec::new();
+        for tile in tiles {
+            match tile.bind(py).cast::<HostStorage>() {
+                Ok(host) => buffers.extend(host.get().take_buffer()),
+                Err(_) => rest.push(tile),
+            }
+        }
+        free_tile_buffers(buffers);
+        Ok(tiles_out(py, rest))
     }
 
     fn __repr__(&self) -> String {

@@ -519,17 +519,21 @@ fn release_storages(py: Python<'_>, storages: &Bound<'_, PyAny>) -> PyResult<()>
             )));
         }
     }
-    // Kept for the tiles a later promote makes, as far as `HostBuffer::keep_batch` keeps them;
-    // the rest freed together: on an engine worker once they add up to DEFERRED_FREE_BYTES (a
-    // thousand tile buffers take milliseconds to unmap, which nobody needs to wait for), as
-    // one large buffer's release is.
-    let buffers = HostBuffer::keep_batch(hosts.iter().filter_map(|h| h.take_buffer()).collect());
+    free_tile_buffers(hosts.iter().filter_map(|h| h.take_buffer()).collect());
+    release_regions(py, &regions)
+}
+
+/// The buffers of released tiles: kept for the tiles a later promote makes, as far as
+/// `HostBuffer::keep_batch` keeps them; the rest freed together, on an engine worker once they
+/// add up to DEFERRED_FREE_BYTES (a thousand tile buffers take milliseconds to unmap, which
+/// nobody needs to wait for), as one large buffer's release is.
+pub(crate) fn free_tile_buffers(buffers: Vec<Arc<HostBuffer>>) {
+    let buffers = HostBuffer::keep_batch(buffers);
     if buffers.iter().map(|b| b.len()).sum::<usize>() >= DEFERRED_FREE_BYTES {
         engine::submit(move || drop(buffers));
     } else {
         drop(buffers);
     }
-    release_regions(py, &regions)
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

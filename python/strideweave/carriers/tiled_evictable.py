@@ -400,8 +400,9 @@ def _provider_allocate(c: TiledEvictable, slots: int) -> None:
 
 
 def _provider_release(c: TiledEvictable) -> None:
-    # The book refuses while a residency request or projection is pending, before any effect.
-    tiles = c._book.release()
+    # The book refuses while a residency request or projection is pending, before any effect;
+    # it frees its bare host tiles itself and returns the rest.
+    tiles = c._book.release_hosts()
     c._finalizer.detach()
     c._ownership.disown_all()
     tiled_tiles.release_all(tiles)

@@ -121,6 +121,23 @@ def test_placing_tiles_into_one_array_runs_as_one_job_and_checks_first(tmp_path)
     assert called == [] and dst.to_list()[:2] == [0.0, 1.0]
 
 
+def test_a_placement_reading_its_own_destination_is_refused_before_anything_is_written():
+    # The sources of a placement are only read, and so are not deduplicated among themselves,
+    # but a source that is the destination still counts as the same storage: placing it into
+    # itself over its own slots is an overlap, refused before a byte moves.
+    dst = host([float(v) for v in range(12)])
+    other = host([100.0, 101.0, 102.0, 103.0])
+    called = []
+    with pytest.raises(ValueError, match="overlap"):
+        _native.submit_place_blocks([other, dst, other], dst, [0, 2, 4], [2, 2], [6, 2], called.append)
+    assert called == [] and dst.to_list() == [float(v) for v in range(12)]
+    # The same source read twice is fine.
+    done = threading.Event()
+    _native.submit_place_blocks([other, other, other], dst, [0, 2, 4], [2, 2], [6, 2], lambda e: done.set())
+    assert done.wait(TIMEOUT)
+    assert dst.to_list() == [100.0, 101.0] * 3 + [102.0, 103.0] * 3
+
+
 def test_release_storages_refuses_strangers_before_releasing_anything(tmp_path):
     (region,) = slab_file(tmp_path).allocate(1)
     buffer = host([1.0])

@@ -205,6 +205,18 @@ struct Interner {
 
 impl Interner {
     fn intern(&mut self, obj: &Bound<'_, PyAny>, what: Name<'_>) -> PyResult<End> {
+        self.intern_as(obj, what, true)
+    }
+
+    /// `intern` for a storage only ever read (the sources of a placement): it is looked up
+    /// only against storages interned before with `intern` (the destination), so an alias of
+    /// the destination is still caught by the request's overlap check, while the thousands of
+    /// tiles of a placement are not hashed. A storage read twice is simply held twice.
+    fn intern_read_only(&mut self, obj: &Bound<'_, PyAny>, what: Name<'_>) -> PyResult<End> {
+        self.intern_as(obj, what, false)
+    }
+
+    fn intern_as(&mut self, obj: &Bound<'_, PyAny>, what: Name<'_>, indexed: bool) -> PyResult<End> {
         let released = || PyRuntimeError::new_err(format!("{what} storage is released"));
         let (mut base, mut limit) = (0, None);
         let (key, kind, held) = if let Ok(h) = obj.cast::<HostStorage>() {
@@ -238,7 +250,9 @@ impl Interner {
             Some(&i) => i,
             None => {
                 self.held.push(held);
-                self.index.insert(key, self.held.len() - 1);
+                if indexed {
+                    self.index.insert(key, self.held.len() - 1);
+                }
                 self.held.len() - 1
             }
         };
@@ -371,7 +385,7 @@ fn parse_placement(
     for (k, src) in sources.try_iter()?.enumerate() {
         let off =
             at.next().ok_or_else(|| PyValueError::new_err(format!("offsets has fewer items than sources ({k})")))?;
-        let from = interner.intern(&src?, name("sources", k, ""))?;
+        let from = interner.intern_read_only(&src?, name("sources", k, ""))?;
         let dst_off = slot(off, name("offsets", k, ""))?;
         placed_at.push(dst_off);
         parsed.push(Block {

@@ -115,9 +115,9 @@ impl<E, F: Fn(usize) -> Result<(), E>> Shared<E, F> {
                 }
             }
             outcome.finished += 1;
-            if outcome.finished == self.count {
-                self.all_finished.notify_all();
-            }
+            // Every piece, not only the last: a withdrawn offer waits for the pieces claimed
+            // before it (no waiter: one atomic load).
+            self.all_finished.notify_all();
         }
     }
 }
@@ -146,8 +146,9 @@ impl<E: Send, F: Fn(usize) -> Result<(), E> + Send + Sync> Offered for Shared<E,
 /// and a `fork()`ed child whose parent had it locked at the fork still runs its copies.
 static OFFERED: Mutex<Vec<Weak<dyn Offered>>> = Mutex::new(Vec::new());
 
-/// Runs unclaimed pieces of the [`run_pieces_offered`] calls now running, newest first, on this
-/// thread, until none is left or `stop()` answers true (asked before each piece). For a
+/// Runs unclaimed pieces of the offers standing ([`offer_pieces`], [`run_pieces_offered`]),
+/// newest first, on this thread, until none is left or `stop()` answers true (asked before
+/// each piece). For a
 /// thread about to block until some result is ready (`stop` answers whether it is): the
 /// pieces it runs are likely that result's, and its core would otherwise sit idle. Returns at
 /// once when nothing is offered.
@@ -183,7 +184,8 @@ where
 /// Offers the pieces of a job to waiting threads at once ([`help_offered`]), before the thread
 /// that will run it ([`OfferedPieces::run`]) starts: a job submitted to a worker and waited
 /// for at once gets the waiter's help even while it is still queued. Dropped without running,
-/// the offer is withdrawn (pieces a waiter already ran stay done).
+/// the offer is withdrawn: no piece starts after that, and the drop returns once the pieces
+/// waiters were running are done (so nothing writes on behalf of an abandoned job afterwards).
 pub fn offer_pieces<E, F>(count: usize, piece: F) -> OfferedPieces<E, F>
 where
     E: Send + 'static,
@@ -199,19 +201,21 @@ where
         offered.retain(|w| w.strong_count() > 0);
         offered.push(weak.clone());
     }
-    OfferedPieces { shared, weak }
+    OfferedPieces { shared, weak, ran: false }
 }
 
 /// A job's pieces, offered to waiting threads ([`offer_pieces`]) until it has run.
 pub struct OfferedPieces<E, F> {
     shared: Arc<Shared<E, F>>,
     weak: Weak<dyn Offered>,
+    ran: bool,
 }
 
 impl<E, F: Fn(usize) -> Result<(), E>> OfferedPieces<E, F> {
     /// Runs every piece no waiting thread has claimed on this thread, waits for those they
     /// are running, and returns as [`run_pieces`] does.
-    pub fn run(self) -> Result<(), E> {
+    pub fn run(mut self) -> Result<(), E> {
+        self.ran = true;
         self.shared.work();
         finish(&self.shared, self.shared.count)
     }
@@ -222,6 +226,16 @@ impl<E, F> Drop for OfferedPieces<E, F> {
         // Busy: the entry stays, dead once `shared` is dropped, until the next offer's sweep.
         if let Some(mut offered) = OFFERED.try_lock() {
             offered.retain(|w| w.strong_count() > 0 && !w.ptr_eq(&self.weak));
+        }
+        if !self.ran {
+            // Withdrawn unrun: claim what is left, so no waiter starts another piece, and wait
+            // for the pieces waiters claimed before (each claim counts as finished once run).
+            let shared = &self.shared;
+            let claimed = shared.next.swap(shared.count, Ordering::Relaxed).min(shared.count);
+            let mut outcome = shared.outcome.lock();
+            while outcome.finished < claimed {
+                shared.all_finished.wait(&mut outcome);
+            }
         }
     }
 }
@@ -440,6 +454,41 @@ mod tests {
         let offered = offer_pieces(4, |k| if k == 1 { Err(k) } else { Ok(()) });
         help_offered(|| false);
         assert_eq!(offered.run(), Err(1));
+    }
+
+    #[test]
+    fn a_withdrawn_offer_waits_for_the_piece_a_helper_is_running_and_starts_no_other() {
+        let (started_tx, started_rx) = mpsc::channel::<()>();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let (started_tx, go_rx) = (Mutex::new(started_tx), Mutex::new(go_rx));
+        let ran = Arc::new(AtomicUsize::new(0));
+        let counter = ran.clone();
+        let offered = offer_pieces::<(), _>(3, move |_| {
+            let _ = started_tx.lock().send(());
+            go_rx.lock().recv_timeout(Duration::from_secs(30)).expect("released by the test");
+            counter.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        });
+        let helper = thread::spawn(|| help_offered(|| false));
+        started_rx.recv_timeout(Duration::from_secs(30)).expect("a helper started a piece");
+        let dropped = Arc::new(AtomicBool::new(false));
+        let flag = dropped.clone();
+        let dropper = thread::spawn(move || {
+            drop(offered);
+            flag.store(true, Ordering::SeqCst);
+        });
+        thread::sleep(Duration::from_millis(50));
+        assert!(!dropped.load(Ordering::SeqCst), "the drop waits for the running piece");
+        // One release per piece, in case another test's waiting thread took one too.
+        for _ in 0..3 {
+            go_tx.send(()).unwrap();
+        }
+        dropper.join().unwrap();
+        helper.join().unwrap();
+        assert!(dropped.load(Ordering::SeqCst));
+        let ran = ran.load(Ordering::SeqCst);
+        assert!(ran >= 1, "the running piece finished before the drop returned");
+        assert!(ran < 3, "no piece started after the drop (ran {ran})");
     }
 
     #[test]

@@ -143,15 +143,6 @@ impl AloneCopy {
     }
 }
 
-/// Which threads a span copy may use.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Threads {
-    /// The calling thread and idle copy threads.
-    Idle,
-    /// The calling thread only.
-    One,
-}
-
 /// One side of a transfer: host memory its carrier's claim guards, or a file.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -231,7 +222,14 @@ impl SpanCopy {
     /// Copy the span in chunks of the I/O chunk, counting each into `progress` (whose total
     /// becomes the span's length); a large span into host memory in parallel pieces.
     pub fn run(self, progress: Option<&Arc<Progress>>) -> Result<(), TransferError> {
-        self.run_on(progress, Threads::Idle)
+        if let Some(progress) = progress {
+            progress.total.store(self.nbytes, Ordering::Relaxed);
+        }
+        if matches!(self.dst, Endpoint::Host(_)) && self.nbytes >= SPLIT_MIN {
+            let (count, piece) = self.into_pieces(progress.cloned());
+            return engine::run_pieces(count, piece);
+        }
+        self.run_whole(progress)
     }
 
     /// [`run`](Self::run) on the calling thread alone: for a transfer that overlaps the
@@ -256,20 +254,6 @@ impl SpanCopy {
             return AloneCopy(Alone::Offered(engine::offer_pieces(count, piece)));
         }
         AloneCopy(Alone::Whole(self, progress))
-    }
-
-    fn run_on(self, progress: Option<&Arc<Progress>>, threads: Threads) -> Result<(), TransferError> {
-        if threads == Threads::One {
-            return self.run_alone(progress);
-        }
-        if let Some(progress) = progress {
-            progress.total.store(self.nbytes, Ordering::Relaxed);
-        }
-        if matches!(self.dst, Endpoint::Host(_)) && self.nbytes >= SPLIT_MIN {
-            let (count, piece) = self.into_pieces(progress.cloned());
-            return engine::run_pieces(count, piece);
-        }
-        self.run_whole(progress)
     }
 
     /// The span as [`PIECE`]s: how many, and the copy of piece `k`, counted into `progress`.

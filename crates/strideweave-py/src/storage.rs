@@ -301,7 +301,7 @@ impl HostStorage {
                             engine::submit(rest);
                         }
                     }
-                    // A running copy still holds it: the copy's end frees it.
+                    // Another holder (a running copy, an export) frees it when it lets go.
                     Err(shared) => drop(shared),
                 }
             }

@@ -22,5 +22,5 @@ pub mod pieces;
 pub mod pool;
 
 pub use completion::Completion;
-pub use pieces::{help_offered, offer_pieces, run_pieces, run_pieces_offered, OfferedPieces};
+pub use pieces::{help_offered, offer_pieces, run_pieces, OfferedPieces};
 pub use pool::{submit, submit_blocking, Job};

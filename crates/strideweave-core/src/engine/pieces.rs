@@ -15,9 +15,9 @@
 //! state weakly: once the caller returns, a helper still queued finds nothing and keeps
 //! nothing (the storages the pieces hold are not kept alive by it).
 //!
-//! [`run_pieces_offered`] queues no helper: it is for a job that should stay on its own
-//! thread while the caller computes on the other cores (a prefetch). It offers its pieces
-//! instead to threads that block waiting for a result ([`help_offered`], which
+//! [`offer_pieces`] queues no helper: it is for a job that should stay on its own thread
+//! while the caller computes on the other cores (a prefetch). It offers its pieces instead
+//! to threads that block waiting for a result ([`help_offered`], which
 //! [`Completion::wait`](super::Completion::wait) and the binding's handles call): a caller that
 //! waits for the prefetch it started has its core free, and copies half of what is left
 //! instead of sleeping until the lane thread is done.
@@ -42,7 +42,7 @@ use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use super::pool::{copy_workers, submit};
 
@@ -146,9 +146,8 @@ impl<E: Send, F: Fn(usize) -> Result<(), E> + Send + Sync> Offered for Shared<E,
 /// and a `fork()`ed child whose parent had it locked at the fork still runs its copies.
 static OFFERED: Mutex<Vec<Weak<dyn Offered>>> = Mutex::new(Vec::new());
 
-/// Runs unclaimed pieces of the offers standing ([`offer_pieces`], [`run_pieces_offered`]),
-/// newest first, on this thread, until none is left or `stop()` answers true (asked before
-/// each piece). For a
+/// Runs unclaimed pieces of the offers standing ([`offer_pieces`]), newest first, on this
+/// thread, until none is left or `stop()` answers true (asked before each piece). For a
 /// thread about to block until some result is ready (`stop` answers whether it is): the
 /// pieces it runs are likely that result's, and its core would otherwise sit idle. Returns at
 /// once when nothing is offered.
@@ -167,18 +166,6 @@ pub fn help_offered(stop: impl Fn() -> bool) {
             None => return,
         }
     }
-}
-
-/// [`run_pieces`] without queued helpers: the pieces run on this thread, and on threads that
-/// wait for a result meanwhile ([`help_offered`]). For a job that overlaps the caller's work
-/// on the other cores, which queued helpers would take, while a caller that waits for it
-/// lends its own core.
-pub fn run_pieces_offered<E, F>(count: usize, piece: F) -> Result<(), E>
-where
-    E: Send + 'static,
-    F: Fn(usize) -> Result<(), E> + Send + Sync + 'static,
-{
-    offer_pieces(count, piece).run()
 }
 
 /// Offers the pieces of a job to waiting threads at once ([`help_offered`]), before the thread
@@ -232,10 +219,7 @@ impl<E, F> Drop for OfferedPieces<E, F> {
             // for the pieces waiters claimed before (each claim counts as finished once run).
             let shared = &self.shared;
             let claimed = shared.next.swap(shared.count, Ordering::Relaxed).min(shared.count);
-            let mut outcome = shared.outcome.lock();
-            while outcome.finished < claimed {
-                shared.all_finished.wait(&mut outcome);
-            }
+            drop(wait_finished(shared, claimed));
         }
     }
 }
@@ -257,12 +241,18 @@ fn new_shared<E, F>(count: usize, piece: F) -> Arc<Shared<E, F>> {
     })
 }
 
-/// Waits for the pieces other threads are running, then the call's outcome.
-fn finish<E, F>(shared: &Shared<E, F>, count: usize) -> Result<(), E> {
+/// Waits until `n` pieces have finished; returns the outcome, locked.
+fn wait_finished<E, F>(shared: &Shared<E, F>, n: usize) -> MutexGuard<'_, Outcome<E>> {
     let mut outcome = shared.outcome.lock();
-    while outcome.finished < count {
+    while outcome.finished < n {
         shared.all_finished.wait(&mut outcome);
     }
+    outcome
+}
+
+/// Waits for the pieces other threads are running, then the call's outcome.
+fn finish<E, F>(shared: &Shared<E, F>, count: usize) -> Result<(), E> {
+    let mut outcome = wait_finished(shared, count);
     if let Some(panic) = outcome.panic.take() {
         drop(outcome);
         resume_unwind(panic);

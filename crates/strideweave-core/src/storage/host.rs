@@ -397,13 +397,8 @@ impl HostBuffer {
         if unmaps.is_empty() {
             return None;
         }
-        Some(Box::new(move || {
-            for (addr, len) in unmaps {
-                // SAFETY: as in the drop of a mapped buffer: each range is exactly one mapping
-                // `map` created that nobody uses any more, unmapped once.
-                unsafe { libc::munmap(addr as *mut libc::c_void, len) };
-            }
-        }))
+        // SAFETY: the ranges `recycled::give` returned, as in the drop of a mapped buffer.
+        Some(Box::new(move || unsafe { unmap_released(unmaps) }))
     }
 
     /// How many buffers of `len` bytes [`keep_batch`](Self::keep_batch) keeps now (tests of
@@ -661,6 +656,19 @@ impl HostBuffer {
     }
 }
 
+/// Unmaps the mappings `recycled::give` returned.
+///
+/// # Safety
+/// Each range must be exactly one mapping `map` created that nobody uses any more (the
+/// buffer given, or one the recycled list pushed out: the list holds a mapping only between a
+/// drop and the `take` that hands it out), and is unmapped once.
+unsafe fn unmap_released(ranges: Vec<(usize, usize)>) {
+    for (addr, len) in ranges {
+        // SAFETY: the caller's contract, range by range.
+        unsafe { libc::munmap(addr as *mut libc::c_void, len) };
+    }
+}
+
 impl Drop for HostBuffer {
     fn drop(&mut self) {
         match self.origin {
@@ -675,13 +683,8 @@ impl Drop for HostBuffer {
             Origin::Mapped => {
                 // Mapped buffers are exactly a mapping created in `map`: kept for reuse by a
                 // later uninitialised buffer of its length, or unmapped, once.
-                for (addr, len) in recycled::give(self.ptr.as_ptr() as usize, self.len) {
-                    // SAFETY: each range is exactly one mapping `map` created that nobody uses
-                    // any more (this buffer's, or one the recycled list pushed out: the list
-                    // holds a mapping only between a drop and the `take` that hands it out),
-                    // unmapped once.
-                    unsafe { libc::munmap(addr as *mut libc::c_void, len) };
-                }
+                // SAFETY: the ranges `recycled::give` returned for this buffer.
+                unsafe { unmap_released(recycled::give(self.ptr.as_ptr() as usize, self.len)) };
             }
             Origin::FileSnapshot => {
                 // SAFETY: the buffer is exactly the mapping `FileStore::snapshot` made, which

@@ -9,8 +9,9 @@
 //! to release.
 //!
 //! Lock order: the book's lock, then the GIL. Every call takes the book's lock with the GIL
-//! released, and a read or write runs the package's tile code under the book's lock with the
-//! GIL taken again, so no thread ever holds the GIL while it waits for the book.
+//! released, and a write runs the package's tile code under the book's lock with the GIL
+//! taken again, so no thread ever holds the GIL while it waits for the book. A read runs the
+//! tile's code outside the book's lock, as a reader of the tile.
 
 use std::sync::Arc;
 
@@ -146,14 +147,27 @@ impl TileBook {
         py.detach(|| self.book.tiles_on(tier(on_primary))).map_err(|e| error::model(py, e.into()))
     }
 
-    /// `reader(tile, slot)` on tile `index`, under the book's lock.
-    fn read(&self, py: Python<'_>, index: usize, reader: Py<PyAny>, slot: usize) -> PyResult<Py<PyAny>> {
-        py.detach(|| {
+    /// `reader(tile, slot)` on tile `index`, as a reader of the tile (outside the book's
+    /// lock: a commit or release that replaces the tile meanwhile keeps it until the read
+    /// ends); then `release(tiles)` with the tiles this read was the last reader of, if any,
+    /// whether the read succeeded or raised.
+    fn read(
+        &self,
+        py: Python<'_>,
+        index: usize,
+        reader: Py<PyAny>,
+        slot: usize,
+        release: Py<PyAny>,
+    ) -> PyResult<Py<PyAny>> {
+        let (value, ended) = py.detach(|| {
             self.book.read(index, |tile| {
                 Python::attach(|py| reader.bind(py).call1((tile.bind(py), slot)).map(Bound::unbind).map_err(foreign))
             })
-        })
-        .map_err(|e| error::model(py, e))
+        });
+        if !ended.is_empty() {
+            release.bind(py).call1((tiles_out(py, ended),))?;
+        }
+        value.map_err(|e| error::model(py, e))
     }
 
     /// `writer(tile, slot, value)` on tile `index` under the book's lock, refused while the
@@ -273,7 +287,9 @@ impl TileBook {
     /// them to Python and back. Refused while a request or projection is pending, before any
     /// effect; nothing after that can fail.
     fn release_hosts(&self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {
-        let tiles = py.detach(|| self.book.release()).map_err(|e| error::model(py, e.into()))?;
+        let Some(tiles) = py.detach(|| self.book.release()).map_err(|e| error::model(py, e.into()))? else {
+            return Ok(Vec::new());
+        };
         let mut buffers = Vec::with_capacity(tiles.len());
         let mut rest = Vec::new();
         for tile in tiles {

@@ -185,6 +185,8 @@ class TiledEvictable(TwoTiered, Carrier):
         ownership = self._ownership
         # A write runs under the book's lock with the tile it writes (see `_provider_write`).
         self._write_tile = lambda tile, k, v: tiled_tiles.write_slot(tile, ownership, k, v)
+        # The tiles a read was the last reader of (replaced or released while it read them).
+        self._release_ended = lambda tiles: tiled_tiles.release_tiles(tiles, ownership)
 
     # ----- geometry (`primary` / `secondary` come from TwoTiered) ---------------------------
     @property
@@ -412,9 +414,9 @@ def _provider_release(c: TiledEvictable) -> None:
 
 def _provider_read(c: TiledEvictable, i: int) -> Any:
     tile, k = c._locate(i)
-    # Under the book's lock, which a commit swaps tiles under: a reader never holds a tile
-    # that the commit has just released.
-    return c._book.read(tile, tiled_tiles.read_slot, k)
+    # As a reader of the tile, outside the book's lock: a commit or release that replaces it
+    # meanwhile keeps it until the read ends, and hands it to `release` then.
+    return c._book.read(tile, tiled_tiles.read_slot, k, c._release_ended)
 
 
 def _provider_write(c: TiledEvictable, i: int, v: Any) -> None:

@@ -17,9 +17,15 @@
 //!   request refuses them meanwhile, and a request already running that replaces a tile a
 //!   projection reads keeps the old tile until the last such reader finishes.
 //! * **Writes** ([`write`](TileBook::write)) are refused on a pinned tile; a write drops the
-//!   tile's clean copy. Reads and writes run under the book's lock, so no commit releases
-//!   the tile they use; a tile's own code that re-enters the book on that thread is refused
-//!   ([`TileRefusal::ReEntered`]) instead of waiting for itself.
+//!   tile's clean copy. A write runs under the book's lock, so no commit releases the tile
+//!   it uses.
+//! * **Reads** ([`read`](TileBook::read)) run outside the lock, as readers of the tile they
+//!   use: a commit that replaces it, or the book's release, keeps it until the read ends and
+//!   hands it back then. So a tile's code that waits for another thread using the composite
+//!   (a tier's hook joining a thread that reads another tile) does not wait for a lock its
+//!   own read holds.
+//! * A tile's own code that re-enters the book on the thread running it (during a read or a
+//!   write) is refused ([`TileRefusal::ReEntered`]) instead of waiting for itself.
 //! * **The residency policy** ([`TileBudget`]): a promote that would leave more tiles on the
 //!   primary tier than the budget holds first evicts unpinned tiles outside the request,
 //!   clean before dirty, least recently used first, in the same request.
@@ -173,6 +179,16 @@ struct Entry<T> {
 struct Entries<T> {
     tiles: Vec<Entry<T>>,
     tick: u64,
+    /// The tiles of entries the book's release found being read: handed back by their last
+    /// reader (the release took every other tile).
+    orphans: Vec<Orphan<T>>,
+}
+
+/// A released book's tile (with its clean copy and retired tiles) that readers still read.
+struct Orphan<T> {
+    index: usize,
+    readers: u32,
+    tiles: Vec<T>,
 }
 
 /// The book of a tiled composite (see the module docs). `T` is how a model holds a tile.
@@ -199,13 +215,27 @@ thread_local! {
     static HELD_HERE: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The book's lock, noted as held by this thread while it lives.
-struct Held<'a, T> {
-    guard: MutexGuard<'a, Entries<T>>,
+/// The book noted as in use by this thread (its lock held, or a tile's code running for
+/// it) while this lives.
+struct InUseHere {
     key: usize,
 }
 
-impl<T> Drop for Held<'_, T> {
+impl InUseHere {
+    /// Note book `key` as in use here, or refuse when it is already (a tile's code re-entering).
+    fn enter(key: usize, action: &'static str) -> std::result::Result<Self, TileRefusal> {
+        HELD_HERE.with(|held| {
+            let mut held = held.borrow_mut();
+            if held.contains(&key) {
+                return Err(TileRefusal::ReEntered { action });
+            }
+            held.push(key);
+            Ok(InUseHere { key })
+        })
+    }
+}
+
+impl Drop for InUseHere {
     fn drop(&mut self) {
         HELD_HERE.with(|held| {
             let mut held = held.borrow_mut();
@@ -214,6 +244,12 @@ impl<T> Drop for Held<'_, T> {
             }
         });
     }
+}
+
+/// The book's lock, noted as held by this thread while it lives.
+struct Held<'a, T> {
+    guard: MutexGuard<'a, Entries<T>>,
+    _here: InUseHere,
 }
 
 impl<T> std::ops::Deref for Held<'_, T> {
@@ -391,7 +427,7 @@ impl<T: Clone> TileBook<T> {
         TileBook {
             grid: grid_shape,
             budget,
-            entries: Mutex::new(Entries { tiles, tick: 0 }),
+            entries: Mutex::new(Entries { tiles, tick: 0, orphans: Vec::new() }),
             released: AtomicBool::new(false),
             pending: AtomicUsize::new(0),
         }
@@ -399,13 +435,13 @@ impl<T: Clone> TileBook<T> {
 
     /// The lock, or the refusal when this thread holds it already (a tile's code re-entering).
     fn lock(&self, action: &'static str) -> std::result::Result<Held<'_, T>, TileRefusal> {
-        let key = self as *const Self as usize;
-        if HELD_HERE.with(|held| held.borrow().contains(&key)) {
-            return Err(TileRefusal::ReEntered { action });
-        }
-        let guard = self.entries.lock();
-        HELD_HERE.with(|held| held.borrow_mut().push(key));
-        Ok(Held { guard, key })
+        let here = self.in_use_here(action)?;
+        Ok(Held { guard: self.entries.lock(), _here: here })
+    }
+
+    /// This book noted as in use by this thread, or the refusal when it is already.
+    fn in_use_here(&self, action: &'static str) -> std::result::Result<InUseHere, TileRefusal> {
+        InUseHere::enter(self as *const Self as usize, action)
     }
 
     /// The lock, for a live book.
@@ -485,15 +521,47 @@ impl<T: Clone> TileBook<T> {
         inspect(&tiles)
     }
 
-    /// Run `read` on tile `index`'s holder under the book's lock (no commit releases it
-    /// meanwhile).
-    pub fn read<R>(&self, index: usize, read: impl FnOnce(&T) -> Result<R>) -> Result<R> {
-        let mut entries = self.lock_live("read")?;
+    /// Run `read` on tile `index`'s holder, as a reader of it and outside the book's lock:
+    /// a commit that replaces the tile meanwhile, or the book's release, keeps it until the
+    /// read ends. Returns the read's outcome and the tiles this read was the last reader of
+    /// (replaced or released meanwhile), to release. `read` calling back into this book on
+    /// this thread is refused ([`TileRefusal::ReEntered`]).
+    pub fn read<R>(&self, index: usize, read: impl FnOnce(&T) -> Result<R>) -> (Result<R>, Vec<T>) {
+        let mut held = match self.lock_live("read") {
+            Ok(held) => held,
+            Err(refusal) => return (Err(refusal.into()), Vec::new()),
+        };
         if self.budget.is_some() {
-            touch(&mut entries, &[index]);
+            touch(&mut held, &[index]);
         }
-        let entry = entries.tiles.get(index).ok_or_else(|| out_of_range(index, entries.tiles.len()))?;
-        read(&entry.current)
+        let len = held.tiles.len();
+        let Some(entry) = held.tiles.get_mut(index) else { return (Err(out_of_range(index, len)), Vec::new()) };
+        entry.readers += 1;
+        let tile = entry.current.clone();
+        // The lock goes; the book stays noted as in use here while the tile's code runs.
+        let Held { guard, _here: here } = held;
+        drop(guard);
+        let outcome = read(&tile);
+        drop((here, tile));
+        (outcome, self.end_read(index))
+    }
+
+    /// A read of tile `index` ended: the tiles it was the last reader of.
+    fn end_read(&self, index: usize) -> Vec<T> {
+        let mut entries = self.entries.lock();
+        if self.released.load(Ordering::Acquire) {
+            let Some(at) = entries.orphans.iter().position(|o| o.index == index) else { return Vec::new() };
+            let orphan = &mut entries.orphans[at];
+            orphan.readers -= 1;
+            return if orphan.readers == 0 { entries.orphans.swap_remove(at).tiles } else { Vec::new() };
+        }
+        let entry = &mut entries.tiles[index];
+        entry.readers -= 1;
+        if entry.readers == 0 {
+            std::mem::take(&mut entry.retired)
+        } else {
+            Vec::new()
+        }
     }
 
     /// Run `write` on tile `index`'s holder under the book's lock, unless the tile is pinned.
@@ -658,18 +726,28 @@ impl<T: Clone> TileBook<T> {
         retired
     }
 
-    /// Release the book: hands back every tile and clean copy, to be released. Refused while
-    /// a request or projection is pending; a second release hands back nothing.
-    pub fn release(&self) -> std::result::Result<Vec<T>, TileRefusal> {
+    /// Release the book: hands back every tile and clean copy, to be released, but those an
+    /// element read is reading, which its last reader hands back ([`read`](Self::read)).
+    /// Refused while a request or projection is pending; `None` once released already.
+    pub fn release(&self) -> std::result::Result<Option<Vec<T>>, TileRefusal> {
         let mut entries = self.lock("release")?;
+        if self.released.load(Ordering::Acquire) {
+            return Ok(None);
+        }
         if self.is_pending() {
             return Err(TileRefusal::Pending { action: "release" });
         }
         self.released.store(true, Ordering::Release);
-        Ok(std::mem::take(&mut entries.tiles)
-            .into_iter()
-            .flat_map(|e| std::iter::once(e.current).chain(e.clean).chain(e.retired))
-            .collect())
+        let mut handed = Vec::new();
+        for (index, e) in std::mem::take(&mut entries.tiles).into_iter().enumerate() {
+            let tiles = std::iter::once(e.current).chain(e.clean).chain(e.retired);
+            if e.readers > 0 {
+                entries.orphans.push(Orphan { index, readers: e.readers, tiles: tiles.collect() });
+            } else {
+                handed.extend(tiles);
+            }
+        }
+        Ok(Some(handed))
     }
 }
 
@@ -791,7 +869,79 @@ mod tests {
         assert!(b.commit(&request.phases()[0], vec!["s0".into()]).is_empty(), "retired, not released");
         b.finish(request);
         assert_eq!(b.unpin(pin), ["p0"]);
-        assert_eq!(b.read(0, |t| Ok(t.clone())).unwrap(), "s0");
+        assert_eq!(b.read(0, |t| Ok(t.clone())).0.unwrap(), "s0");
+    }
+
+    #[test]
+    fn a_tile_replaced_while_an_element_read_runs_is_handed_back_by_that_read() {
+        let b = book(2, false, None);
+        let (value, ended) = b.read(0, |t| {
+            // The read's code runs outside the lock: another thread's request and its commit
+            // go through meanwhile.
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    let request = b.request(&[0], true, &[]).unwrap().unwrap();
+                    assert!(b.commit(&request.phases()[0], vec!["s0".into()]).is_empty(), "retired, not released");
+                    b.finish(request);
+                });
+            });
+            Ok(t.clone())
+        });
+        assert_eq!((value.unwrap(), ended), ("p0".to_string(), vec!["p0".to_string()]));
+        let (value, ended) = b.read(0, |t| Ok(t.clone()));
+        assert_eq!((value.unwrap(), ended), ("s0".to_string(), Vec::new()));
+    }
+
+    #[test]
+    fn a_release_leaves_the_tiles_being_read_to_their_last_reader() {
+        let b = book(2, false, None);
+        let (outer, ended) = b.read(1, |_| {
+            let (inner, ended) = std::thread::scope(|s| {
+                s.spawn(|| {
+                    // Another thread reads the same tile, and a third releases the book
+                    // during both reads.
+                    b.read(1, |t| {
+                        std::thread::scope(|s| {
+                            s.spawn(|| {
+                                let handed = b.release().unwrap().unwrap();
+                                assert_eq!(handed, ["p0"], "tile 1 is being read");
+                                assert_eq!(b.release(), Ok(None), "released once");
+                            });
+                        });
+                        Ok(t.clone())
+                    })
+                })
+                .join()
+                .unwrap()
+            });
+            assert_eq!((inner.unwrap(), ended), ("p1".to_string(), Vec::new()), "not the last reader");
+            Ok(())
+        });
+        assert!(outer.is_ok());
+        assert_eq!(ended, ["p1"], "the last reader hands the tile back");
+        assert!(matches!(b.read(0, |_| Ok(())).0, Err(ModelError::Tiles(TileRefusal::Released { .. }))));
+    }
+
+    #[test]
+    fn an_element_read_runs_beside_another_threads_use_of_the_book_and_refuses_its_own_re_entry() {
+        let b = book(2, false, None);
+        let (value, _) = b.read(0, |_| {
+            let refused = b.read(1, |_| Ok(())).0.unwrap_err();
+            assert!(matches!(refused, ModelError::Tiles(TileRefusal::ReEntered { action: "read" })), "{refused}");
+            assert!(matches!(b.write(1, |_| Ok(())), Err(ModelError::Tiles(TileRefusal::ReEntered { .. }))));
+            // Another thread reads and writes meanwhile (it waited for the lock before).
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    assert_eq!(b.read(1, |t| Ok(t.clone())).0.unwrap(), "p1");
+                    b.write(0, |_| Ok(())).unwrap();
+                })
+                .join()
+                .unwrap()
+            });
+            Ok(7)
+        });
+        assert_eq!(value.unwrap(), 7);
+        assert!(b.read(1, |_| Ok(())).0.is_ok(), "nothing left marked in use on this thread");
     }
 
     #[test]
@@ -807,6 +957,6 @@ mod tests {
         released.sort();
         assert_eq!(released, ["s0'", "s1'"], "the primary tiles go; tile 0's clean copy is current again");
         b.finish(request);
-        assert_eq!(b.read(0, |t| Ok(t.clone())).unwrap(), "s0");
+        assert_eq!(b.read(0, |t| Ok(t.clone())).0.unwrap(), "s0");
     }
 }

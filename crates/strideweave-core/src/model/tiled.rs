@@ -746,19 +746,15 @@ impl TiledEvictable {
     fn end_pending(&self, handed_back: Vec<Held>) {
         self.give_back(handed_back);
         if self.state.is_released() {
-            if let Ok(tiles) = self.book.release() {
+            if let Ok(Some(tiles)) = self.book.release() {
                 self.release_all(tiles);
             }
         }
     }
 
-    /// Every tile and clean copy the book's release handed back, then both tiers. Only the
-    /// first release of the book hands back tiles (there is at least one), so the tiers are
-    /// released once.
+    /// Every tile and clean copy the book's first release handed back, then both tiers (the
+    /// tiles element reads were reading come back from their last reader).
     fn release_all(&self, tiles: Vec<Held>) {
-        if tiles.is_empty() {
-            return;
-        }
         self.give_back(tiles);
         for tier in &self.tiers {
             tier.state(HOOK).disown(self.owner);
@@ -969,14 +965,15 @@ impl Carrier for TiledEvictable {
         self.state.live_size(self.slots)
     }
 
-    /// Under the book's lock: no commit releases the tile while it is read (a move of the
-    /// composite reads every slot this way, so none meets a tile mid-swap).
+    /// As a reader of the tile: no commit or release releases it while it is read (a move of
+    /// the composite reads every slot this way, so none meets a tile mid-swap); the tiles the
+    /// read was the last reader of are given back after it.
     fn read_slot(&self, token: &HookToken, i: usize) -> Result<Scalar> {
         admitted(token, &self.state)?;
         let (tile, within) = self.locate(i);
-        self.book
-            .read(tile, |held| held.carrier.read_slot(&held.carrier.hook(), within))
-            .map_err(|e| self.refused_error(e))
+        let (value, ended) = self.book.read(tile, |held| held.carrier.read_slot(&held.carrier.hook(), within));
+        self.give_back(ended);
+        value.map_err(|e| self.refused_error(e))
     }
 
     /// Refused on a pinned tile; the first write to a tile releases its clean copy, stale
@@ -1005,7 +1002,7 @@ impl Carrier for TiledEvictable {
         if !token.admits(&self.state) {
             return;
         }
-        if let Ok(tiles) = self.book.release() {
+        if let Ok(Some(tiles)) = self.book.release() {
             self.release_all(tiles);
         }
     }
@@ -1016,8 +1013,9 @@ impl Carrier for TiledEvictable {
     /// move fails).
     fn release_claimed_storage(&self, token: &HookToken) -> Result<()> {
         admitted(token, &self.state)?;
-        let tiles = self.book.release().map_err(|refusal| self.refused(refusal))?;
-        self.release_all(tiles);
+        if let Some(tiles) = self.book.release().map_err(|refusal| self.refused(refusal))? {
+            self.release_all(tiles);
+        }
         Ok(())
     }
 }

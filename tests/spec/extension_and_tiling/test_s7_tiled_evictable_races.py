@@ -284,3 +284,40 @@ def test_retain_clean_evict_racing_writes_keeps_every_write(tiers):
         te.promote(EVERY)
         assert [te[i] for i in range(N)] == expected
         assert accepts_release(te)
+
+
+# ----- element reads (outside the book's lock) against residency changes and the release ---------
+
+@pytest.mark.parametrize("tiers", ["builtin", "noted"])
+def test_reads_racing_residency_and_release_read_exact_values_and_leave_no_tile_live(tiers):
+    """A read runs a tile's code outside the book's lock, as a reader of the tile: racing
+    evictions, promotions and the release, it returns the exact value or raises RuntimeError
+    saying the carrier is released; the tiles a commit or the release replaced under a read are
+    released when that read ends, so none stays live (seen through the noted tier classes'
+    factories, which make every tile of that variant)."""
+    from tiled_data import NotedCPU, NotedFileBacked, NotesFactories, live_made
+    rounds = ROUNDS if tiers == "builtin" else ROUNDS // 3
+    read_passes = 8
+    read_losses = {"TiledEvictable carrier is released", "cannot read a released TiledEvictable"}
+    for _ in range(rounds):
+        NotesFactories.made.clear()
+        if tiers == "builtin":
+            te = tiled("builtin")
+        else:
+            te = TiledEvictable(NotedCPU(0, dtype=F32).new_like(VALUES), NotedFileBacked(dtype=F32), (GRID,), (TILE,))
+
+        def read(k):
+            for _ in range(read_passes):  # long enough to overlap the commits and the release
+                for i in range(k, N, HALF):
+                    assert te[i] == VALUES[i]
+        moves = [lambda: te.evict(EVERY), lambda: te.promote(EVERY), lambda: te.evict(TileSet([(1,), (2,)]))]
+        outcomes = run_together([(lambda k=k: read(k)) for k in range(HALF)] + moves + [te.release])
+        reads, residency, release = outcomes[:HALF], outcomes[HALF:-1], outcomes[-1:]
+        assert messages(reads) <= read_losses, sorted(messages(reads))
+        assert messages(residency) <= residency_losses("evict") | residency_losses("promote"), \
+            sorted(messages(residency))
+        assert messages(release) <= {f"cannot release {PENDING_WORK}"}, sorted(messages(release))
+        if not te.is_released():  # the release met a pending request: it is refused, nothing lost
+            live_and_exact(te)
+        assert te.is_released() and te.primary.is_released() and te.secondary.is_released()
+        assert live_made() == [], "a tile replaced or released under a read stayed live"

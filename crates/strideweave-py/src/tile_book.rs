@@ -192,15 +192,16 @@ impl TileBook {
         Ok(stale.map(|t| t.clone_ref(py)))
     }
 
-    /// `inspect(tiles)` under the book's lock, with `tiles` a list of `(tile, on primary)` in
-    /// tile-index order: one consistent view (refused with `action`'s words once released).
+    /// `inspect(tiles)` under the book's lock, with `tiles` a list of `(tile, on primary,
+    /// writes so far)` in tile-index order: one consistent view (refused with `action`'s words
+    /// once released).
     fn inspect(&self, py: Python<'_>, action: &str, inspect: Py<PyAny>) -> PyResult<Py<PyAny>> {
         let action = static_action(action);
         py.detach(|| {
             self.book.inspect(action, |tiles| {
                 Python::attach(|py| {
-                    let listed: Vec<(Py<PyAny>, bool)> =
-                        tiles.iter().map(|(t, on)| (t.clone_ref(py), *on == Tier::Primary)).collect();
+                    let listed: Vec<(Py<PyAny>, bool, u64)> =
+                        tiles.iter().map(|(t, on, writes)| (t.clone_ref(py), *on == Tier::Primary, *writes)).collect();
                     inspect.bind(py).call1((listed,)).map(Bound::unbind).map_err(foreign)
                 })
             })

@@ -16,12 +16,13 @@ values at pickling time:
 
 - an evicted (secondary) tile travels as the reference to its own object, which is shared,
   never copied: nobody can change a sealed object;
-- a resident (primary) tile is copied, in Rust under the carrier's state lock, so the snapshot
-  is consistent against concurrent writes and residency commits, and then put into a new object
-  whose reference travels. Pickled again with no write to the carrier since (its version
-  unchanged), a tile still resident travels as the same object; that object is kept until the
-  carrier is written and pickled again, or is gone, so even the bytes of a plain
-  `pickle.dumps`, which Ray's reference counting cannot see, stay readable until then.
+- a resident (primary) tile is copied under the tile book's lock, so the snapshot is
+  consistent against concurrent writes and residency commits, and then put into a new object
+  whose reference travels. Pickled again with no write to that tile since (its own count of
+  writes unchanged), a tile still resident travels as the same object; that object is kept
+  until the tile is written and the carrier pickled again, or the carrier is gone, so even the
+  bytes of a plain `pickle.dumps`, which Ray's reference counting cannot see, stay readable
+  until then.
 
 The receiver gets a new TiledEvictable of the same geometry whose every tile is on the
 secondary tier (a RayObjectCarrier over that tile's object), with a fresh empty CPU primary
@@ -88,13 +89,13 @@ def _reduce_tiled(c: TiledEvictable) -> Any:
     return (_rebuild_tiled, (c.grid_shape, c.tile_shape, c.dtype(), _snapshot_tile_refs(c)))
 
 
-# What each TiledEvictable's last pickling put: (the carrier's version then, {tile index: (the
-# resident tile then, the reference of the object it was put into)}). Pickled again with no
-# write since (same version) and the same tile still resident, a tile reuses its object instead
+# What each TiledEvictable's last pickling put: {tile index: (the resident tile then, its count
+# of writes then, the reference of the object it was put into)}. Pickled again with the same
+# tile still resident and not written since (the same count), a tile reuses its object instead
 # of putting another, and the object lives as long as this entry does: a plain `pickle.dumps`,
-# whose bytes Ray's reference counting cannot see, stays readable until the carrier is written
-# and pickled again, or is gone.
-_PUT_TILES: "weakref.WeakKeyDictionary[TiledEvictable, tuple[int, dict[int, tuple[Any, Any]]]]" = \
+# whose bytes Ray's reference counting cannot see, stays readable until the tile is written
+# and the carrier pickled again, or the carrier is gone.
+_PUT_TILES: "weakref.WeakKeyDictionary[TiledEvictable, dict[int, tuple[Any, int, Any]]]" = \
     weakref.WeakKeyDictionary()
 _PUT_TILES_LOCK = threading.Lock()
 
@@ -110,29 +111,26 @@ def _snapshot_tile_refs(c: TiledEvictable) -> list[Any]:
     copies: dict[int, Carrier] = {}  # index: a private copy of it, to put
     try:
         # One consistent snapshot: the book's lock, which public writes and residency commits
-        # take too, is held while the version is read, the last put looked up and the
-        # resident tiles copied. A write counts its version only after it leaves the book, so
-        # between a write's store and its count the version does not yet show it: a tile
-        # reused then has the values from before that write. Every tile reused, that is still
-        # one instant; a tile some residency change replaced meanwhile is copied with the
-        # write, beside reused ones without it (keying reuse by the book's own per-tile write
-        # counts would close that).
+        # take too, is held while the last put is looked up and the resident tiles copied.
+        # Reuse is keyed by each tile's own count of writes, which the book takes with the
+        # write, under that lock: every tile, reused or copied, holds its values of one
+        # instant. (The carrier's version would not do: a write counts it only after leaving
+        # the book, so a tile reused between a write's store and its count would miss the
+        # write while a tile copied beside it had the values of after it.)
         c._check_live("pickle")
-        version = -1
+        writes: dict[int, int] = {}  # index: the resident tile's count of writes
 
-        def snapshot(tiles: list[tuple[Any, bool]]) -> None:
-            nonlocal version
-            version = c.version
+        def snapshot(tiles: list[tuple[Any, bool, int]]) -> None:
             with _PUT_TILES_LOCK:
-                put_version, put = _PUT_TILES.get(c, (-1, {}))
-            for index, (tile, on_primary) in enumerate(tiles):
+                put = _PUT_TILES.get(c, {})
+            for index, (tile, on_primary, written) in enumerate(tiles):
                 if not on_primary:  # a tile of the RayObjectCarrier tier
                     refs.append(cast(RayObjectCarrier, tile).object_ref)
                     continue
-                resident[index] = tile
-                earlier = put.get(index) if put_version == version else None
-                if earlier is not None and earlier[0] is tile:
-                    refs.append(earlier[1])
+                resident[index], writes[index] = tile, written
+                earlier = put.get(index)
+                if earlier is not None and earlier[0] is tile and earlier[1] == written:
+                    refs.append(earlier[2])
                 else:
                     refs.append(None)
                     copies[index] = tiled_tiles.carrier_copy(tile, c.primary, c._tile_size)
@@ -144,7 +142,7 @@ def _snapshot_tile_refs(c: TiledEvictable) -> list[Any]:
             _move_between_tiers(Tensor(copy, 0, Layout.canonical(Shape(copy.size()))), landing)
             refs[index] = landing.object_ref
         with _PUT_TILES_LOCK:
-            _PUT_TILES[c] = (version, {index: (tile, refs[index]) for index, tile in resident.items()})
+            _PUT_TILES[c] = {index: (tile, writes[index], refs[index]) for index, tile in resident.items()}
     finally:
         for copy in copies.values():
             copy.release()  # a moved copy is released already; release() is idempotent

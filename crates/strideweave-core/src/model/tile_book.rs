@@ -512,12 +512,16 @@ impl<T: Clone> TileBook<T> {
         Ok((0..entries.tiles.len()).filter(|&i| entries.tiles[i].residency.resident() == tier).collect())
     }
 
-    /// Run `inspect` on every tile's holder and tier (tile-index order) under the book's lock:
-    /// one consistent view, no tile written, replaced or released meanwhile (`action` names
-    /// the refusal once released).
-    pub fn inspect<R>(&self, action: &'static str, inspect: impl FnOnce(&[(&T, Tier)]) -> Result<R>) -> Result<R> {
+    /// Run `inspect` on every tile's holder, tier and count of writes so far (tile-index
+    /// order) under the book's lock: one consistent view, no tile written, replaced or
+    /// released meanwhile (`action` names the refusal once released). A tile's count is
+    /// taken with its write, under the lock, so it tells whether the tile changed since an
+    /// earlier view exactly (the composite's version counts a write only after it leaves
+    /// the book).
+    pub fn inspect<R>(&self, action: &'static str, inspect: impl FnOnce(&[(&T, Tier, u64)]) -> Result<R>) -> Result<R> {
         let entries = self.lock_live(action)?;
-        let tiles: Vec<(&T, Tier)> = entries.tiles.iter().map(|e| (&e.current, e.residency.resident())).collect();
+        let tiles: Vec<(&T, Tier, u64)> =
+            entries.tiles.iter().map(|e| (&e.current, e.residency.resident(), e.writes)).collect();
         inspect(&tiles)
     }
 

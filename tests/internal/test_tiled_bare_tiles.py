@@ -24,7 +24,7 @@ def test_move_to_cpu_gathers_every_bare_tile_against_numpy_and_releases_them(gri
     te = TiledEvictable(seeded(sw.CPU, data, F32), sw.FileBacked(dtype=F32), grid, tile)
     tiles = grid_tiles(grid)
     te.evict(TileSet(tiles[::2]))
-    held = te._book.inspect("pickle", lambda tiles: [tile for tile, _ in tiles])
+    held = te._book.inspect("pickle", lambda tiles: [tile for tile, _, _ in tiles])
     with sw.no_grad():
         out = sw.move(full(te), sw.CPU(te.size()))
     np.testing.assert_array_equal(np.from_dlpack(out), data)

@@ -9,9 +9,9 @@
 //! to release.
 //!
 //! Lock order: the book's lock, then the GIL. Every call takes the book's lock with the GIL
-//! released, and a write runs the package's tile code under the book's lock with the GIL
-//! taken again, so no thread ever holds the GIL while it waits for the book. A read runs the
-//! tile's code outside the book's lock, as a reader of the tile.
+//! released, so no thread ever holds the GIL while it waits for the book. A read or write
+//! runs the package's tile code outside the book's lock, as a reader or writer of the tile,
+//! with the GIL taken again.
 
 use std::sync::Arc;
 
@@ -170,8 +170,10 @@ impl TileBook {
         value.map_err(|e| error::model(py, e))
     }
 
-    /// `writer(tile, slot, value)` on tile `index` under the book's lock, refused while the
-    /// tile is pinned; returns the tile's clean copy, stale now, to release (or None).
+    /// `writer(tile, slot, value)` on tile `index`, as a writer of the tile (outside the
+    /// book's lock; what would read or replace the tile waits for it), refused while the tile
+    /// is pinned; then `release(tiles)` with the tiles to release (its clean copy, stale now),
+    /// if any.
     fn write(
         &self,
         py: Python<'_>,
@@ -179,8 +181,9 @@ impl TileBook {
         writer: Py<PyAny>,
         slot: usize,
         value: Py<PyAny>,
-    ) -> PyResult<Option<Py<PyAny>>> {
-        let ((), stale) = py
+        release: Py<PyAny>,
+    ) -> PyResult<()> {
+        let ((), ended) = py
             .detach(|| {
                 self.book.write(index, |tile| {
                     Python::attach(|py| {
@@ -189,7 +192,10 @@ impl TileBook {
                 })
             })
             .map_err(|e| error::model(py, e))?;
-        Ok(stale.map(|t| t.clone_ref(py)))
+        if !ended.is_empty() {
+            release.bind(py).call1((tiles_out(py, ended),))?;
+        }
+        Ok(())
     }
 
     /// `inspect(tiles)` under the book's lock, with `tiles` a list of `(tile, on primary,

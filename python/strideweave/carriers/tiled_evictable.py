@@ -183,9 +183,10 @@ class TiledEvictable(TwoTiered, Carrier):
             raise
         tiled_tiles.adopt_all(tiles, self._ownership)
         ownership = self._ownership
-        # A write runs under the book's lock with the tile it writes (see `_provider_write`).
+        # A write runs as a writer of the tile it writes (see `_provider_write`).
         self._write_tile = lambda tile, k, v: tiled_tiles.write_slot(tile, ownership, k, v)
-        # The tiles a read was the last reader of (replaced or released while it read them).
+        # The tiles a read or write hands back: replaced or released while it used them, or a
+        # clean copy a write made stale.
         self._release_ended = lambda tiles: tiled_tiles.release_tiles(tiles, ownership)
 
     # ----- geometry (`primary` / `secondary` come from TwoTiered) ---------------------------
@@ -421,12 +422,10 @@ def _provider_read(c: TiledEvictable, i: int) -> Any:
 
 def _provider_write(c: TiledEvictable, i: int, v: Any) -> None:
     tile, k = c._locate(i)
-    # Refused on a pinned tile; the tile is dirty after it, and its retained secondary copy,
-    # which no longer matches it, comes back to be released.
-    stale = c._book.write(tile, c._write_tile, k, v)
-    if stale is not None:
-        tiled_tiles.release_tiles([stale], c._ownership)
-    return None
+    # As a writer of the tile, outside the book's lock; refused on a pinned tile. The tile is
+    # dirty after it, and its retained secondary copy, which no longer matches it, goes to
+    # `release`.
+    c._book.write(tile, c._write_tile, k, v, c._release_ended)
 
 
 # ===== the plan ===================================================================================

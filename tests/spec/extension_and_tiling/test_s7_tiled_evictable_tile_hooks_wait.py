@@ -1,19 +1,42 @@
-"""§7: a TiledEvictable reads a tile outside the book's lock, as a reader of that tile. So a
-tier's element hook that waits for another thread using the same TiledEvictable (reading,
-writing, moving tiles, releasing it) is not waiting for a lock its own read holds: the other
-thread finishes and the read completes with its value. A tile the other thread replaced or
-released meanwhile is released when the read ends, not under it. Public API only: the tier is
-a user's CPU subclass whose `__getitem__` starts the other thread and joins it."""
+"""§7: a TiledEvictable reads and writes a tile outside the book's lock, as a reader or writer
+of that tile. So a tier's element hook that waits for another thread using the same
+TiledEvictable (reading, writing, moving tiles, releasing it) is not waiting for a lock its own
+read or write holds: the other thread finishes and the read or write completes. A tile the
+other thread replaced or released meanwhile is released when the read ends, not under it; a
+residency request on the tile being written waits for that write. Public API only: the tier is
+a user's CPU subclass whose `__getitem__` and `set_value` start the other thread and join it."""
 import threading
 
 import pytest
 
 import strideweave as sw
 from strideweave.carriers.tiled_evictable import TiledEvictable
+from list_carrier import ListCarrier
 from tiled_data import F32, NotesFactories, live_made
 
 VALUES = [float(v) for v in range(8)]
 JOIN_SECONDS = 10
+
+
+def wait_for_other():
+    """Run `WAIT["then"]` (once) on another thread and join it."""
+    then = WAIT.pop("then", None)
+    if then is None:
+        return
+    outcome = {}
+
+    def other():
+        try:
+            outcome["value"] = then()
+        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=other, daemon=True)
+    thread.start()
+    thread.join(WAIT.get("join", JOIN_SECONDS))
+    WAIT["other"] = "finished" if not thread.is_alive() else "still waiting"
+    WAIT["outcome"] = outcome
+    WAIT["thread"] = thread
 
 
 class WaitingCPU(NotesFactories, sw.CPU):
@@ -21,22 +44,25 @@ class WaitingCPU(NotesFactories, sw.CPU):
     joins it before reading its own slot."""
 
     def __getitem__(self, i):
-        then = WAIT.pop("then", None)
-        if then is not None:
-            outcome = {}
-
-            def other():
-                try:
-                    outcome["value"] = then()
-                except BaseException as exc:  # noqa: BLE001 - reported to the test
-                    outcome["error"] = exc
-
-            thread = threading.Thread(target=other, daemon=True)
-            thread.start()
-            thread.join(JOIN_SECONDS)
-            WAIT["other"] = "finished" if not thread.is_alive() else "still waiting"
-            WAIT["outcome"] = outcome
+        wait_for_other()
         return super().__getitem__(i)
+
+
+class WaitingList(NotesFactories, ListCarrier):
+    """A user's carrier whose tiles run `WAIT["then"]` on another thread during their first
+    write (`set_value`, the store of a Python carrier), and join it before storing."""
+
+    def new_like(self, values, *, mutable=True, dtype=None):
+        made = WaitingList(values, mutable)
+        NotesFactories.made.append(made)
+        return made
+
+    def allocate_like(self, size, *, mutable=True, dtype=None, empty=False):
+        return self.new_like([0.0] * size, mutable=mutable)
+
+    def set_value(self, i, v):
+        wait_for_other()
+        super().set_value(i, v)
 
 
 WAIT: dict = {}
@@ -93,3 +119,45 @@ def test_a_release_while_a_read_waits_succeeds_and_the_read_keeps_its_tile(te):
     assert live_made() == [], "the tile the read kept was released when it ended"
     with pytest.raises(RuntimeError, match="released"):
         te[0]
+
+
+def write_while(te, slot, value, then, join=JOIN_SECONDS):
+    """`te[slot] = value`, whose tile runs `then` on another thread and waits for it (at most
+    `join` seconds)."""
+    WAIT.update(then=then, join=join)
+    te[slot] = value
+    return WAIT["other"], WAIT["outcome"]
+
+
+@pytest.fixture
+def te_list():
+    NotesFactories.made.clear()
+    WAIT.clear()
+    composite = TiledEvictable(WaitingList(VALUES), WaitingList([]), (4,), (2,))
+    yield composite
+    WAIT.clear()
+    composite.release()
+
+
+def test_another_threads_reads_writes_and_requests_run_while_a_write_hook_waits(te_list):
+    te = te_list
+
+    def other():
+        te[7] = 70.0
+        te.evict(sw.TileSet([(3,)]))
+        return te[6], te[7], te[4]
+
+    finished, outcome = write_while(te, 5, 50.0, other)
+    assert finished == "finished" and outcome == {"value": (6.0, 70.0, 4.0)}
+    assert [te[i] for i in range(8)] == VALUES[:5] + [50.0, 6.0, 70.0]
+    assert te.version == 2 and te.secondary_tiles == sw.TileSet([(3,)])
+
+
+def test_a_request_on_the_tile_being_written_waits_for_the_write(te_list):
+    te = te_list
+    tile = sw.TileSet([(2,)])
+    finished, outcome = write_while(te, 5, 50.0, lambda: te.evict(tile), join=0.5)
+    assert finished == "still waiting", "the evict of the tile went ahead under its write"
+    WAIT["thread"].join(JOIN_SECONDS)
+    assert WAIT["outcome"] == {"value": None}, "the evict ran once the write finished"
+    assert te.secondary_tiles == tile and te[5] == 50.0, "the evicted tile holds the write"

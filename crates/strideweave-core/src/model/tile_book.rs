@@ -17,13 +17,15 @@
 //!   request refuses them meanwhile, and a request already running that replaces a tile a
 //!   projection reads keeps the old tile until the last such reader finishes.
 //! * **Writes** ([`write`](TileBook::write)) are refused on a pinned tile; a write drops the
-//!   tile's clean copy. A write runs under the book's lock, so no commit releases the tile
-//!   it uses.
-//! * **Reads** ([`read`](TileBook::read)) run outside the lock, as readers of the tile they
-//!   use: a commit that replaces it, or the book's release, keeps it until the read ends and
-//!   hands it back then. So a tile's code that waits for another thread using the composite
-//!   (a tier's hook joining a thread that reads another tile) does not wait for a lock its
-//!   own read holds.
+//!   tile's clean copy. A write runs the tile's code outside the lock, as a writer of the
+//!   tile: a request, projection, move out or inspection that would read or replace that
+//!   tile waits for its writers to finish (they are not refused: a write is one slot).
+//! * **Reads** ([`read`](TileBook::read)) run outside the lock too, as readers of the tile
+//!   they use: a commit that replaces it, or the book's release, keeps it until the read ends
+//!   and hands it back then.
+//! * So a tile's code that waits for another thread using the composite (a tier's hook
+//!   joining a thread that reads or writes another tile) does not wait for a lock its own
+//!   read or write holds.
 //! * A tile's own code that re-enters the book on the thread running it (during a read or a
 //!   write) is refused ([`TileRefusal::ReEntered`]) instead of waiting for itself.
 //! * **The residency policy** ([`TileBudget`]): a promote that would leave more tiles on the
@@ -53,7 +55,7 @@ use std::cell::RefCell;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use thiserror::Error;
 
 use super::error::{ModelError, Result};
@@ -166,8 +168,10 @@ struct Entry<T> {
     writes: u64,
     /// Requests and readers holding the tile.
     pins: u32,
-    /// Projections reading the tile in place.
+    /// Projections and element reads reading the tile in place.
     readers: u32,
+    /// Element writes running on the tile (outside the lock).
+    writers: u32,
     /// Tiles a commit replaced while readers read them: released when the last one finishes.
     retired: Vec<T>,
     /// A pending promote brings the tile in (it counts against the budget).
@@ -184,10 +188,11 @@ struct Entries<T> {
     orphans: Vec<Orphan<T>>,
 }
 
-/// A released book's tile (with its clean copy and retired tiles) that readers still read.
+/// A released book's tile (with its clean copy and retired tiles) that element reads or
+/// writes still use.
 struct Orphan<T> {
     index: usize,
-    readers: u32,
+    users: u32,
     tiles: Vec<T>,
 }
 
@@ -201,6 +206,8 @@ pub struct TileBook<T> {
     released: AtomicBool,
     /// Requests and projections not finished (changed under the lock, read without it).
     pending: AtomicUsize,
+    /// Signalled when a tile's last writer finishes.
+    unwritten: Condvar,
 }
 
 impl<T> fmt::Debug for TileBook<T> {
@@ -418,6 +425,7 @@ impl<T: Clone> TileBook<T> {
                     writes: 0,
                     pins: 0,
                     readers: 0,
+                    writers: 0,
                     retired: Vec::new(),
                     promoting: false,
                     last_use: 0,
@@ -430,6 +438,7 @@ impl<T: Clone> TileBook<T> {
             entries: Mutex::new(Entries { tiles, tick: 0, orphans: Vec::new() }),
             released: AtomicBool::new(false),
             pending: AtomicUsize::new(0),
+            unwritten: Condvar::new(),
         }
     }
 
@@ -442,6 +451,23 @@ impl<T: Clone> TileBook<T> {
     /// This book noted as in use by this thread, or the refusal when it is already.
     fn in_use_here(&self, action: &'static str) -> std::result::Result<InUseHere, TileRefusal> {
         InUseHere::enter(self as *const Self as usize, action)
+    }
+
+    /// Wait (the lock given up meanwhile) until no tile `busy` names has a writer; refused
+    /// when the book is released meanwhile.
+    fn wait_unwritten(
+        &self,
+        held: &mut Held<'_, T>,
+        action: &'static str,
+        mut busy: impl FnMut(&Entries<T>) -> bool,
+    ) -> std::result::Result<(), TileRefusal> {
+        while busy(held) {
+            self.unwritten.wait(&mut held.guard);
+            if self.released.load(Ordering::Acquire) {
+                return Err(TileRefusal::Released { action });
+            }
+        }
+        Ok(())
     }
 
     /// The lock, for a live book.
@@ -519,7 +545,8 @@ impl<T: Clone> TileBook<T> {
     /// earlier view exactly (the composite's version counts a write only after it leaves
     /// the book).
     pub fn inspect<R>(&self, action: &'static str, inspect: impl FnOnce(&[(&T, Tier, u64)]) -> Result<R>) -> Result<R> {
-        let entries = self.lock_live(action)?;
+        let mut entries = self.lock_live(action)?;
+        self.wait_unwritten(&mut entries, action, |e| e.tiles.iter().any(|t| t.writers > 0))?;
         let tiles: Vec<(&T, Tier, u64)> =
             entries.tiles.iter().map(|e| (&e.current, e.residency.resident(), e.writes)).collect();
         inspect(&tiles)
@@ -556,8 +583,8 @@ impl<T: Clone> TileBook<T> {
         if self.released.load(Ordering::Acquire) {
             let Some(at) = entries.orphans.iter().position(|o| o.index == index) else { return Vec::new() };
             let orphan = &mut entries.orphans[at];
-            orphan.readers -= 1;
-            return if orphan.readers == 0 { entries.orphans.swap_remove(at).tiles } else { Vec::new() };
+            orphan.users -= 1;
+            return if orphan.users == 0 { entries.orphans.swap_remove(at).tiles } else { Vec::new() };
         }
         let entry = &mut entries.tiles[index];
         entry.readers -= 1;
@@ -568,23 +595,50 @@ impl<T: Clone> TileBook<T> {
         }
     }
 
-    /// Run `write` on tile `index`'s holder under the book's lock, unless the tile is pinned.
-    /// After a successful write the tile is dirty: its clean copy, now stale, is handed back
-    /// with the result, to be released.
-    pub fn write<R>(&self, index: usize, write: impl FnOnce(&T) -> Result<R>) -> Result<(R, Option<T>)> {
-        let mut entries = self.lock_live("write to")?;
+    /// Run `write` on tile `index`'s holder, as a writer of it and outside the book's lock,
+    /// unless the tile is pinned. After a successful write the tile is dirty. Returns the
+    /// write's outcome and the tiles to release: its clean copy, stale now, and (should the
+    /// book have been released meanwhile) the tile itself once its last user is done.
+    /// `write` calling back into this book on this thread is refused
+    /// ([`TileRefusal::ReEntered`]).
+    pub fn write<R>(&self, index: usize, write: impl FnOnce(&T) -> Result<R>) -> Result<(R, Vec<T>)> {
+        let mut held = self.lock_live("write to")?;
         if self.budget.is_some() {
-            touch(&mut entries, &[index]);
+            touch(&mut held, &[index]);
         }
-        let len = entries.tiles.len();
-        let entry = entries.tiles.get_mut(index).ok_or_else(|| out_of_range(index, len))?;
+        let len = held.tiles.len();
+        let entry = held.tiles.get_mut(index).ok_or_else(|| out_of_range(index, len))?;
         if entry.pins > 0 {
             return Err(TileRefusal::WritePinned { coordinate: self.coordinate_text(index) }.into());
         }
-        let written = write(&entry.current)?;
-        entry.writes += 1;
-        entry.residency.mark_dirty();
-        Ok((written, entry.clean.take()))
+        entry.writers += 1;
+        let tile = entry.current.clone();
+        // The lock goes; the book stays noted as in use here while the tile's code runs.
+        let Held { guard, _here: here } = held;
+        drop(guard);
+        let outcome = write(&tile);
+        drop((here, tile));
+        let mut entries = self.entries.lock();
+        if self.released.load(Ordering::Acquire) {
+            drop(entries);
+            let ended = self.end_read(index); // the orphan's count is of users, whichever
+            self.unwritten.notify_all();
+            return outcome.map(|r| (r, ended));
+        }
+        let entry = &mut entries.tiles[index];
+        entry.writers -= 1;
+        let stale = match &outcome {
+            Ok(_) => {
+                entry.writes += 1;
+                entry.residency.mark_dirty();
+                entry.clean.take()
+            }
+            Err(_) => None,
+        };
+        if entry.writers == 0 {
+            self.unwritten.notify_all();
+        }
+        outcome.map(|r| (r, stale.into_iter().collect()))
     }
 
     /// Admit a request to move `indices` (checked in range and distinct by the caller) to
@@ -602,6 +656,12 @@ impl<T: Clone> TileBook<T> {
         if let Some(&pinned) = indices.iter().find(|&&i| entries.tiles[i].pins > 0) {
             return Err(TileRefusal::Pinned { action, coordinate: self.coordinate_text(pinned) });
         }
+        // A write running on a requested tile finishes first (a request made meanwhile pins
+        // nothing; a write cannot start on a pinned tile).
+        self.wait_unwritten(&mut entries, action, |e| indices.iter().any(|&i| e.tiles[i].writers > 0))?;
+        if let Some(&pinned) = indices.iter().find(|&&i| entries.tiles[i].pins > 0) {
+            return Err(TileRefusal::Pinned { action, coordinate: self.coordinate_text(pinned) });
+        }
         let policy = self.budget.filter(|_| !evict);
         if policy.is_some() {
             touch(&mut entries, indices);
@@ -612,7 +672,15 @@ impl<T: Clone> TileBook<T> {
             return Ok(None);
         }
         let victims = match policy {
-            Some(budget) => make_room(&entries, budget, indices, moving.len(), protect)?,
+            Some(budget) => loop {
+                match make_room(&entries, budget, indices, moving.len(), protect) {
+                    // Tiles being written are no victims now, but will be once written.
+                    Err(TileRefusal::NoRoom { .. }) if entries.tiles.iter().any(|e| e.writers > 0) => {
+                        self.wait_unwritten(&mut entries, action, |e| e.tiles.iter().any(|t| t.writers > 0))?;
+                    }
+                    chosen => break chosen?,
+                }
+            },
             None => Vec::new(),
         };
         let mut phases = Vec::with_capacity(2);
@@ -678,6 +746,7 @@ impl<T: Clone> TileBook<T> {
     /// Pin `indices` for a projection that reads them in place. Refused once released.
     pub fn pin_reading(&self, indices: &[usize]) -> std::result::Result<ReadPin<T>, TileRefusal> {
         let mut entries = self.lock_live("project")?;
+        self.wait_unwritten(&mut entries, "project", |e| indices.iter().any(|&i| e.tiles[i].writers > 0))?;
         if self.budget.is_some() {
             touch(&mut entries, indices);
         }
@@ -696,6 +765,7 @@ impl<T: Clone> TileBook<T> {
     /// projection is pending (and once released), so of the two exactly one goes ahead.
     pub fn pin_all(&self) -> std::result::Result<ReadPin<T>, TileRefusal> {
         let mut entries = self.lock_live("move")?;
+        self.wait_unwritten(&mut entries, "move", |e| e.tiles.iter().any(|t| t.writers > 0))?;
         if self.is_pending() {
             return Err(TileRefusal::Pending { action: "move" });
         }
@@ -745,8 +815,8 @@ impl<T: Clone> TileBook<T> {
         let mut handed = Vec::new();
         for (index, e) in std::mem::take(&mut entries.tiles).into_iter().enumerate() {
             let tiles = std::iter::once(e.current).chain(e.clean).chain(e.retired);
-            if e.readers > 0 {
-                entries.orphans.push(Orphan { index, readers: e.readers, tiles: tiles.collect() });
+            if e.readers + e.writers > 0 {
+                entries.orphans.push(Orphan { index, users: e.readers + e.writers, tiles: tiles.collect() });
             } else {
                 handed.extend(tiles);
             }
@@ -815,7 +885,12 @@ fn make_room<T>(
     let mut candidates: Vec<usize> = (0..tiles.len())
         .filter(|&i| {
             let e = &tiles[i];
-            !e.residency.is_evicted() && e.pins == 0 && !e.promoting && !requested.contains(&i) && !protect.contains(&i)
+            !e.residency.is_evicted()
+                && e.pins == 0
+                && e.writers == 0
+                && !e.promoting
+                && !requested.contains(&i)
+                && !protect.contains(&i)
         })
         .collect();
     if candidates.len() < excess {
@@ -949,12 +1024,53 @@ mod tests {
     }
 
     #[test]
+    fn a_write_runs_beside_other_threads_and_a_request_on_its_tile_waits_for_it() {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::mpsc::channel;
+        let b = book(2, false, None);
+        let written = AtomicBool::new(false);
+        let (started, began) = channel();
+        let (b_ref, written_ref) = (&b, &written);
+        std::thread::scope(|s| {
+            // A request on tile 0, started while the write of tile 0 runs: it waits for it.
+            let request = s.spawn(move || {
+                began.recv().unwrap();
+                let request = b_ref.request(&[0], true, &[]).unwrap().unwrap();
+                assert!(written_ref.load(Ordering::SeqCst), "the request went ahead under the write");
+                b_ref.finish(request);
+            });
+            let (outcome, handed) = b
+                .write(0, |_| {
+                    // Another tile is read, written and evicted while this write runs.
+                    std::thread::scope(|inner| {
+                        inner
+                            .spawn(|| {
+                                assert_eq!(b.read(1, |t| Ok(t.clone())).0.unwrap(), "p1");
+                                b.write(1, |_| Ok(())).unwrap();
+                                assert_eq!(run(&b, &[1], true), ["p1"]);
+                            })
+                            .join()
+                            .unwrap();
+                    });
+                    started.send(()).unwrap();
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    assert!(!request.is_finished(), "the request did not wait for the write");
+                    written.store(true, Ordering::SeqCst);
+                    Ok(7)
+                })
+                .unwrap();
+            assert_eq!((outcome, handed), (7, Vec::<String>::new()));
+        });
+        assert!(!b.is_pending());
+    }
+
+    #[test]
     fn clean_copies_are_kept_by_a_promote_reused_by_an_evict_and_dropped_by_a_write() {
         let b = TileBook::new(vec![2], vec!["s0".to_string(), "s1".into()], Tier::Secondary, true, None);
         assert!(run(&b, &[0, 1], false).is_empty(), "both secondary tiles kept as clean copies");
         assert_eq!(b.state(0).unwrap(), Some(TileStatus { tier: Tier::Primary, pinned: false, clean: true }));
         let ((), stale) = b.write(1, |_| Ok(())).unwrap();
-        assert_eq!(stale.as_deref(), Some("s1"));
+        assert_eq!(stale, ["s1"]);
         let request = b.request(&[0, 1], true, &[]).unwrap().unwrap();
         assert_eq!(request.phases()[0].copying().map(TileStep::index).collect::<Vec<_>>(), [1], "tile 0 is clean");
         let mut released = b.commit(&request.phases()[0], vec!["s1''".to_string()]);

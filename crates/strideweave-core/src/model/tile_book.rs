@@ -1065,6 +1065,32 @@ mod tests {
     }
 
     #[test]
+    fn the_residency_policy_evicts_a_tile_being_written_only_once_written() {
+        let budget = TileBudget::new(16, 16).unwrap(); // one tile
+        let b = TileBook::new(vec![2], vec!["s0".to_string(), "s1".into()], Tier::Secondary, false, Some(budget));
+        assert_eq!(run(&b, &[0], false), ["s0"]);
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let (b, done) = (&b, &done);
+            let ((), handed) = b
+                .write(0, |_| {
+                    // A promote of tile 1 must evict tile 0, which this write is writing.
+                    let promote = s.spawn(move || {
+                        assert_eq!(run(b, &[1], false), ["s0'", "s1"]);
+                        assert!(done.load(Ordering::SeqCst), "tile 0 was evicted under its write");
+                    });
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    assert!(!promote.is_finished(), "the promote did not wait for the write");
+                    done.store(true, Ordering::SeqCst);
+                    Ok(())
+                })
+                .unwrap();
+            assert!(handed.is_empty());
+        });
+        assert_eq!((b.tiles_on(Tier::Primary).unwrap(), b.tiles_on(Tier::Secondary).unwrap()), (vec![1], vec![0]));
+    }
+
+    #[test]
     fn clean_copies_are_kept_by_a_promote_reused_by_an_evict_and_dropped_by_a_write() {
         let b = TileBook::new(vec![2], vec!["s0".to_string(), "s1".into()], Tier::Secondary, true, None);
         assert!(run(&b, &[0, 1], false).is_empty(), "both secondary tiles kept as clean copies");

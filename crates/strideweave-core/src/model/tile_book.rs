@@ -581,10 +581,7 @@ impl<T: Clone> TileBook<T> {
     fn end_read(&self, index: usize) -> Vec<T> {
         let mut entries = self.entries.lock();
         if self.released.load(Ordering::Acquire) {
-            let Some(at) = entries.orphans.iter().position(|o| o.index == index) else { return Vec::new() };
-            let orphan = &mut entries.orphans[at];
-            orphan.users -= 1;
-            return if orphan.users == 0 { entries.orphans.swap_remove(at).tiles } else { Vec::new() };
+            return orphan_used(&mut entries, index);
         }
         let entry = &mut entries.tiles[index];
         entry.readers -= 1;
@@ -620,8 +617,7 @@ impl<T: Clone> TileBook<T> {
         drop((here, tile));
         let mut entries = self.entries.lock();
         if self.released.load(Ordering::Acquire) {
-            drop(entries);
-            let ended = self.end_read(index); // the orphan's count is of users, whichever
+            let ended = orphan_used(&mut entries, index);
             self.unwritten.notify_all();
             return outcome.map(|r| (r, ended));
         }
@@ -653,35 +649,35 @@ impl<T: Clone> TileBook<T> {
     ) -> std::result::Result<Option<TileRequest<T>>, TileRefusal> {
         let action = if evict { "evict tiles of" } else { "promote tiles of" };
         let mut entries = self.lock_live(action)?;
-        if let Some(&pinned) = indices.iter().find(|&&i| entries.tiles[i].pins > 0) {
-            return Err(TileRefusal::Pinned { action, coordinate: self.coordinate_text(pinned) });
-        }
-        // A write running on a requested tile finishes first (a request made meanwhile pins
-        // nothing; a write cannot start on a pinned tile).
-        self.wait_unwritten(&mut entries, action, |e| indices.iter().any(|&i| e.tiles[i].writers > 0))?;
-        if let Some(&pinned) = indices.iter().find(|&&i| entries.tiles[i].pins > 0) {
-            return Err(TileRefusal::Pinned { action, coordinate: self.coordinate_text(pinned) });
-        }
         let policy = self.budget.filter(|_| !evict);
-        if policy.is_some() {
-            touch(&mut entries, indices);
-        }
-        let moving: Vec<usize> =
-            indices.iter().copied().filter(|&i| entries.tiles[i].residency.is_evicted() != evict).collect();
-        if moving.is_empty() {
-            return Ok(None);
-        }
-        let victims = match policy {
-            Some(budget) => loop {
-                match make_room(&entries, budget, indices, moving.len(), protect) {
-                    // Tiles being written are no victims now, but will be once written.
-                    Err(TileRefusal::NoRoom { .. }) if entries.tiles.iter().any(|e| e.writers > 0) => {
-                        self.wait_unwritten(&mut entries, action, |e| e.tiles.iter().any(|t| t.writers > 0))?;
-                    }
-                    chosen => break chosen?,
+        // Admitted in one hold of the lock: a wait for a write gives the lock up, so the
+        // checks start again after it.
+        let (moving, victims) = loop {
+            if let Some(&pinned) = indices.iter().find(|&&i| entries.tiles[i].pins > 0) {
+                return Err(TileRefusal::Pinned { action, coordinate: self.coordinate_text(pinned) });
+            }
+            // A write running on a requested tile finishes first (a write cannot start on a
+            // pinned tile, so once admitted the request has its tiles to itself).
+            if indices.iter().any(|&i| entries.tiles[i].writers > 0) {
+                self.wait_unwritten(&mut entries, action, |e| indices.iter().any(|&i| e.tiles[i].writers > 0))?;
+                continue;
+            }
+            if policy.is_some() {
+                touch(&mut entries, indices);
+            }
+            let moving: Vec<usize> =
+                indices.iter().copied().filter(|&i| entries.tiles[i].residency.is_evicted() != evict).collect();
+            if moving.is_empty() {
+                return Ok(None);
+            }
+            let Some(budget) = policy else { break (moving, Vec::new()) };
+            match make_room(&entries, budget, indices, moving.len(), protect) {
+                // Tiles being written are no victims now, but may be once written.
+                Err(TileRefusal::NoRoom { .. }) if entries.tiles.iter().any(|e| e.writers > 0) => {
+                    self.wait_unwritten(&mut entries, action, |e| e.tiles.iter().any(|t| t.writers > 0))?;
                 }
-            },
-            None => Vec::new(),
+                chosen => break (moving, chosen?),
+            }
         };
         let mut phases = Vec::with_capacity(2);
         if !victims.is_empty() {
@@ -861,6 +857,19 @@ fn phase<T: Clone>(entries: &Entries<T>, indices: &[usize], evict: bool) -> Tile
 /// The primary tiles a promote of `moving` tiles must evict first to stay within `budget`:
 /// none if it fits; else unpinned primary tiles outside the request and `protect`, clean
 /// before dirty, least recently used first.
+/// A read or write of tile `index` of a released book ended: the tile's orphaned tiles when
+/// it was their last user.
+fn orphan_used<T>(entries: &mut Entries<T>, index: usize) -> Vec<T> {
+    let Some(at) = entries.orphans.iter().position(|o| o.index == index) else { return Vec::new() };
+    let orphan = &mut entries.orphans[at];
+    orphan.users -= 1;
+    if orphan.users == 0 {
+        entries.orphans.swap_remove(at).tiles
+    } else {
+        Vec::new()
+    }
+}
+
 fn make_room<T>(
     entries: &Entries<T>,
     budget: TileBudget,

@@ -110,8 +110,9 @@ def _snapshot_tile_refs(c: TiledEvictable) -> list[Any]:
     resident: dict[int, Any] = {}  # index: the resident tile
     copies: dict[int, Carrier] = {}  # index: a private copy of it, to put
     try:
-        # One consistent snapshot: the book's lock, which public writes and residency commits
-        # take too, is held while the last put is looked up and the resident tiles copied.
+        # One consistent snapshot: the book's lock is held, with no write running (inspect
+        # waits for running ones, and a write or a residency commit starts only under the
+        # lock), while the last put is looked up and the resident tiles copied.
         # Reuse is keyed by each tile's own count of writes, which the book takes with the
         # write, under that lock: every tile, reused or copied, holds its values of one
         # instant. (The carrier's version would not do: a write counts it only after leaving

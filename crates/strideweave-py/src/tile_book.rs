@@ -49,6 +49,14 @@ fn tiles_out(py: Python<'_>, tiles: Vec<PyTile>) -> Vec<Py<PyAny>> {
     tiles.into_iter().map(|t| Arc::try_unwrap(t).unwrap_or_else(|shared| shared.clone_ref(py))).collect()
 }
 
+/// `release(tiles)` with the tiles a read or write handed back, if any.
+fn hand_back(py: Python<'_>, release: &Py<PyAny>, tiles: Vec<PyTile>) -> PyResult<()> {
+    if !tiles.is_empty() {
+        release.bind(py).call1((tiles_out(py, tiles),))?;
+    }
+    Ok(())
+}
+
 fn tiles_in(tiles: Vec<Py<PyAny>>) -> Vec<PyTile> {
     tiles.into_iter().map(Arc::new).collect()
 }
@@ -164,9 +172,7 @@ impl TileBook {
                 Python::attach(|py| reader.bind(py).call1((tile.bind(py), slot)).map(Bound::unbind).map_err(foreign))
             })
         });
-        if !ended.is_empty() {
-            release.bind(py).call1((tiles_out(py, ended),))?;
-        }
+        hand_back(py, &release, ended)?;
         value.map_err(|e| error::model(py, e))
     }
 
@@ -192,9 +198,7 @@ impl TileBook {
                 })
             })
             .map_err(|e| error::model(py, e))?;
-        if !ended.is_empty() {
-            release.bind(py).call1((tiles_out(py, ended),))?;
-        }
+        hand_back(py, &release, ended)?;
         Ok(())
     }
 

@@ -558,23 +558,41 @@ impl<T: Clone> TileBook<T> {
     /// (replaced or released meanwhile), to release. `read` calling back into this book on
     /// this thread is refused ([`TileRefusal::ReEntered`]).
     pub fn read<R>(&self, index: usize, read: impl FnOnce(&T) -> Result<R>) -> (Result<R>, Vec<T>) {
-        let mut held = match self.lock_live("read") {
-            Ok(held) => held,
-            Err(refusal) => return (Err(refusal.into()), Vec::new()),
+        let counted = |entry: &mut Entry<T>| {
+            entry.readers += 1;
+            Ok(())
         };
+        match self.run_outside_lock(index, "read", counted, read) {
+            Ok(outcome) => (outcome, self.end_read(index)),
+            Err(refused) => (Err(refused), Vec::new()),
+        }
+    }
+
+    /// Run `run` on tile `index`'s holder outside the book's lock, once `admit` (under the
+    /// lock) has refused it or counted it as a user of the tile; the book stays noted as in
+    /// use on this thread meanwhile, so `run` re-entering it is refused. The outer error is a
+    /// refusal before anything was counted; the inner result is `run`'s, whose use the caller
+    /// ends.
+    fn run_outside_lock<R>(
+        &self,
+        index: usize,
+        action: &'static str,
+        admit: impl FnOnce(&mut Entry<T>) -> Result<()>,
+        run: impl FnOnce(&T) -> Result<R>,
+    ) -> Result<Result<R>> {
+        let mut held = self.lock_live(action)?;
         if self.budget.is_some() {
             touch(&mut held, &[index]);
         }
         let len = held.tiles.len();
-        let Some(entry) = held.tiles.get_mut(index) else { return (Err(out_of_range(index, len)), Vec::new()) };
-        entry.readers += 1;
+        let entry = held.tiles.get_mut(index).ok_or_else(|| out_of_range(index, len))?;
+        admit(entry)?;
         let tile = entry.current.clone();
-        // The lock goes; the book stays noted as in use here while the tile's code runs.
         let Held { guard, _here: here } = held;
         drop(guard);
-        let outcome = read(&tile);
+        let outcome = run(&tile);
         drop((here, tile));
-        (outcome, self.end_read(index))
+        Ok(outcome)
     }
 
     /// A read of tile `index` ended: the tiles it was the last reader of.
@@ -599,22 +617,14 @@ impl<T: Clone> TileBook<T> {
     /// `write` calling back into this book on this thread is refused
     /// ([`TileRefusal::ReEntered`]).
     pub fn write<R>(&self, index: usize, write: impl FnOnce(&T) -> Result<R>) -> Result<(R, Vec<T>)> {
-        let mut held = self.lock_live("write to")?;
-        if self.budget.is_some() {
-            touch(&mut held, &[index]);
-        }
-        let len = held.tiles.len();
-        let entry = held.tiles.get_mut(index).ok_or_else(|| out_of_range(index, len))?;
-        if entry.pins > 0 {
-            return Err(TileRefusal::WritePinned { coordinate: self.coordinate_text(index) }.into());
-        }
-        entry.writers += 1;
-        let tile = entry.current.clone();
-        // The lock goes; the book stays noted as in use here while the tile's code runs.
-        let Held { guard, _here: here } = held;
-        drop(guard);
-        let outcome = write(&tile);
-        drop((here, tile));
+        let counted = |entry: &mut Entry<T>| {
+            if entry.pins > 0 {
+                return Err(TileRefusal::WritePinned { coordinate: self.coordinate_text(index) }.into());
+            }
+            entry.writers += 1;
+            Ok(())
+        };
+        let outcome = self.run_outside_lock(index, "write to", counted, write)?;
         let mut entries = self.entries.lock();
         if self.released.load(Ordering::Acquire) {
             let ended = orphan_used(&mut entries, index);

@@ -399,7 +399,9 @@ fn slot_out_of_range(index: i64, size: usize) -> ModelError {
 #[inline]
 pub(crate) fn write_checked<C: Carrier + ?Sized>(c: &C, owner: Option<OwnerToken>, i: i64, v: Scalar) -> Result<()> {
     let mut gate = c.state(HOOK).begin_write()?;
-    let slot = checked_slot(i, c.size())?;
+    let size = c.size();
+    let slot =
+        checked_slot(i, size).map_err(|range| if size == 0 { gate.refusal_for_emptied(range) } else { range })?;
     if let Some(token) = owner {
         gate = gate.as_owner(token);
     }

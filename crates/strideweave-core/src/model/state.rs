@@ -502,6 +502,18 @@ impl WriteGate<'_> {
         Ok(())
     }
 
+    /// A slot index out of range of a carrier whose size is 0 now: a committing move that
+    /// holds it has freed its storage before marking it released (the index was in range
+    /// of the carrier the caller saw), so the claim is the refusal to give.
+    #[cold]
+    pub(crate) fn refusal_for_emptied(&self, range: ModelError) -> ModelError {
+        if self.gate.claim().is_some() {
+            self.state.claimed_err("write to")
+        } else {
+            range
+        }
+    }
+
     /// Whether the pending move `id` holds the carrier: its own transfer's writes pass.
     #[inline]
     pub(crate) fn claimed_by(&self, id: ClaimId) -> bool {

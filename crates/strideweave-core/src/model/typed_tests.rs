@@ -228,3 +228,17 @@ fn indexing_a_view_out_of_range_panics() {
     let v = t.host_view::<f32>().unwrap();
     let _ = v[(2, 0)];
 }
+
+#[test]
+fn a_write_while_a_committing_move_frees_the_source_is_refused_as_claimed() {
+    use super::carrier::HookCall;
+    let c = HostCarrier::from_f32(&[1.0, 2.0]);
+    let t = Tensor::canonical(&c, &[2]).unwrap();
+    let destination: Arc<dyn Carrier> = HostCarrier::zeros(ElemKind::F32, 2).unwrap();
+    let pending = prepare_move(&t, &destination, None).unwrap();
+    // The commit frees the claimed source's storage before marking it released.
+    c.release_claimed_storage(&c.hook()).unwrap();
+    assert!(matches!(t.set(0, 5.0f32), Err(ModelError::Claimed { .. })), "not an index out of range");
+    assert_eq!(c.version(), 0);
+    drop(pending);
+}

@@ -3,8 +3,11 @@
 //! a host tensor ≤ 3× a slice read/write; a 4 KiB host→host `move_async(..).await` ≤ 20×
 //! `copy_from_slice` plus the allocation it replaces). Asserts nothing about time.
 //!
-//! `Tensor::get`/`set` make every check on every call; a `HostView`/`HostViewMut` makes them
-//! once when lent and holds the store's lock, so both paths are measured.
+//! `Tensor::get`/`set` make every check on every call: on the thread that holds the host
+//! carrier's bias (see `strideweave_core::model`'s `element_bias`) with plain loads and
+//! stores, which is what the loop below measures after its first call. A `HostView`/
+//! `HostViewMut` makes the checks once when lent and holds the store's lock, so both paths
+//! are measured.
 //!
 //! `cargo bench -p strideweave-bench --bench model_api [-- --quick]`
 

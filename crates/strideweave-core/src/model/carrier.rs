@@ -301,6 +301,13 @@ pub trait Carrier: Send + Sync + 'static {
         Err(ModelError::NotAllocatable { carrier: self.state(HOOK).class_name().to_string() })
     }
 
+    /// The host carrier whose elements `Tensor::get`/`set` may reach without a lock, by a
+    /// biased access (see `HostCarrier`); no other carrier has one.
+    #[doc(hidden)]
+    fn biased_host(&self, _: &HookToken) -> Option<&super::host::HostCarrier> {
+        None
+    }
+
     /// Exact-class identity for route lookup. Foreign carriers return
     /// [`ClassKey::Foreign`] with their binding's identity of the class.
     fn class_key(&self) -> ClassKey {

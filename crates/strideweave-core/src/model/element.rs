@@ -21,12 +21,63 @@ use super::error::{ModelError, Result};
 use crate::storage::{ElemKind, Scalar};
 
 mod sealed {
-    pub trait Sealed {}
-    impl Sealed for f32 {}
-    impl Sealed for f64 {}
-    impl Sealed for i32 {}
-    impl Sealed for bool {}
-    impl Sealed for crate::storage::Scalar {}
+    use crate::storage::{ElemKind, Scalar};
+
+    /// Closes [`Element`](super::Element), and holds the typed slot accesses of the announced
+    /// element path (crate-private: the trait is unnameable outside).
+    pub trait Sealed: Sized {
+        /// Load the slot at `p`, which holds a value of `kind`.
+        ///
+        /// # Safety
+        /// As `ElemKind::load_atomic`; `kind` is this type's kind when it has one.
+        unsafe fn load_slot(p: *const u8, kind: ElemKind) -> Self;
+
+        /// Store into the slot at `p`, of `kind`.
+        ///
+        /// # Safety
+        /// As `ElemKind::store_atomic`; the value suits `kind`.
+        unsafe fn store_slot(self, p: *mut u8, kind: ElemKind);
+    }
+
+    macro_rules! sealed {
+        ($t:ty, $atomic:ty, $bits:ty, $to:expr, $from:expr) => {
+            impl Sealed for $t {
+                #[inline]
+                unsafe fn load_slot(p: *const u8, _: ElemKind) -> Self {
+                    // SAFETY: the caller's contract; the atomic type has this type's size.
+                    let bits =
+                        unsafe { <$atomic>::from_ptr(p as *mut $bits) }.load(std::sync::atomic::Ordering::Relaxed);
+                    $from(bits)
+                }
+
+                #[inline]
+                unsafe fn store_slot(self, p: *mut u8, _: ElemKind) {
+                    // SAFETY: the caller's contract; the atomic type has this type's size.
+                    unsafe { <$atomic>::from_ptr(p as *mut $bits) }
+                        .store($to(self), std::sync::atomic::Ordering::Relaxed)
+                }
+            }
+        };
+    }
+
+    sealed!(f32, std::sync::atomic::AtomicU32, u32, f32::to_bits, f32::from_bits);
+    sealed!(f64, std::sync::atomic::AtomicU64, u64, f64::to_bits, f64::from_bits);
+    sealed!(i32, std::sync::atomic::AtomicU32, u32, |v: i32| v as u32, |b: u32| b as i32);
+    sealed!(bool, std::sync::atomic::AtomicU8, u8, |v: bool| v as u8, |b: u8| b != 0);
+
+    impl Sealed for Scalar {
+        #[inline]
+        unsafe fn load_slot(p: *const u8, kind: ElemKind) -> Self {
+            // SAFETY: the caller's contract.
+            unsafe { kind.load_atomic(p) }
+        }
+
+        #[inline]
+        unsafe fn store_slot(self, p: *mut u8, kind: ElemKind) {
+            // SAFETY: the caller's contract.
+            unsafe { kind.store_atomic(p, self) }
+        }
+    }
 }
 
 /// A Rust type a slot value converts to and from. Sealed: the element kinds are the

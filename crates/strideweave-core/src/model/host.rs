@@ -17,7 +17,8 @@
 //! ```
 
 use super::carrier::{admitted, HookToken};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use super::element::Element;
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -126,6 +127,11 @@ pub struct HostCarrier {
     /// The slot count, readable without a lock on the element path; 0 once released.
     slots: AtomicUsize,
     store: RwLock<Option<Arc<HostStore>>>,
+    /// The buffer's first byte, null once the store is given up: a biased element access
+    /// reads it without a lock (see `model::element_bias`).
+    base: AtomicPtr<u8>,
+    /// The slot count the buffer was made with (it never changes while it lives).
+    capacity: usize,
 }
 
 impl HostCarrier {
@@ -173,21 +179,90 @@ impl HostCarrier {
     }
 
     fn holding(kind: ElemKind, slots: usize, mutable: bool, buf: HostBuffer) -> Arc<Self> {
+        let base = buf.as_ptr();
         Arc::new(HostCarrier {
             state: CarrierState::new("HostCarrier"),
             kind,
             mutable,
             slots: AtomicUsize::new(slots),
             store: RwLock::new(Some(Arc::new(HostStore::new(buf)))),
+            base: AtomicPtr::new(base),
+            capacity: slots,
         })
+    }
+
+    /// Take the store away for a release: another thread's biased access has ended, and no
+    /// new one starts.
+    fn take_store(&self) -> Option<Arc<HostStore>> {
+        self.state.revoke_bias();
+        self.slots.store(0, Ordering::Release);
+        self.base.store(std::ptr::null_mut(), Ordering::Relaxed);
+        self.store.write().take()
+    }
+
+    /// The address of slot `slot` when it is in range and the buffer is live (the caller
+    /// holds a biased access, which keeps it so). `T` is the slot's kind, or `Scalar`.
+    #[inline]
+    fn biased_slot<T: Element>(&self, slot: i64) -> Option<*mut u8> {
+        let slot = usize::try_from(slot).ok().filter(|&s| s < self.capacity)?;
+        let base = self.base.load(Ordering::Relaxed);
+        // A typed element's width is known when compiling; only `Scalar` asks the kind.
+        let width = match T::KIND {
+            Some(kind) => kind.size(),
+            None => self.kind.size(),
+        };
+        // SAFETY: `slot < capacity`, so the slot lies inside the buffer of
+        // `capacity * width` bytes starting at a non-null `base`.
+        (!base.is_null()).then(|| unsafe { base.add(slot * width) })
+    }
+
+    /// `Tensor::get`'s way without a lock (see `model::element_bias`): the value of slot
+    /// `slot` when this thread holds the carrier's bias, the carrier is live, unowned and
+    /// unclaimed and `T` is its kind; `None` sends the caller the locked way, which reports
+    /// why or waits.
+    #[inline]
+    pub(crate) fn get_biased<T: Element>(&self, slot: i64) -> Option<T> {
+        if T::KIND.is_some_and(|kind| kind != self.kind) {
+            return None;
+        }
+        let _access = self.state.enter_biased()?;
+        let at = self.biased_slot::<T>(slot)?;
+        // SAFETY: `at` is a slot of the live buffer, aligned to the kind's size (the buffer
+        // to 64, slots whole), and `T` is the slot's kind. Bulk copies write the bytes
+        // non-atomically only while the carrier is claimed or owned (or before it is
+        // shared), and claiming or owning revokes the bias after waiting for this access;
+        // element writes are atomic.
+        Some(unsafe { T::load_slot(at, self.kind) })
+    }
+
+    /// `Tensor::set`'s way without a lock: writes slot `slot` and counts the write when this
+    /// thread holds the bias, the carrier is live, unowned, unclaimed and mutable and `value`
+    /// is of its kind; `None` sends the caller the locked way.
+    #[inline]
+    pub(crate) fn set_biased<T: Element>(&self, slot: i64, value: T) -> Option<()> {
+        if !self.mutable || T::KIND.unwrap_or_else(|| super::carrier::scalar_kind(value.to_scalar())) != self.kind {
+            return None;
+        }
+        let access = self.state.enter_biased()?;
+        let at = self.biased_slot::<T>(slot)?;
+        // SAFETY: as in `get_biased`; besides, a lent slice or view claims the carrier, so no
+        // reference to these bytes lives meanwhile.
+        unsafe { value.store_slot(at, self.kind) };
+        self.state.count_biased_write(&access);
+        Some(())
+    }
+
+    /// After a locked element access: bias the carrier to this thread if it may be.
+    #[inline]
+    pub(crate) fn offer_bias(&self) {
+        self.state.offer_bias();
     }
 
     /// The storage release ([`Carrier::release_storage`]), handing the buffer to `kept` when
     /// nothing else holds it (no transfer, no DLPack export): a tiled tier gives its released
     /// tiles' buffers back together for the next promote's fresh tiles.
     pub(crate) fn release_storage_into(&self, kept: &mut Vec<Arc<HostBuffer>>) {
-        self.slots.store(0, Ordering::Release);
-        let store = self.store.write().take();
+        let store = self.take_store();
         if let Some(store) = store.and_then(|store| Arc::try_unwrap(store).ok()) {
             kept.push(Arc::new(store.buf.into_inner()));
         }
@@ -259,8 +334,11 @@ impl Carrier for HostCarrier {
         let Some(store) = guard.as_ref() else { return Err(released()) };
         let size = self.kind.size();
         let Some(buf) = store.read_unless_lent() else { return Err(self.state.pending_refusal("read")) };
-        match slot_range(i, size).and_then(|range| buf.as_slice().get(range)) {
-            Some(bytes) => Ok(self.kind.decode(bytes)),
+        match slot_range(i, size).filter(|range| range.end <= buf.len()) {
+            // SAFETY: the slot lies inside the buffer, which the read lock keeps alive, and is
+            // aligned (the buffer to 64, slots whole); atomic because a biased write may store
+            // into it meanwhile, and every non-atomic write holds the write lock.
+            Some(range) => Ok(unsafe { self.kind.load_atomic(buf.as_ptr().add(range.start)) }),
             None => Err(slot_out_of_range(i, store.len_bytes() / size)),
         }
     }
@@ -271,10 +349,12 @@ impl Carrier for HostCarrier {
         let guard = self.store.read();
         let Some(store) = guard.as_ref() else { return Err(released()) };
         let size = self.kind.size();
-        let mut buf = store.write();
-        match slot_range(i, size).and_then(|range| buf.as_mut_slice().get_mut(range)) {
-            Some(bytes) => {
-                self.kind.encode(v, bytes);
+        let buf = store.write();
+        match slot_range(i, size).filter(|range| range.end <= buf.len()) {
+            Some(range) => {
+                // SAFETY: as in `read_slot`, under the write lock; atomic because a biased read
+                // may load the slot meanwhile.
+                unsafe { self.kind.store_atomic(buf.as_ptr().add(range.start), v) };
                 Ok(())
             }
             None => Err(slot_out_of_range(i, store.len_bytes() / size)),
@@ -283,6 +363,11 @@ impl Carrier for HostCarrier {
 
     fn is_mutable_hook(&self) -> bool {
         self.mutable
+    }
+
+    #[inline]
+    fn biased_host(&self, _: &HookToken) -> Option<&HostCarrier> {
+        Some(self)
     }
 
     fn bulk_storage(&self, token: &HookToken) -> Option<BulkStorage> {
@@ -302,8 +387,7 @@ impl Carrier for HostCarrier {
         if !token.admits(&self.state) {
             return;
         }
-        self.slots.store(0, Ordering::Release);
-        drop(self.store.write().take());
+        drop(self.take_store());
     }
 }
 

@@ -41,6 +41,7 @@ pub mod awaitable;
 pub mod block;
 pub mod carrier;
 pub mod element;
+mod element_bias;
 pub mod error;
 pub mod evictable;
 #[cfg(feature = "dlpack")]
@@ -61,6 +62,8 @@ pub mod tiled;
 pub mod two_tier;
 pub mod views;
 
+#[cfg(test)]
+mod element_bias_tests;
 #[cfg(test)]
 mod evictable_tests;
 #[cfg(test)]

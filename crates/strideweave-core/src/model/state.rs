@@ -264,6 +264,29 @@ impl CarrierState {
         &self.cell
     }
 
+    /// Begin an element access without the lock, when this thread owns the carrier's bias
+    /// and the carrier is live, unowned and unclaimed (see `model::element_bias`).
+    #[inline]
+    pub(crate) fn enter_biased(&self) -> Option<super::element_bias::BiasedAccess<'_>> {
+        self.cell.enter_biased()
+    }
+
+    /// Count a write made by a biased access.
+    #[inline]
+    pub(crate) fn count_biased_write(&self, access: &super::element_bias::BiasedAccess<'_>) {
+        self.cell.count_biased_write(access);
+    }
+
+    /// After a locked element access: bias the carrier to this thread if it may be.
+    pub(crate) fn offer_bias(&self) {
+        self.cell.offer_bias();
+    }
+
+    /// End another thread's bias before the carrier's storage goes away.
+    pub(crate) fn revoke_bias(&self) {
+        self.cell.revoke_bias();
+    }
+
     /// The class name errors report.
     pub fn class_name(&self) -> &str {
         &self.name

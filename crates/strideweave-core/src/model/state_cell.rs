@@ -35,6 +35,8 @@ use std::thread::ThreadId;
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
+use super::element_bias::{BiasedAccess, ElementBias};
+
 /// Bits of `StateCell::busy`: which payload slots are occupied.
 const OWNED: u8 = 1;
 const CLAIMED: u8 = 2;
@@ -151,6 +153,10 @@ pub struct StateCell<O, C> {
     slots: Mutex<Slots<O, C>>,
     /// Signalled when the last open write closes ([`StateCell::wait_out_writes`]).
     unwritten: Condvar,
+    /// The thread, if any, whose element accesses go without the lock (see
+    /// `model::element_bias`); every change that turns accesses away, and every write or
+    /// count the owner does not make, revokes it under the lock.
+    bias: ElementBias,
 }
 
 impl<O, C> Default for StateCell<O, C> {
@@ -172,6 +178,9 @@ impl<O, C> Locked<'_, O, C> {
 
     fn set_released(&mut self, released: bool) {
         self.cell.released.store(released, Ordering::Release);
+        if released {
+            self.cell.bias.revoke_others();
+        }
     }
 
     /// Set or clear a `busy` bit. Only a holder of the lock changes `busy`, so a plain
@@ -180,6 +189,9 @@ impl<O, C> Locked<'_, O, C> {
     fn mark(&mut self, bit: u8, set: bool) {
         let busy = self.cell.busy.load(Ordering::Relaxed);
         self.cell.busy.store(if set { busy | bit } else { busy & !bit }, Ordering::Release);
+        if set {
+            self.cell.bias.revoke_others();
+        }
     }
 
     fn put_owner(&mut self, owner: Option<O>) -> Option<O> {
@@ -250,6 +262,56 @@ impl<O, C> StateCell<O, C> {
             busy: AtomicU8::new(0),
             slots: Mutex::new(Slots { owner: None, claim: None, writers: Vec::new() }),
             unwritten: Condvar::new(),
+            bias: ElementBias::new(),
+        }
+    }
+
+    // ----- biased element access (see `model::element_bias`) ------------------------------
+
+    /// Begin an element access without the lock: `Some` when this thread owns the carrier's
+    /// bias and the carrier is live, unowned and unclaimed; the state stays so until the
+    /// access drops.
+    #[inline]
+    pub(crate) fn enter_biased(&self) -> Option<BiasedAccess<'_>> {
+        let access = self.bias.enter()?;
+        // Plain loads suffice: a transition made its change before revoking the bias, and the
+        // revocation's barrier makes it visible here, or waits for this access.
+        let free = !self.released.load(Ordering::Relaxed) && self.busy.load(Ordering::Relaxed) == 0;
+        free.then_some(access)
+    }
+
+    /// Count a write made by a biased access: the bias owner is the only writer of the
+    /// version while it holds the bias, so no locked instruction is needed.
+    #[inline]
+    pub(crate) fn count_biased_write(&self, _access: &BiasedAccess<'_>) {
+        self.version.store(self.version.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+
+    /// After an element access on the locked path: bias the carrier to this thread if it is
+    /// live, unowned, unclaimed and unbiased (and no revocation is recent).
+    pub(crate) fn offer_bias(&self) {
+        if !self.bias.unowned() {
+            return;
+        }
+        let state = self.lock();
+        if !state.released() && self.busy.load(Ordering::Relaxed) == 0 {
+            self.bias.offer();
+        }
+    }
+
+    /// Whether this thread holds the carrier's bias.
+    #[cfg(test)]
+    pub(crate) fn is_biased_here(&self) -> bool {
+        self.bias.is_mine()
+    }
+
+    /// End another thread's bias before a carrier's storage goes away. The release or the
+    /// claim or owner that comes before revoked it already, and none is taken since (a bias
+    /// needs a live, unowned, unclaimed carrier), so this takes the lock only if one is left.
+    pub(crate) fn revoke_bias(&self) {
+        if !self.bias.unowned() {
+            let _state = self.lock();
+            self.bias.revoke_others();
         }
     }
 
@@ -288,12 +350,19 @@ impl<O, C> StateCell<O, C> {
 
     /// Count one write without any check: for a caller that has just checked the state in a
     /// way no transition can interleave with (the binding's element path, under the GIL).
+    ///
+    /// A biased carrier (a host carrier whose elements a thread accesses without the lock)
+    /// must be counted under the lock, so that its bias is revoked first; every caller in
+    /// the crate does so.
     pub fn bump_version(&self) {
+        self.bias.revoke_others();
         self.version.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Set the version without any check (the binding's settable record).
     pub fn set_version(&self, version: u64) {
+        let _state = self.lock();
+        self.bias.revoke_others();
         self.version.store(version, Ordering::Relaxed);
     }
 
@@ -616,6 +685,9 @@ impl<O, C> StateCell<O, C> {
         if state.released() {
             return Err(Refusal::Released);
         }
+        // Another thread's biased write must not overlap this one's count (nor, through a
+        // store, its slot).
+        self.bias.revoke_others();
         Ok(CellWriteGate { state })
     }
 }

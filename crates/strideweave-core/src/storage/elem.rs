@@ -95,6 +95,51 @@ impl ElemKind {
     }
 }
 
+/// One slot read or written with a single atomic access (`Relaxed`): the element path of
+/// host carriers, where an announced access and a locked one may touch the same slot from
+/// two threads (see `model::announce`); plain accesses there would be a data race.
+impl ElemKind {
+    /// Load the slot at `p`.
+    ///
+    /// # Safety
+    /// `p` is aligned to this kind's size and valid for reading that many bytes, and every
+    /// non-atomic access to them is ordered before or after this load (happens-before).
+    #[inline]
+    pub(crate) unsafe fn load_atomic(self, p: *const u8) -> Scalar {
+        use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
+        // SAFETY (each arm): the caller's contract; the atomic type has the kind's size and
+        // alignment.
+        unsafe {
+            match self {
+                ElemKind::F32 => Scalar::F32(f32::from_bits(AtomicU32::from_ptr(p as *mut u32).load(Relaxed))),
+                ElemKind::F64 => Scalar::F64(f64::from_bits(AtomicU64::from_ptr(p as *mut u64).load(Relaxed))),
+                ElemKind::I32 => Scalar::I32(AtomicU32::from_ptr(p as *mut u32).load(Relaxed) as i32),
+                ElemKind::Bool => Scalar::Bool(AtomicU8::from_ptr(p as *mut u8).load(Relaxed) != 0),
+            }
+        }
+    }
+
+    /// Store `value`, which the caller has checked suits this kind, into the slot at `p`.
+    ///
+    /// # Safety
+    /// As [`load_atomic`](Self::load_atomic), for writing.
+    #[inline]
+    pub(crate) unsafe fn store_atomic(self, p: *mut u8, value: Scalar) {
+        use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
+        // SAFETY (each arm): the caller's contract; the atomic type has the kind's size and
+        // alignment.
+        unsafe {
+            match (self, value) {
+                (ElemKind::F32, Scalar::F32(v)) => AtomicU32::from_ptr(p as *mut u32).store(v.to_bits(), Relaxed),
+                (ElemKind::F64, Scalar::F64(v)) => AtomicU64::from_ptr(p as *mut u64).store(v.to_bits(), Relaxed),
+                (ElemKind::I32, Scalar::I32(v)) => AtomicU32::from_ptr(p as *mut u32).store(v as u32, Relaxed),
+                (ElemKind::Bool, Scalar::Bool(v)) => AtomicU8::from_ptr(p).store(v as u8, Relaxed),
+                (kind, value) => panic!("store_atomic: {value:?} does not suit {kind:?}"),
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

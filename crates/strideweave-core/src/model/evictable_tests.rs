@@ -331,10 +331,12 @@ fn a_running_blocking_promote_refuses_other_threads_instead_of_making_them_wait(
         std::thread::spawn(move || e.promote())
     };
     // The promote's transfer waits at the gate, holding the composite.
-    let (probed, held) = (e.clone(), e.clone());
+    // Probed once the transfer waits at the gate: from the claim to the plan, reads still
+    // pass, so a probe right after the claim could read.
+    let (probed, held) = (e.clone(), gate.clone());
     let probes = super::test_support::probe_while_held(
         &gate,
-        move || held.state(super::carrier::HOOK).is_claimed(),
+        move || held.is_waited_on(),
         move || {
             let e = probed;
             let refused = |r: Result<(), ModelError>| matches!(r, Err(ModelError::Claimed { .. }));

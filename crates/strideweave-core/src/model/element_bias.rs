@@ -7,19 +7,19 @@
 //! for a slice read, so per-call access could not come near a slice.
 //!
 //! **How.** A carrier's state can be *biased* to one thread, the one that accesses its
-//! elements. That thread's access raises a flag with a plain store,
-//! checks the bias and the state with plain loads, reads or writes one element with an atomic
-//! load or store, counts a write with a plain load and store of the version (it is the only
-//! writer of it while biased), and clears the flag. The flag is the thread's own (a slot of
-//! its thread, naming the carrier it accesses), not the carrier's: a thread that lost the bias
-//! while it was about to access must not clear the flag of the thread that holds it now. Every other thread, and every transition
-//! that must not overlap such an access (a claim, an owner, a release, a write or count by
-//! another thread), *revokes* the bias first, under the state's lock: it clears the bias,
-//! runs a process-wide memory barrier (`membarrier`, `MEMBARRIER_CMD_PRIVATE_EXPEDITED`),
-//! and waits until the flag is clear. The barrier orders the owner's flag store before its
-//! loads as a fence would, but only when a revocation happens, so either the owner's access
-//! sees the revocation and steps aside to the locked path, or the revoker sees the flag and
-//! waits for the access to end (nanoseconds; it runs no foreign code).
+//! elements. That thread's access names the carrier in a slot of its own thread with a plain
+//! store, checks the bias and the state with plain loads, reads or writes one element with an
+//! atomic load or store, counts a write with a plain load and store of the version (it is the
+//! only writer of it while biased), and clears its slot. The mark is the thread's own, not
+//! the carrier's: a thread that lost the bias just as it was about to access must not clear
+//! the mark of the thread that holds it now. Every other thread, and every transition that
+//! must not overlap such an access (a claim, an owner, a release, a write or count by another
+//! thread), *revokes* the bias first, under the state's lock: it clears the bias, runs a
+//! process-wide memory barrier (`membarrier`, `MEMBARRIER_CMD_PRIVATE_EXPEDITED`), and waits
+//! until the owner's slot no longer names the carrier. The barrier orders the owner's store
+//! before its loads as a fence would, but only when a revocation happens, so either the
+//! owner's access sees the revocation and steps aside to the locked path, or the revoker sees
+//! the mark and waits for the access to end (nanoseconds; it runs no foreign code).
 //!
 //! This is the asymmetric-fence scheme the `membarrier(2)` manual describes (and biased
 //! locking, BRAVO). It is hand-written because no maintained crate offers a revocable

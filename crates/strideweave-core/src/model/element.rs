@@ -23,7 +23,7 @@ use crate::storage::{ElemKind, Scalar};
 mod sealed {
     use crate::storage::{ElemKind, Scalar};
 
-    /// Closes [`Element`](super::Element), and holds the typed slot accesses of the announced
+    /// Closes [`Element`](super::Element), and holds the typed slot accesses of the biased
     /// element path (crate-private: the trait is unnameable outside).
     pub trait Sealed: Sized {
         /// Load the slot at `p`, which holds a value of `kind`.

@@ -96,8 +96,8 @@ impl ElemKind {
 }
 
 /// One slot read or written with a single atomic access (`Relaxed`): the element path of
-/// host carriers, where an announced access and a locked one may touch the same slot from
-/// two threads (see `model::announce`); plain accesses there would be a data race.
+/// host carriers, where a biased access and a locked one may touch the same slot from
+/// two threads (see `model::element_bias`); plain accesses there would be a data race.
 impl ElemKind {
     /// Load the slot at `p`.
     ///

@@ -6,10 +6,11 @@ Each layer's weights (size × size Float32) live in an `Evictable` whose seconda
 file (`FileBacked`) and whose primary is host memory (`CPU`). With `retain_clean=True`,
 `promote()` copies the file into memory and keeps the file as a clean copy, so evicting a
 layer that was only read frees its memory without writing anything back. `promote_async()`
-starts reading the next layer on an engine thread while this one is multiplied, so the I/O
-overlaps the compute; `wait()` on its handle before reading the layer. (A blocking `promote()`
-of 4 MiB or more is copied lazily instead: the primary maps the file copy-on-write, reading
-the page cache as `np.memmap` does. A write to the primary never reaches the file.)
+starts bringing the next layer in on an engine thread while this one is multiplied, so the
+I/O overlaps the compute; `wait()` on its handle before reading the layer. (A layer of 4 MiB
+or more is copied lazily: the primary maps the file copy-on-write, reading the page cache as
+`np.memmap` does, and reads the file into memory only when it is not all cached. A write to
+the primary never reaches the file.)
 
 At the issue's size (`--layers 16 --size 2048`, 256 MiB of weights) a pass with a warm page
 cache costs about what it costs with every weight in RAM (benches/bench_stream_weights.py

@@ -50,6 +50,7 @@ __all__ = ["__version__", "Shape", "Stride", "Layout", "Tree", "NodeId", "HostSt
            "submit_place_blocks", "release_storages", "FileSlab", "FileRegion", "copy_buffer_to_host",
            "configure_inline_move", "pending_move_refusal", "configure_initiate", "initiate", "Route", "cached_route", "route_generation", "remember_route", "forget_routes", "configure_move_entry", "move", "move_async",
            "MoveRollback", "count_active_profilers", "grad_enabled", "set_grad_enabled", "MoveCommit", "submit_prefault", "load_snapshot",
+           "submit_load_snapshot",
            "MoveRequest", "MoveState", "Residency", "Transition", "TwoTier", "TileBook", "TileRequest", "TilePin", "configure_move_request", "configure_element_access"]
 
 class _IntTree:
@@ -501,6 +502,8 @@ def copy_buffer_to_host(source: Any, source_byte: int, destination: HostStorage,
 def submit_prefault(storage: HostStorage, byte_start: int, nbytes: int, then: _Then) -> None: ...
 # prefault.rs: a fresh file snapshot's bytes into memory (mapped from the page cache, or read when not all cached).
 def load_snapshot(storage: HostStorage) -> None: ...
+# prefault.rs: load_snapshot as an engine job (a waiting thread runs it), then then(None) or then(exc).
+def submit_load_snapshot(storage: HostStorage, then: _Then) -> None: ...
 
 # The native moves (inline_move.rs, async_move.rs) and the per-thread grad mode they read.
 def configure_inline_move(config: dict[str, Any]) -> None: ...

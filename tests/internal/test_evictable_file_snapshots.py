@@ -1,8 +1,9 @@
-"""Which promotes map the file (`evictable._CopyStep`, `HostStorage.snapshot_of`): a blocking
-`retain_clean` promote of at least `SNAPSHOT_MIN_BYTES` from an exact FileBacked into a fresh
-exact CPU. Everything else copies or moves, as before. The public behaviour of the snapshots is
-tested in tests/spec/tensor_and_carriers/test_s3_2_evictable_snapshots.py; this checks that
-those tests do exercise the mapping."""
+"""Which promotes map the file (`evictable._TierWork.fresh`, `HostStorage.snapshot_of`): a
+`retain_clean` promote, blocking or asynchronous, of at least `SNAPSHOT_MIN_BYTES` from an exact
+FileBacked into a fresh exact CPU. Everything else copies or moves, as before. The public
+behaviour of the snapshots is tested in
+tests/spec/tensor_and_carriers/test_s3_2_evictable_snapshots.py; this checks that those tests do
+exercise the mapping."""
 import numpy as np
 import pytest
 
@@ -33,8 +34,9 @@ def promoted(n, *, retain_clean=True, primary=sw.CPU, secondary=sw.FileBacked, a
     return ev
 
 
-def test_a_large_clean_promote_from_a_file_into_a_fresh_cpu_maps_the_file():
-    ev = promoted(BIG)
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_large_clean_promote_from_a_file_into_a_fresh_cpu_maps_the_file(asynchronous):
+    ev = promoted(BIG, asynchronous=asynchronous)
     assert ev.primary._storage.is_file_snapshot()
     assert ev[BIG - 1] == 7.0
     ev.release()
@@ -45,7 +47,7 @@ def test_a_large_clean_promote_from_a_file_into_a_fresh_cpu_maps_the_file():
     dict(n=BIG, retain_clean=False),  # the specified move
     dict(n=BIG, primary=MyCPU),  # a subclass may override hooks: copied through them
     dict(n=BIG, secondary=MyFile),
-    dict(n=BIG, asynchronous=True),  # a prefetch finishes the work: one read into the process
+    dict(n=BIG - 1, asynchronous=True),
 ])
 def test_other_promotes_copy_or_move(case):
     ev = promoted(**case)

@@ -68,7 +68,7 @@ fn populate_write(buffer: &Arc<HostBuffer>, start: usize, end: usize) {
 /// `HostBuffer::load_snapshot` of a fresh file snapshot (`HostStorage.snapshot_of`): its bytes
 /// into memory ahead of its reads (mapped from the page cache, or read from the file when they
 /// are not all cached), GIL released; OSError if the read fails. Nothing on a storage that is
-/// not a snapshot.
+/// not a snapshot. A blocking `promote()` calls it on its own thread.
 #[pyfunction]
 fn load_snapshot(py: Python<'_>, storage: PyRef<'_, HostStorage>) -> PyResult<()> {
     let buffer = storage.buffer().ok_or_else(|| PyRuntimeError::new_err("HostStorage is released"))?;
@@ -80,8 +80,22 @@ fn load_snapshot(py: Python<'_>, storage: PyRef<'_, HostStorage>) -> PyResult<()
     })
 }
 
+/// `load_snapshot` as an engine job, then `then(None)` or `then(exc)` with the GIL: a thread
+/// that waits for it runs it, as for every job. The job holds the buffer, so a release
+/// meanwhile only drops the carrier's own reference.
+#[pyfunction]
+fn submit_load_snapshot(storage: PyRef<'_, HostStorage>, then: &Bound<'_, PyAny>) -> PyResult<()> {
+    let buffer = storage.buffer().ok_or_else(|| PyRuntimeError::new_err("HostStorage is released"))?;
+    // SAFETY: as in `load_snapshot`: `promote_async()`'s fresh primary, which nothing reads or
+    // writes until this job completes and the promote commits.
+    submit_job(then, move || {
+        unsafe { buffer.load_snapshot() }.map_err(|err| JobError::Io { err, context: "loading a file snapshot".into() })
+    })
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(submit_prefault, m)?)?;
     m.add_function(wrap_pyfunction!(load_snapshot, m)?)?;
+    m.add_function(wrap_pyfunction!(submit_load_snapshot, m)?)?;
     Ok(())
 }

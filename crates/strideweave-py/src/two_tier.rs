@@ -68,15 +68,15 @@ impl TierWork for PyTiers {
         Python::attach(|py| self.call(py, "needs_fresh", (target.bind(py),))?.is_truthy().map_err(foreign))
     }
 
-    fn fresh(&self, step: Transition, source: &PyTier, target: &PyTier, blocking: bool) -> Result<PyTier, ModelError> {
+    fn fresh(&self, step: Transition, source: &PyTier, target: &PyTier) -> Result<PyTier, ModelError> {
         Python::attach(|py| {
-            let args = (source.bind(py), target.bind(py), step.evicts(), step == Transition::CopyUp, blocking);
+            let args = (source.bind(py), target.bind(py), step.evicts(), step == Transition::CopyUp);
             Ok(PyTier(Arc::new(self.call(py, "fresh", args)?.unbind())))
         })
     }
 
     /// A blocking transition's transfer (an asynchronous one's goes through `start_transfer`).
-    fn transfer(&self, step: Transition, source: &PyTier, target: &PyTier, _: bool) -> Result<(), ModelError> {
+    fn transfer(&self, step: Transition, source: &PyTier, target: &PyTier) -> Result<(), ModelError> {
         Python::attach(|py| {
             self.call(py, "transfer", (source.bind(py), target.bind(py), step == Transition::CopyUp))?;
             Ok(())

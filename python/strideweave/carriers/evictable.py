@@ -335,25 +335,25 @@ class _TierWork:
     for us, its owner (so the source stays ours: listed as our released tier until replaced).
     A `retain_clean` promotion copies instead, leaving the secondary live as the clean copy;
     both tiers are ours and claimed, so the copy needs no move request: built-in storages copy
-    in Rust (one positioned read for FileBacked → CPU), others slot by slot.
+    in Rust (one positioned read for FileBacked → CPU), others slot by slot. An asynchronous
+    copy between built-in storages runs on the copy lane alone (`submit_span(alone=True)`), not
+    split over the other cores, whose compute it runs beside; a caller that waits for it
+    (`wait()` without a timeout) lends its own core: the copy's 2 MiB pieces are offered to
+    waiting threads (the core's `engine::help_offered`).
 
-    Snapshots. A FileBacked secondary of at least `SNAPSHOT_MIN_BYTES` promoted by a blocking
-    `promote()` into a fresh built-in CPU primary is a copy-on-write snapshot of the file
-    (`CPU._sw_snapshot_of`, a private mapping), made in microseconds, then loaded
-    (`load_snapshot`): when the file's bytes are all in the page cache their pages are mapped
-    and nothing is copied, and the primary reads the page cache as `np.memmap` does; otherwise
-    one positioned read fills the snapshot, which is about twice as fast as faulting a mapping
-    in from the disk. The first write to a page copies that page into the process and no write
-    reaches the file, so to everybody who reads or writes it the primary is a copy.
-
-    `promote_async()` copies instead: positioned reads into an uninitialised (recycled)
-    buffer, on the copy lane alone (`submit_span(alone=True)`), not split over the other cores.
-    Its point is to finish the work while the caller computes on something else, so the work
-    should be done when the handle completes: the caller's matmuls on a snapshot (the page
-    cache's pages) ran 4-6% slower than on a copied primary in benches/bench_stream_weights.py,
-    and copy threads on every core would take the core that compute runs on. A caller that
-    waits for it instead (`wait()` without a timeout) lends its own core: the copy's 2 MiB
-    pieces are offered to waiting threads (the core's `engine::help_offered`).
+    Snapshots. A FileBacked secondary of at least `SNAPSHOT_MIN_BYTES` promoted into a fresh
+    built-in CPU primary (`promote()` or `promote_async()`) is a copy-on-write snapshot of the
+    file (`CPU._sw_snapshot_of`, a private mapping), made in microseconds, then loaded
+    (`load_snapshot`; for `promote_async()` an engine job, `submit_load_snapshot`, which a
+    caller that waits runs itself): when the file's bytes are all in the page cache their pages
+    are mapped and nothing is copied, and the primary reads the page cache as `np.memmap` does;
+    otherwise one positioned read fills the snapshot, which is about twice as fast as faulting
+    a mapping in from the disk. The first write to a page copies that page into the process and
+    no write reaches the file, so to everybody who reads or writes it the primary is a copy.
+    Why `promote_async()` maps too: a prefetch that copies competes with the caller's compute
+    for memory bandwidth and a core, as a hand-written reader thread does (1.48x the in-RAM
+    pass in issue 24's table, where `np.memmap` is 1.02x); a mapping of cached pages is ready
+    in about 0.3 ms per 16 MiB layer, where a read takes 2 ms or more.
 
     The snapshot's contract (the file's bytes change only by the write-back of the snapshot
     itself, and the file does not shrink while it is mapped) holds because the secondary is
@@ -371,12 +371,12 @@ class _TierWork:
     def needs_fresh(self, target: Carrier) -> bool:
         return target.is_released() or target.size() < self._size
 
-    def fresh(self, source: Carrier, target: Carrier, evicts: bool, copies: bool, blocking: bool) -> Carrier:
+    def fresh(self, source: Carrier, target: Carrier, evicts: bool, copies: bool) -> Carrier:
         """A fresh owned tier like `target`. An allocation failure leaves everything as it
         was: nothing is owned yet."""
         size = self._size
         fresh: Carrier
-        if (copies and blocking and type(source) is FileBacked and type(target) is CPU
+        if (copies and type(source) is FileBacked and type(target) is CPU
                 and size * KIND_BYTES[STORAGE_KIND[target.dtype()]] >= SNAPSHOT_MIN_BYTES):
             fresh = CPU._sw_snapshot_of(source._sw_storage(), size, target.dtype())
             self._snapshot = fresh
@@ -413,6 +413,10 @@ class _TierWork:
             from strideweave.carriers.move import _start_move_between_tiers
             handle = _start_move_between_tiers(_flat_tensor(source, size), target)
             handle._add_done_callback(lambda done: then(done.exception(timeout=0)))
+            return
+        if target is self._snapshot:
+            self._snapshot = None
+            _native.submit_load_snapshot(target._sw_storage(), then)
             return
         src, dst = source._sw_storage(), target._sw_storage()
         if src is not None and dst is not None:

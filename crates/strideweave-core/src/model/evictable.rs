@@ -73,17 +73,11 @@ impl TierWork for CarrierTiers {
         Ok(target.is_released() || target.size() < self.slots)
     }
 
-    fn fresh(
-        &self,
-        _: Transition,
-        _: &Arc<dyn Carrier>,
-        target: &Arc<dyn Carrier>,
-        _: bool,
-    ) -> Result<Arc<dyn Carrier>> {
+    fn fresh(&self, _: Transition, _: &Arc<dyn Carrier>, target: &Arc<dyn Carrier>) -> Result<Arc<dyn Carrier>> {
         tier_ops::fresh_like(&**target, self.kind, self.slots, self.owner)
     }
 
-    fn transfer(&self, step: Transition, source: &Arc<dyn Carrier>, target: &Arc<dyn Carrier>, _: bool) -> Result<()> {
+    fn transfer(&self, step: Transition, source: &Arc<dyn Carrier>, target: &Arc<dyn Carrier>) -> Result<()> {
         tier_ops::transfer(&**source, &**target, self.slots)?;
         if step.releases_source() {
             // Released as a move releases its source; it stays ours until replaced.

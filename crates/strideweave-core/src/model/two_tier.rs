@@ -44,14 +44,13 @@ pub trait TierWork: Send + Sync + 'static {
     /// composite), so a fresh tier must replace it (a binding's size hook may fail).
     fn needs_fresh(&self, target: &Self::Tier) -> Result<bool>;
 
-    /// A fresh tier like `target`, owned by the composite, for `step` from `source`;
-    /// `blocking` when the transfer will run on the calling thread. On failure nothing is
-    /// left owned.
-    fn fresh(&self, step: Transition, source: &Self::Tier, target: &Self::Tier, blocking: bool) -> Result<Self::Tier>;
+    /// A fresh tier like `target`, owned by the composite, for `step` from `source`. On
+    /// failure nothing is left owned.
+    fn fresh(&self, step: Transition, source: &Self::Tier, target: &Self::Tier) -> Result<Self::Tier>;
 
     /// The values of `source` into `target` as `step` says: a move (which releases the source
     /// as its owner's) or a copy ([`Transition::CopyUp`], the source stays live).
-    fn transfer(&self, step: Transition, source: &Self::Tier, target: &Self::Tier, blocking: bool) -> Result<()>;
+    fn transfer(&self, step: Transition, source: &Self::Tier, target: &Self::Tier) -> Result<()>;
 
     /// Release `tier` as its owner (a failure of its release cannot undo a committed change:
     /// it is dropped); `keep` leaves it listed as owned (the source a change left), else the
@@ -75,7 +74,7 @@ pub trait TierWork: Send + Sync + 'static {
         target: &Self::Tier,
         then: Box<dyn FnOnce(Result<()>) + Send>,
     ) {
-        then(self.transfer(step, source, target, false))
+        then(self.transfer(step, source, target))
     }
 }
 
@@ -257,8 +256,8 @@ impl<W: TierWork> TwoTier<W> {
     pub fn transition(&self, composite: &impl Hold, evict: bool) -> Result<()> {
         self.transitions.blocking(
             || composite.claim(action(evict)),
-            || match self.begin(composite.version(), evict, true)? {
-                Some(staged) => self.complete(staged, true),
+            || match self.begin(composite.version(), evict)? {
+                Some(staged) => self.complete(staged),
                 None => Ok(()),
             },
         )
@@ -271,14 +270,14 @@ impl<W: TierWork> TwoTier<W> {
             let this = self.clone();
             return self.transitions.start(
                 || composite.claim(action(evict)),
-                || self.begin(composite.version(), evict, false),
-                move |staged| this.complete(staged, false),
+                || self.begin(composite.version(), evict),
+                move |staged| this.complete(staged),
             );
         }
         let this = self.clone();
         self.transitions.start_with(
             || composite.claim(action(evict)),
-            || self.begin(composite.version(), evict, false),
+            || self.begin(composite.version(), evict),
             move |staged, finish| {
                 let (step, source) = (staged.step, staged.source.clone());
                 let into = staged.fresh.clone().unwrap_or_else(|| staged.target.clone());
@@ -302,7 +301,7 @@ impl<W: TierWork> TwoTier<W> {
     /// refused from here to the commit: the composite is held while the change runs. The
     /// tiers' lock is never held while a tier's code runs (a binding's code may wait for a
     /// thread that waits for the lock); the claim keeps the plan valid.
-    fn begin(&self, version: u64, evict: bool, blocking: bool) -> Result<Option<Staged<W::Tier>>> {
+    fn begin(&self, version: u64, evict: bool) -> Result<Option<Staged<W::Tier>>> {
         let (step, source, target) = {
             let mut tiers = self.tiers.lock();
             let Some(step) = tiers.residency.plan(evict, version) else { return Ok(None) };
@@ -311,7 +310,7 @@ impl<W: TierWork> TwoTier<W> {
         };
         let fresh = tier_ops::contained(|| {
             if step.transfers() && self.work.needs_fresh(&target)? {
-                self.work.fresh(step, &source, &target, blocking).map(Some)
+                self.work.fresh(step, &source, &target).map(Some)
             } else {
                 Ok(None)
             }
@@ -333,9 +332,9 @@ impl<W: TierWork> TwoTier<W> {
 
     /// Transfer a staged change, then commit it or give back what it made, and let reads in
     /// again.
-    fn complete(&self, staged: Staged<W::Tier>, blocking: bool) -> Result<()> {
+    fn complete(&self, staged: Staged<W::Tier>) -> Result<()> {
         let into = staged.fresh.as_ref().unwrap_or(&staged.target);
-        let transferred = tier_ops::contained(|| self.work.transfer(staged.step, &staged.source, into, blocking));
+        let transferred = tier_ops::contained(|| self.work.transfer(staged.step, &staged.source, into));
         self.finish(staged, transferred)
     }
 

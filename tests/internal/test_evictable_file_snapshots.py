@@ -4,6 +4,8 @@ FileBacked into a fresh exact CPU. Everything else copies or moves, as before. T
 behaviour of the snapshots is tested in
 tests/spec/tensor_and_carriers/test_s3_2_evictable_snapshots.py; this checks that those tests do
 exercise the mapping."""
+import os
+
 import numpy as np
 import pytest
 
@@ -22,11 +24,23 @@ class MyFile(sw.FileBacked):
     pass
 
 
-def promoted(n, *, retain_clean=True, primary=sw.CPU, secondary=sw.FileBacked, asynchronous=False):
+def drop_page_cache(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def promoted(n, *, retain_clean=True, primary=sw.CPU, secondary=sw.FileBacked, asynchronous=False,
+             uncached=False):
     first = primary(n, dtype=F32)
     np.from_dlpack(sw.Tensor(first, 0, sw.Layout.canonical(sw.Shape(n))))[:] = 7.0
     ev = sw.Evictable(first, secondary(dtype=F32), retain_clean=retain_clean)
     ev.evict()
+    if uncached:
+        drop_page_cache(ev.secondary.path)
     if asynchronous:
         ev.promote_async().wait(60)
     else:
@@ -48,6 +62,8 @@ def test_a_large_clean_promote_from_a_file_into_a_fresh_cpu_maps_the_file(asynch
     dict(n=BIG, primary=MyCPU),  # a subclass may override hooks: copied through them
     dict(n=BIG, secondary=MyFile),
     dict(n=BIG - 1, asynchronous=True),
+    dict(n=BIG, uncached=True),  # a copy reads the file in pieces, faster than a snapshot's one read
+    dict(n=BIG, uncached=True, asynchronous=True),
 ])
 def test_other_promotes_copy_or_move(case):
     ev = promoted(**case)

@@ -393,14 +393,16 @@ impl HostStorage {
     /// snapshot in host memory, without copying: a private mapping of the file
     /// (`FileStore::snapshot`). Reads see the file's page cache; the first write to a page
     /// copies that page, and no write reaches the file. While it is mapped the file cannot
-    /// shrink. The element kind is the file's. ValueError for no slots or more slots than the
-    /// file has; OSError if the mapping fails.
+    /// shrink. The element kind is the file's. `None` when the page cache does not hold every
+    /// byte: a copy then reads the file faster, in pieces over the copy threads and a waiting
+    /// caller, than the snapshot's one read would. ValueError for no slots or more slots than
+    /// the file has; OSError if the mapping fails.
     ///
     /// For `Evictable(retain_clean=True)`'s promote only, which keeps the contract the core
     /// states: the file is an owned secondary tier, written by nobody but its Evictable, and by
     /// it only when it evicts this very snapshot (the write-back of the snapshot's own bytes).
     #[staticmethod]
-    fn snapshot_of(file: PyRef<'_, FileStorage>, count: usize) -> PyResult<Self> {
+    fn snapshot_of(file: PyRef<'_, FileStorage>, count: usize) -> PyResult<Option<Self>> {
         let kind = file.kind();
         let store = file.store().ok_or_else(released)?;
         let bytes = count
@@ -420,7 +422,12 @@ impl HostStorage {
         // With the GIL held: a mapping is made in microseconds and waits for no disk, and
         // letting the GIL go here lets the engine's completion callbacks in ahead of the caller.
         let buffer = unsafe { store.snapshot(0, bytes) }.map_err(os_error)?;
-        Ok(Self::holding(kind, buffer))
+        // Asked of the mapping itself (`cachestat`, or `mincore` where that does not exist);
+        // an uncached snapshot is unmapped again unread.
+        if !buffer.pages_in_memory().map_err(os_error)? {
+            return Ok(None);
+        }
+        Ok(Some(Self::holding(kind, buffer)))
     }
 
     /// Whether this storage is a copy-on-write snapshot of a file (`snapshot_of`).

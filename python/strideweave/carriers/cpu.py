@@ -54,12 +54,15 @@ class CPU(RustBackedCarrier):
         self._storage = storage
 
     @classmethod
-    def _sw_snapshot_of(cls, storage: "_native.FileStorage", size: int, dtype: DType) -> "CPU":
+    def _sw_snapshot_of(cls, storage: "_native.FileStorage", size: int, dtype: DType) -> "CPU | None":
         """A fresh, mutable CPU carrier whose memory is a copy-on-write snapshot of the first
         `size` slots of a file storage (`HostStorage.snapshot_of`): the file's page cache, read
-        without a copy, each page copied on its first write. For `Evictable(retain_clean=True)`'s
-        promote only (see `evictable._CopyStep`), which keeps the snapshot's contract."""
+        without a copy, each page copied on its first write; `None` when the page cache does not
+        hold every byte. For `Evictable(retain_clean=True)`'s promote only (see
+        `evictable._TierWork`), which keeps the snapshot's contract."""
         snapshot = _native.HostStorage.snapshot_of(storage, size)
+        if snapshot is None:
+            return None
         fresh = cls.__new__(cls)
         RustBackedCarrier.__init__(fresh)
         fresh._dtype = dtype

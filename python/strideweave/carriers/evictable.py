@@ -341,19 +341,21 @@ class _TierWork:
     (`wait()` without a timeout) lends its own core: the copy's 2 MiB pieces are offered to
     waiting threads (the core's `engine::help_offered`).
 
-    Snapshots. A FileBacked secondary of at least `SNAPSHOT_MIN_BYTES` promoted into a fresh
-    built-in CPU primary (`promote()` or `promote_async()`) is a copy-on-write snapshot of the
-    file (`CPU._sw_snapshot_of`, a private mapping), made in microseconds, then loaded
-    (`load_snapshot`; for `promote_async()` an engine job, `submit_load_snapshot`, which a
-    caller that waits runs itself): when the file's bytes are all in the page cache their pages
-    are mapped and nothing is copied, and the primary reads the page cache as `np.memmap` does;
-    otherwise one positioned read fills the snapshot, which is about twice as fast as faulting
-    a mapping in from the disk. The first write to a page copies that page into the process and
-    no write reaches the file, so to everybody who reads or writes it the primary is a copy.
-    Why `promote_async()` maps too: a prefetch that copies competes with the caller's compute
-    for memory bandwidth and a core, as a hand-written reader thread does (1.48x the in-RAM
-    pass in issue 24's table, where `np.memmap` is 1.02x); a mapping of cached pages is ready
-    in about 0.3 ms per 16 MiB layer, where a read takes 2 ms or more.
+    Snapshots. A FileBacked secondary of at least `SNAPSHOT_MIN_BYTES` whose bytes are all in
+    the page cache, promoted into a fresh built-in CPU primary (`promote()` or
+    `promote_async()`), is a copy-on-write snapshot of the file (`CPU._sw_snapshot_of`, a
+    private mapping), made in microseconds, then loaded (`load_snapshot`; for `promote_async()`
+    an engine job, `submit_load_snapshot`, which a caller that waits runs itself): its pages
+    are mapped from the page cache and nothing is copied, so the primary reads the page cache
+    as `np.memmap` does. (Should the kernel drop some of them in between, the load reads the
+    file into the snapshot instead.) The first write to a page copies that page into the
+    process and no write reaches the file, so to everybody who reads or writes it the primary
+    is a copy. A layer not all cached is copied: the read in 2 MiB pieces over the copy threads
+    and a waiting caller is faster than a snapshot's one read. Why `promote_async()` maps too:
+    a prefetch that copies competes with the caller's compute for memory bandwidth and a core,
+    as a hand-written reader thread does (1.48x the in-RAM pass in issue 24's table, where
+    `np.memmap` is 1.02x); a mapping of cached pages is ready in about 0.3 ms per 16 MiB
+    layer, where a read takes 2 ms or more.
 
     The snapshot's contract (the file's bytes change only by the write-back of the snapshot
     itself, and the file does not shrink while it is mapped) holds because the secondary is
@@ -375,14 +377,15 @@ class _TierWork:
         """A fresh owned tier like `target`. An allocation failure leaves everything as it
         was: nothing is owned yet."""
         size = self._size
-        fresh: Carrier
+        fresh: Carrier | None = None
         if (copies and type(source) is FileBacked and type(target) is CPU
                 and size * KIND_BYTES[STORAGE_KIND[target.dtype()]] >= SNAPSHOT_MIN_BYTES):
-            fresh = CPU._sw_snapshot_of(source._sw_storage(), size, target.dtype())
-            self._snapshot = fresh
-        elif not evicts and type(target) is CPU:
+            # None unless the page cache holds the whole layer.
+            fresh = self._snapshot = CPU._sw_snapshot_of(source._sw_storage(), size, target.dtype())
+        if fresh is None and not evicts and type(target) is CPU:
             fresh = target.allocate_like(size, mutable=True, empty=True)
-        else:
+        elif fresh is None:
+            # The contract's call exactly: a tier's own `allocate_like` may not take `empty`.
             fresh = target.allocate_like(size, mutable=True)
         self._ownership.take(fresh)
         return fresh

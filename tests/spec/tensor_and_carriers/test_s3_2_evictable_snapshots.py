@@ -1,7 +1,8 @@
 """docs/spec/tensor-and-carriers.md §3.2.1 (issue 24): a `retain_clean` promote of a FileBacked
 secondary of at least 4 MiB into a fresh CPU primary maps the file copy-on-write instead of
-copying it. To everybody who reads or writes the primary it is still a copy: it shows the file's
-values, whether they were in the page cache or not, its writes never reach the file until a
+copying it when the page cache holds the file's bytes (and copies it when it does not). To
+everybody who reads or writes the primary it is still a copy: it shows the file's values, whether
+they were in the page cache or not, its writes never reach the file until a
 (dirty) evict writes them back, and a clean evict writes nothing. Races (8 threads × 300 rounds)
 of asynchronous promotes of such a primary against writes and releases."""
 import os

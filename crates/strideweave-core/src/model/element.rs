@@ -21,7 +21,7 @@ use super::error::{ModelError, Result};
 use crate::storage::{ElemKind, Scalar};
 
 mod sealed {
-    use crate::storage::{ElemKind, Scalar};
+    use crate::storage::{AtomicSlot, ElemKind, Scalar};
 
     /// Closes [`Element`](super::Element), and holds the typed slot accesses of the biased
     /// element path (crate-private: the trait is unnameable outside).
@@ -29,41 +29,35 @@ mod sealed {
         /// Load the slot at `p`, which holds a value of `kind`.
         ///
         /// # Safety
-        /// As `ElemKind::load_atomic`; `kind` is this type's kind when it has one.
+        /// As `AtomicSlot::load_atomic`; `kind` is this type's kind when it has one.
         unsafe fn load_slot(p: *const u8, kind: ElemKind) -> Self;
 
         /// Store into the slot at `p`, of `kind`.
         ///
         /// # Safety
-        /// As `ElemKind::store_atomic`; the value suits `kind`.
+        /// As `AtomicSlot::store_atomic`; the value suits `kind`.
         unsafe fn store_slot(self, p: *mut u8, kind: ElemKind);
     }
 
     macro_rules! sealed {
-        ($t:ty, $atomic:ty, $bits:ty, $to:expr, $from:expr) => {
+        ($($t:ty),*) => {$(
             impl Sealed for $t {
                 #[inline]
                 unsafe fn load_slot(p: *const u8, _: ElemKind) -> Self {
-                    // SAFETY: the caller's contract; the atomic type has this type's size.
-                    let bits =
-                        unsafe { <$atomic>::from_ptr(p as *mut $bits) }.load(std::sync::atomic::Ordering::Relaxed);
-                    $from(bits)
+                    // SAFETY: the caller's contract.
+                    unsafe { <$t as AtomicSlot>::load_atomic(p) }
                 }
 
                 #[inline]
                 unsafe fn store_slot(self, p: *mut u8, _: ElemKind) {
-                    // SAFETY: the caller's contract; the atomic type has this type's size.
-                    unsafe { <$atomic>::from_ptr(p as *mut $bits) }
-                        .store($to(self), std::sync::atomic::Ordering::Relaxed)
+                    // SAFETY: the caller's contract.
+                    unsafe { AtomicSlot::store_atomic(self, p) }
                 }
             }
-        };
+        )*};
     }
 
-    sealed!(f32, std::sync::atomic::AtomicU32, u32, f32::to_bits, f32::from_bits);
-    sealed!(f64, std::sync::atomic::AtomicU64, u64, f64::to_bits, f64::from_bits);
-    sealed!(i32, std::sync::atomic::AtomicU32, u32, |v: i32| v as u32, |b: u32| b as i32);
-    sealed!(bool, std::sync::atomic::AtomicU8, u8, |v: bool| v as u8, |b: u8| b != 0);
+    sealed!(f32, f64, i32, bool);
 
     impl Sealed for Scalar {
         #[inline]

@@ -1,5 +1,7 @@
 //! Element encodings a carrier slot can hold natively.
 
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+
 /// The native encoding of one storage slot.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -95,26 +97,66 @@ impl ElemKind {
     }
 }
 
-/// One slot read or written with a single atomic access (`Relaxed`): the element path of
-/// host carriers, where a biased access and a locked one may touch the same slot from
-/// two threads (see `model::element_bias`); plain accesses there would be a data race.
-impl ElemKind {
+/// A value type whose slot is read and written with a single atomic access (`Relaxed`): the
+/// element path of host carriers, where a biased access and a locked one may touch the same
+/// slot from two threads (see `model::element_bias`); plain accesses there would be a data
+/// race. The one place each Rust type meets its atomic: [`ElemKind::load_atomic`] and the
+/// typed element access (`model::Element`) both go through it.
+pub(crate) trait AtomicSlot: Sized {
     /// Load the slot at `p`.
     ///
     /// # Safety
-    /// `p` is aligned to this kind's size and valid for reading that many bytes, and every
+    /// `p` is aligned to this type's size and valid for reading that many bytes, and every
     /// non-atomic access to them is ordered before or after this load (happens-before).
+    unsafe fn load_atomic(p: *const u8) -> Self;
+
+    /// Store into the slot at `p`.
+    ///
+    /// # Safety
+    /// As [`load_atomic`](Self::load_atomic), for writing.
+    unsafe fn store_atomic(self, p: *mut u8);
+}
+
+macro_rules! atomic_slot {
+    ($t:ty, $atomic:ty, $bits:ty, $to:expr, $from:expr) => {
+        impl AtomicSlot for $t {
+            #[inline]
+            unsafe fn load_atomic(p: *const u8) -> Self {
+                // SAFETY: the caller's contract; the atomic type has this type's size and
+                // alignment.
+                let bits = unsafe { <$atomic>::from_ptr(p as *mut $bits) }.load(Ordering::Relaxed);
+                $from(bits)
+            }
+
+            #[inline]
+            unsafe fn store_atomic(self, p: *mut u8) {
+                // SAFETY: as in `load_atomic`.
+                unsafe { <$atomic>::from_ptr(p as *mut $bits) }.store($to(self), Ordering::Relaxed)
+            }
+        }
+    };
+}
+
+atomic_slot!(f32, AtomicU32, u32, f32::to_bits, f32::from_bits);
+atomic_slot!(f64, AtomicU64, u64, f64::to_bits, f64::from_bits);
+atomic_slot!(i32, AtomicU32, u32, |v: i32| v as u32, |b: u32| b as i32);
+atomic_slot!(bool, AtomicU8, u8, |v: bool| v as u8, |b: u8| b != 0);
+
+/// Slots of any kind, through [`AtomicSlot`].
+impl ElemKind {
+    /// Load the slot at `p`, which holds a value of this kind.
+    ///
+    /// # Safety
+    /// As [`AtomicSlot::load_atomic`], with this kind's size.
     #[inline]
     pub(crate) unsafe fn load_atomic(self, p: *const u8) -> Scalar {
-        use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
-        // SAFETY (each arm): the caller's contract; the atomic type has the kind's size and
-        // alignment.
+        // SAFETY (each arm): the caller's contract, for the kind's own type.
         unsafe {
             match self {
-                ElemKind::F32 => Scalar::F32(f32::from_bits(AtomicU32::from_ptr(p as *mut u32).load(Relaxed))),
-                ElemKind::F64 => Scalar::F64(f64::from_bits(AtomicU64::from_ptr(p as *mut u64).load(Relaxed))),
-                ElemKind::I32 => Scalar::I32(AtomicU32::from_ptr(p as *mut u32).load(Relaxed) as i32),
-                ElemKind::Bool => Scalar::Bool(AtomicU8::from_ptr(p as *mut u8).load(Relaxed) != 0),
+                ElemKind::F32 => Scalar::F32(f32::load_atomic(p)),
+                ElemKind::F64 => Scalar::F64(f64::load_atomic(p)),
+                ElemKind::I32 => Scalar::I32(i32::load_atomic(p)),
+                ElemKind::Bool => Scalar::Bool(bool::load_atomic(p)),
             }
         }
     }
@@ -125,15 +167,13 @@ impl ElemKind {
     /// As [`load_atomic`](Self::load_atomic), for writing.
     #[inline]
     pub(crate) unsafe fn store_atomic(self, p: *mut u8, value: Scalar) {
-        use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
-        // SAFETY (each arm): the caller's contract; the atomic type has the kind's size and
-        // alignment.
+        // SAFETY (each arm): the caller's contract, for the kind's own type.
         unsafe {
             match (self, value) {
-                (ElemKind::F32, Scalar::F32(v)) => AtomicU32::from_ptr(p as *mut u32).store(v.to_bits(), Relaxed),
-                (ElemKind::F64, Scalar::F64(v)) => AtomicU64::from_ptr(p as *mut u64).store(v.to_bits(), Relaxed),
-                (ElemKind::I32, Scalar::I32(v)) => AtomicU32::from_ptr(p as *mut u32).store(v as u32, Relaxed),
-                (ElemKind::Bool, Scalar::Bool(v)) => AtomicU8::from_ptr(p).store(v as u8, Relaxed),
+                (ElemKind::F32, Scalar::F32(v)) => v.store_atomic(p),
+                (ElemKind::F64, Scalar::F64(v)) => v.store_atomic(p),
+                (ElemKind::I32, Scalar::I32(v)) => v.store_atomic(p),
+                (ElemKind::Bool, Scalar::Bool(v)) => v.store_atomic(p),
                 (kind, value) => panic!("store_atomic: {value:?} does not suit {kind:?}"),
             }
         }

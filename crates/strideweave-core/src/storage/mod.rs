@@ -21,6 +21,7 @@ mod file;
 mod host;
 mod slab;
 
+pub(crate) use elem::AtomicSlot;
 pub use elem::{ElemKind, Scalar};
 pub use file::FileStore;
 pub use host::HostBuffer;

@@ -423,8 +423,9 @@ impl HostStorage {
         // letting the GIL go here lets the engine's completion callbacks in ahead of the caller.
         let buffer = unsafe { store.snapshot(0, bytes) }.map_err(os_error)?;
         // Asked of the mapping itself (`cachestat`, or `mincore` where that does not exist);
-        // an uncached snapshot is unmapped again unread.
-        if !buffer.pages_in_memory().map_err(os_error)? {
+        // an uncached snapshot is unmapped again unread. The question is advice: when the
+        // kernel cannot answer it, the promote copies, which is right either way.
+        if !buffer.pages_in_memory().unwrap_or(false) {
             return Ok(None);
         }
         Ok(Some(Self::holding(kind, buffer)))

@@ -4,12 +4,11 @@ FileBacked into a fresh exact CPU. Everything else copies or moves, as before. T
 behaviour of the snapshots is tested in
 tests/spec/tensor_and_carriers/test_s3_2_evictable_snapshots.py; this checks that those tests do
 exercise the mapping."""
-import os
-
 import numpy as np
 import pytest
 
 import strideweave as sw
+from page_cache import drop_page_cache
 from strideweave.carriers.evictable import SNAPSHOT_MIN_BYTES
 
 F32 = sw.DType.Float32
@@ -22,15 +21,6 @@ class MyCPU(sw.CPU):
 
 class MyFile(sw.FileBacked):
     pass
-
-
-def drop_page_cache(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def promoted(n, *, retain_clean=True, primary=sw.CPU, secondary=sw.FileBacked, asynchronous=False,

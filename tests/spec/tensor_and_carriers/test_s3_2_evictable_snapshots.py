@@ -12,6 +12,7 @@ import pytest
 
 import strideweave as sw
 from strideweave import Evictable, FileBacked
+from page_cache import drop_page_cache
 from racing import (THREADS, accepts_release, frequent_thread_switches, messages, ok,  # noqa: F401 (autouse fixture)
                     raised, run_together)
 
@@ -46,16 +47,6 @@ def primary_values(ev):
 
 def file_values(ev):
     return np.fromfile(ev.secondary.path, dtype=np.float32)
-
-
-def drop_page_cache(path):
-    """Ask the kernel to forget the file's cached pages (advice: they are written out first)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def promote(ev, how):
